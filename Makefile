@@ -1,0 +1,38 @@
+# One-command set-up: `make train` (main job) and `make test` create the venv when it is missing.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+# The stamp names the requirements' hash, so editing requirements.txt re-installs, and nothing
+# else does (re-running is a no-op).
+REQ_HASH := $(shell sha1sum requirements.txt setup.py | sha1sum | cut -c1-12)
+STAMP := $(VENV)/.installed-$(REQ_HASH)
+PIP := $(BIN)/python -m pip --disable-pip-version-check
+TRAIN_CONFIG ?= config/train_ppo.yaml
+PYTEST_ARGS ?=
+
+.PHONY: venv train test bench clean-venv
+
+venv: $(STAMP)
+
+$(STAMP): requirements.txt setup.py
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q -r requirements.txt
+	$(BIN)/python -c "import torch, sys; sys.exit('torch is a CUDA build: ' + torch.__version__ + '; install the CPU wheel torch==2.13.0') if torch.version.cuda else None"
+	$(PIP) install -q --no-deps --no-build-isolation -e .
+	rm -f $(VENV)/.installed-*
+	touch $@
+
+# Until training lands, the main job holds the default pose under PD control and reports.
+train: venv
+	$(BIN)/claw-rl stand --seconds 5
+
+# pytest exit 5 (no test collected) means the suite is broken: fail on it like any other error.
+test: venv
+	@$(BIN)/python -m pytest test $(PYTEST_ARGS); rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo 'pytest collected no tests: failing'; exit 1; fi; exit $$rc
+
+bench: venv
+	$(BIN)/python bench/env_throughput.py
+
+clean-venv:
+	rm -rf $(VENV)

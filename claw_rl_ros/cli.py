@@ -1,0 +1,79 @@
+"""``claw-rl``: the user commands (stand, train, eval, export, check-urdf, spec, gateway).
+
+Every command returns an exit status; a configuration error prints one line naming the file,
+key, value and fix, and exits with status 2 (no traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from .core.config import ConfigError
+
+
+def _cmd_stand(args: argparse.Namespace) -> int:
+    from .core.demo import run_stand
+    return run_stand(robot=args.robot, seconds=args.seconds, num_envs=args.num_envs)
+
+
+def _cmd_check_urdf(args: argparse.Namespace) -> int:
+    from .core.urdf import check_urdf
+    model, problems = check_urdf(args.urdf)
+    if problems:
+        print(f'{args.urdf}: {len(problems)} problem(s)')
+        for problem in problems:
+            print(f'  - {problem}')
+        return 1
+    actuated = [j for j in model.joints.values() if j.type != 'fixed']
+    print(f'robot name is: {model.name}')
+    print(f'root link: {model.root}; {len(model.links)} links, {len(model.joints)} joints '
+          f'({len(actuated)} actuated); total mass {model.total_mass:.3f} kg')
+    return 0
+
+
+def _cmd_spec(args: argparse.Namespace) -> int:
+    from .core.robot import load_robot
+    print(json.dumps(load_robot(args.robot).to_metadata(), indent=2))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog='claw-rl', description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest='command', required=True, metavar='COMMAND')
+
+    stand = sub.add_parser('stand', help='hold the default pose under PD control and report')
+    stand.add_argument('--robot', default='claw_quadruped', help='robot name or YAML path')
+    stand.add_argument('--seconds', type=float, default=5.0, help='simulated seconds')
+    stand.add_argument('--num-envs', type=int, default=16, help='worlds to simulate')
+    stand.set_defaults(func=_cmd_stand)
+
+    check = sub.add_parser('check-urdf', help='validate a URDF like check_urdf')
+    check.add_argument('urdf', help='path to the URDF file')
+    check.set_defaults(func=_cmd_check_urdf)
+
+    spec = sub.add_parser('spec', help='print the robot spec written into exported models')
+    spec.add_argument('--robot', default='claw_quadruped', help='robot name or YAML path')
+    spec.set_defaults(func=_cmd_spec)
+
+    from .gateway.cli import add_parser as add_gateway_parser
+    add_gateway_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except ConfigError as exc:
+        print(f'claw-rl: error: {exc}', file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print('claw-rl: interrupted', file=sys.stderr)
+        return 130
+
+
+if __name__ == '__main__':
+    sys.exit(main())

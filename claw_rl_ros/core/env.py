@@ -1,0 +1,285 @@
+"""The batched locomotion environment (rsl_rl vec-env contract, numpy batches).
+
+``step(actions [N, J]) -> obs, reward [N], terminated [N], truncated [N], extras`` where
+``obs = {'policy': [N, obs_dim], 'privileged': [N, privileged_dim]}`` (float32). Worlds that
+finish are reset inside ``step``; ``extras['final_obs']`` holds the observation they ended in
+(for time-out bootstrapping) and ``extras['episode']`` their logs. Nothing here is specific to
+one robot: the RobotSpec (YAML + URDF) describes it.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from .env_config import EnvConfig
+from .math_utils import gravity_in_body, quat_mul, quat_rotate_inverse, yaw_quat
+from .physics import BatchedPhysics
+from .rewards import RewardManager, RewardParams, StepData
+from .robot import load_robot, RobotSpec
+from .observations import RobotState
+
+
+class VecLocomotionEnv:
+    """N independent worlds of a legged robot tracking random velocity commands."""
+
+    def __init__(self, cfg: EnvConfig, robot: RobotSpec | None = None):
+        self.cfg = cfg
+        self.robot = robot if robot is not None else load_robot(cfg.robot)
+        r = self.robot
+        self.num_envs = n = cfg.num_envs
+        self.num_actions = j = r.num_joints
+        self.num_feet = f = len(r.foot_bodies)
+        self.obs_dim = r.policy_obs.dim
+        self.privileged_dim = r.privileged_obs.dim
+        self.dt = r.control_dt
+        self.max_episode_length = int(math.ceil(cfg.episode_length_s / self.dt))
+        self.physics = BatchedPhysics(r, n, num_threads=cfg.num_threads,
+                                      solver_iterations=cfg.solver_iterations,
+                                      solver_ls_iterations=cfg.solver_ls_iterations)
+        self.rng = np.random.default_rng(cfg.seed)
+
+        lat = cfg.randomization.action_latency_substeps
+        if lat[1] >= r.decimation:
+            raise ValueError(f'randomization.action_latency_substeps {list(lat)} must stay below '
+                             f'the decimation ({r.decimation})')
+        self._resample_steps = max(1, round(cfg.commands.resample_time_s / self.dt))
+        self._push_steps = round(cfg.randomization.push_interval_s / self.dt)
+        half_range = 0.5 * (r.joint_upper - r.joint_lower) * cfg.rewards.soft_joint_limit
+        mid = 0.5 * (r.joint_upper + r.joint_lower)
+        self.reward_manager = RewardManager(
+            cfg.rewards.scales, RewardParams(
+                tracking_sigma=cfg.rewards.tracking_sigma,
+                base_height_target=cfg.rewards.base_height_target,
+                feet_air_time_target=cfg.rewards.feet_air_time_target,
+                moving_command_threshold=cfg.rewards.moving_command_threshold,
+                default_joint_pos=r.default_joint_pos,
+                soft_joint_lower=mid - half_range, soft_joint_upper=mid + half_range),
+            self.dt, n, cfg.rewards.only_positive)
+        noise = cfg.noise
+        self.noise_vec = (r.policy_obs.term_vector(noise.levels) * r.policy_obs.scale
+                          * noise.scale) if noise.enabled else None
+
+        # Per-world buffers.
+        self.commands = np.zeros((n, 3))
+        self.actions = np.zeros((n, j))
+        self.last_actions = np.zeros((n, j))
+        self.targets = np.tile(r.default_joint_pos, (n, 1))
+        self.last_joint_vel = np.zeros((n, j))
+        self.episode_step = np.zeros(n, dtype=np.int64)
+        self.episode_return = np.zeros(n)
+        self.feet_air_time = np.zeros((n, f))
+        self.last_contacts = np.zeros((n, f), dtype=bool)
+        self.foot_contact = np.zeros((n, f), dtype=bool)
+        self.latency = np.zeros(n, dtype=np.int64)
+        self.friction = np.full(n, r.foot_friction)
+        self.added_mass = np.zeros(n)
+        self.mass_scale = np.ones(n)
+        self.com_offset = np.zeros((n, 3))
+        self.motor_strength = np.ones(n)
+        self.diverged_count = 0
+        self.reset()
+
+    # ----------------------------------------------------------------------------- public API
+    def seed(self, seed: int) -> None:
+        """Restart the env's random stream (commands, resets, randomisation, noise)."""
+        self.rng = np.random.default_rng(seed)
+
+    def reset(self, seed: int | None = None) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """Reset every world; returns (obs, extras)."""
+        if seed is not None:
+            self.seed(seed)
+        self._reset_worlds(np.arange(self.num_envs))
+        return self._observe(self.robot_state()), {}
+
+    def step(self, actions: np.ndarray):
+        """Apply [N, J] actions for one control step; see the module docstring for outputs."""
+        cfg, r = self.cfg, self.robot
+        actions = np.asarray(actions, dtype=np.float64).reshape(self.num_envs, self.num_actions)
+        bad_action = ~np.isfinite(actions).all(axis=1)
+        actions = np.clip(np.nan_to_num(actions, nan=0.0, posinf=0.0, neginf=0.0),
+                          -cfg.clip_actions, cfg.clip_actions)
+        # Safety path: targets are clamped to the joint limits before they reach the motors.
+        targets = r.action_to_target(actions)
+        sensordata = self.physics.step(targets, self.targets, self.latency)
+        self.targets = targets
+        self.actions = actions
+        self.episode_step += 1
+
+        diverged = self.physics.diverged(cfg.termination.max_joint_vel) | bad_action
+        if diverged.any():
+            self._sanitise(diverged)
+        data = self._step_data(sensordata, diverged)
+        reward, _ = self.reward_manager.compute(data)
+        reward[diverged] = 0.0
+        self.episode_return += reward
+        terminated = data.terminated
+        truncated = (self.episode_step >= self.max_episode_length) & ~terminated
+        self.last_actions[:] = actions
+        self.last_joint_vel[:] = data.joint_vel
+
+        extras: dict[str, Any] = {'diverged': int(diverged.sum()), 'time_outs': truncated}
+        done = terminated | truncated
+        if done.any():
+            ids = np.flatnonzero(done)
+            extras['final_obs'] = self._observe(data, noise=False)
+            extras['episode'] = self._episode_log(ids)
+            self._reset_worlds(ids)
+        self._resample_commands(np.flatnonzero(self.episode_step % self._resample_steps == 0))
+        if self._push_steps > 0 and cfg.randomization.enabled:
+            self._push(np.flatnonzero((self.episode_step % self._push_steps == 0)
+                                      & (self.episode_step > 0)))
+        obs = self._observe(self.robot_state() if done.any() else data)
+        return obs, reward.astype(np.float32), terminated, truncated, extras
+
+    def close(self) -> None:
+        self.physics.close()
+
+    # ------------------------------------------------------------------------------ internals
+    def robot_state(self) -> RobotState:
+        """Observation inputs from the physics state (exact, no sensor lag)."""
+        p = self.physics
+        qpos, qvel = p.qpos, p.qvel
+        quat = qpos[:, 3:7]
+        return RobotState(
+            base_quat=quat, base_ang_vel=qvel[:, 3:6].copy(),
+            joint_pos=qpos[:, p.qadr], joint_vel=qvel[:, p.vadr], commands=self.commands,
+            last_action=self.actions,
+            base_lin_vel=quat_rotate_inverse(quat, qvel[:, 0:3]), base_height=qpos[:, 2].copy(),
+            foot_contact=self.foot_contact.astype(np.float64), friction=self.friction,
+            added_mass=self.added_mass, com_offset=self.com_offset,
+            motor_strength=self.motor_strength)
+
+    def _contacts(self, sensordata: np.ndarray, group: str, last_only: bool) -> np.ndarray:
+        # Contact sensors give [found, fx, fy, fz] per body; a contact needs enough force.
+        lo, hi = getattr(self.physics.sensors, group)
+        raw = sensordata[:, -1:, lo:hi] if last_only else sensordata[:, :, lo:hi]
+        raw = raw.reshape(raw.shape[0], raw.shape[1], -1, 4)
+        force = np.linalg.norm(raw[..., 1:4], axis=-1)
+        touching = (raw[..., 0] > 0) & (force > self.cfg.termination.contact_force)
+        return touching.any(axis=1)
+
+    def _step_data(self, sensordata: np.ndarray, diverged: np.ndarray) -> StepData:
+        cfg = self.cfg
+        s = self.robot_state()
+        contact = self._contacts(sensordata, 'foot_contact', last_only=True)
+        # Feet air time as legged_gym: a touchdown is the first contact after a swing.
+        contact_filt = contact | self.last_contacts
+        self.last_contacts = contact
+        self.foot_contact = contact
+        first_contact = (self.feet_air_time > 0) & contact_filt
+        self.feet_air_time += self.dt
+        air_time = self.feet_air_time.copy()
+        self.feet_air_time *= ~contact_filt
+        gravity = gravity_in_body(s.base_quat)
+        lo, hi = self.physics.sensors.joint_torque
+        torque_sq_mean = np.mean(np.square(sensordata[:, :, lo:hi]), axis=1)
+        term_contact = self._contacts(sensordata, 'termination_contact', last_only=False)
+        tilted = gravity[:, 2] > -math.cos(cfg.termination.max_tilt)
+        low = s.base_height < cfg.termination.min_base_height
+        terminated = term_contact.any(axis=1) | tilted | low | diverged
+        s.foot_contact = contact.astype(np.float64)
+        return StepData(
+            **vars(s), projected_gravity=gravity,
+            joint_acc=(s.joint_vel - self.last_joint_vel) / self.dt,
+            joint_torque=np.sqrt(torque_sq_mean), previous_action=self.last_actions.copy(),
+            foot_air_time=air_time, first_contact=first_contact,
+            penalised_contact=self._contacts(sensordata, 'penalised_contact', last_only=False),
+            terminated=terminated)
+
+    def _observe(self, state: RobotState, noise: bool = True) -> dict[str, np.ndarray]:
+        r = self.robot
+        policy = r.policy_obs.compute(state, r.default_joint_pos)
+        if noise and self.noise_vec is not None:
+            policy += (2.0 * self.rng.random(policy.shape, dtype=np.float32) - 1.0) * \
+                self.noise_vec
+        privileged = r.privileged_obs.compute(state, r.default_joint_pos)
+        return {'policy': policy, 'privileged': privileged}
+
+    def _episode_log(self, ids: np.ndarray) -> dict[str, np.ndarray]:
+        """Per finished world: return, length [s], and each reward term's episode sum."""
+        log = {f'reward/{k}': v for k, v in self.reward_manager.pop_episode_sums(ids).items()}
+        log['return'] = self.episode_return[ids].copy()
+        log['length_s'] = self.episode_step[ids] * self.dt
+        log['env_ids'] = ids
+        return log
+
+    def _sanitise(self, ids: np.ndarray) -> None:
+        # A diverged world gets a finite placeholder state; it is reset at the end of step().
+        self.diverged_count += int(ids.sum())
+        self.physics.state[ids] = 0.0
+        self.physics.qpos[ids] = self.physics.standing_qpos
+        self.physics.sensordata[ids] = 0.0
+
+    def _reset_worlds(self, ids: np.ndarray) -> None:
+        if len(ids) == 0:
+            return
+        cfg, r, rng, p = self.cfg, self.robot, self.rng, self.physics
+        k = len(ids)
+        self._randomise(ids)
+        # Default pose with noise, random heading, small random base velocity.
+        qpos = np.tile(p.standing_qpos, (k, 1))
+        noise = cfg.randomization.init_joint_pos_noise if cfg.randomization.enabled else 0.0
+        joints = r.default_joint_pos + rng.uniform(-noise, noise, (k, self.num_actions))
+        qpos[:, p.qadr] = np.clip(joints, r.joint_lower, r.joint_upper)
+        qpos[:, 3:7] = quat_mul(yaw_quat(rng.uniform(-np.pi, np.pi, k)),
+                                np.tile([1.0, 0.0, 0.0, 0.0], (k, 1)))
+        vel = cfg.randomization.init_base_vel_noise if cfg.randomization.enabled else 0.0
+        qvel = np.zeros((k, p.model.nv))
+        qvel[:, 0:6] = rng.uniform(-vel, vel, (k, 6))
+        p.state[ids] = 0.0
+        p.qpos[ids] = qpos
+        p.qvel[ids] = qvel
+        self.targets[ids] = qpos[:, p.qadr]
+        self.actions[ids] = 0.0
+        self.last_actions[ids] = 0.0
+        self.last_joint_vel[ids] = 0.0
+        self.feet_air_time[ids] = 0.0
+        self.last_contacts[ids] = False
+        self.foot_contact[ids] = False
+        self.episode_step[ids] = 0
+        self.episode_return[ids] = 0.0
+        self._resample_commands(ids)
+
+    def _randomise(self, ids: np.ndarray) -> None:
+        dr, r, rng = self.cfg.randomization, self.robot, self.rng
+        k = len(ids)
+        if dr.enabled:
+            self.friction[ids] = rng.uniform(*dr.friction, k)
+            self.added_mass[ids] = rng.uniform(*dr.added_mass, k)
+            self.mass_scale[ids] = rng.uniform(*dr.link_mass_scale, k)
+            self.com_offset[ids] = rng.uniform(*dr.com_offset, (k, 3))
+            self.motor_strength[ids] = rng.uniform(*dr.motor_strength, k)
+            self.latency[ids] = rng.integers(dr.action_latency_substeps[0],
+                                             dr.action_latency_substeps[1] + 1, k)
+        else:
+            self.friction[ids] = r.foot_friction
+            self.added_mass[ids] = 0.0
+            self.mass_scale[ids] = 1.0
+            self.com_offset[ids] = 0.0
+            self.motor_strength[ids] = 1.0
+            self.latency[ids] = 0
+        for i in ids:
+            self.physics.set_physical_params(i, self.friction[i], self.added_mass[i],
+                                             self.mass_scale[i], self.com_offset[i],
+                                             self.motor_strength[i])
+
+    def _resample_commands(self, ids: np.ndarray) -> None:
+        if len(ids) == 0:
+            return
+        c, rng = self.cfg.commands, self.rng
+        k = len(ids)
+        cmd = np.stack([rng.uniform(*c.lin_vel_x, k), rng.uniform(*c.lin_vel_y, k),
+                        rng.uniform(*c.ang_vel_yaw, k)], axis=1)
+        # Slow planar commands become 0; some commands are "stand still".
+        cmd[np.linalg.norm(cmd[:, :2], axis=1) < c.min_speed, :2] = 0.0
+        cmd[rng.random(k) < c.standing_probability] = 0.0
+        self.commands[ids] = cmd
+
+    def _push(self, ids: np.ndarray) -> None:
+        if len(ids) == 0:
+            return
+        v = self.cfg.randomization.push_velocity
+        self.physics.qvel[ids, 0:2] += self.rng.uniform(-v, v, (len(ids), 2))

@@ -1,0 +1,131 @@
+"""Typed configuration of the locomotion environment (the ``env:`` section of a YAML file)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .config import ConfigError, param
+
+
+@dataclass
+class CommandConfig:
+    """Velocity commands (body frame), sampled per episode and resampled in-episode."""
+
+    resample_time_s: float = param(10.0, 'seconds between command resamples', gt=0)
+    lin_vel_x: tuple[float, float] = param((-0.5, 1.0), 'forward velocity range [m/s]',
+                                           ordered=True)
+    lin_vel_y: tuple[float, float] = param((-0.3, 0.3), 'lateral velocity range [m/s]',
+                                           ordered=True)
+    ang_vel_yaw: tuple[float, float] = param((-1.0, 1.0), 'yaw rate range [rad/s]', ordered=True)
+    standing_probability: float = param(0.05, 'chance a sampled command is zero', ge=0, le=1)
+    min_speed: float = param(0.1, 'planar commands slower than this become 0 [m/s]', ge=0)
+
+
+DEFAULT_REWARD_SCALES = {
+    'tracking_lin_vel': 1.0,
+    'tracking_ang_vel': 0.5,
+    'lin_vel_z': -2.0,
+    'ang_vel_xy': -0.05,
+    'orientation': -1.0,
+    'base_height': -10.0,
+    'torques': -2e-4,
+    'dof_acc': -2.5e-7,
+    'action_rate': -0.01,
+    'dof_pos_limits': -10.0,
+    'collision': -1.0,
+    'feet_air_time': 1.0,
+    'stand_still': -0.5,
+    'termination': 0.0,
+}
+
+
+@dataclass
+class RewardConfig:
+    """Reward term scales (per second; multiplied by the control dt) and their constants."""
+
+    scales: dict[str, float] = param(DEFAULT_REWARD_SCALES, 'term name -> scale (0 disables)')
+    tracking_sigma: float = param(0.25, 'width of the exp tracking kernels [(m/s)^2]', gt=0)
+    base_height_target: float = param(0.25, 'desired trunk height [m]', gt=0)
+    feet_air_time_target: float = param(0.3, 'rewarded swing duration [s]', ge=0)
+    moving_command_threshold: float = param(0.1, 'commands slower than this mean stand [m/s]',
+                                            ge=0)
+    soft_joint_limit: float = param(0.9, 'fraction of the joint range without penalty',
+                                    gt=0, le=1)
+    only_positive: bool = param(True, 'clip the total reward at 0 (termination excepted)')
+
+
+@dataclass
+class TerminationConfig:
+    """When an episode fails (time-outs are reported separately, for bootstrapping)."""
+
+    max_tilt: float = param(1.0, 'trunk tilt from upright that ends an episode [rad]', gt=0,
+                            le=3.2)
+    min_base_height: float = param(0.08, 'trunk height below which the episode ends [m]', ge=0)
+    contact_force: float = param(1.0, 'contact force that counts as a contact [N]', ge=0)
+    max_joint_vel: float = param(200.0, 'joint speed treated as a diverged simulation [rad/s]',
+                                 gt=0)
+
+
+@dataclass
+class RandomizationConfig:
+    """Domain randomisation, sampled per world at every reset; each part can be switched off."""
+
+    enabled: bool = param(True, 'master switch for everything below')
+    friction: tuple[float, float] = param((0.4, 1.25), 'ground friction range', ge=0.01,
+                                          ordered=True)
+    added_mass: tuple[float, float] = param((-0.5, 1.5), 'payload on the trunk [kg]',
+                                            ordered=True)
+    link_mass_scale: tuple[float, float] = param((0.9, 1.1), 'every link mass x this', gt=0,
+                                                 ordered=True)
+    com_offset: tuple[float, float] = param((-0.03, 0.03), 'trunk CoM shift per axis [m]',
+                                            ordered=True)
+    motor_strength: tuple[float, float] = param((0.9, 1.1), 'PD gains x this', gt=0,
+                                                ordered=True)
+    push_interval_s: float = param(8.0, 'seconds between random pushes (0 = no pushes)', ge=0)
+    push_velocity: float = param(0.5, 'max planar velocity kick of a push [m/s]', ge=0)
+    action_latency_substeps: tuple[int, int] = param((0, 2), 'physics steps the new target '
+                                                     'arrives late', ge=0, ordered=True)
+    init_joint_pos_noise: float = param(0.1, 'reset pose noise per joint [rad]', ge=0)
+    init_base_vel_noise: float = param(0.3, 'reset base velocity noise [m/s, rad/s]', ge=0)
+
+
+@dataclass
+class NoiseConfig:
+    """Uniform observation noise on the policy group: level x scale, per term."""
+
+    enabled: bool = param(True, 'add noise to the policy observation')
+    scale: float = param(1.0, 'multiplier on every level', ge=0)
+    levels: dict[str, float] = param({'base_ang_vel': 0.2, 'projected_gravity': 0.05,
+                                      'joint_pos': 0.01, 'joint_vel': 1.5},
+                                     'term -> noise amplitude in its own units', ge=0)
+
+
+@dataclass
+class EnvConfig:
+    """The batched locomotion environment."""
+
+    robot: str = param('claw_quadruped', 'robot name (config/robots/<name>.yaml) or YAML path')
+    num_envs: int = param(256, 'worlds stepped together', ge=1, le=65536)
+    episode_length_s: float = param(20.0, 'episode time-out [s]', gt=0)
+    seed: int = param(0, 'seed of every random draw in the env', ge=0)
+    num_threads: int = param(0, 'physics threads (0 = one per CPU core)', ge=0, le=256)
+    clip_actions: float = param(10.0, 'policy actions are clipped to +-this', gt=0)
+    solver_iterations: int = param(4, 'MuJoCo Newton iterations per step', ge=1, le=100)
+    solver_ls_iterations: int = param(6, 'MuJoCo line-search iterations', ge=1, le=100)
+    commands: CommandConfig = param(CommandConfig(), 'velocity commands')
+    rewards: RewardConfig = param(RewardConfig(), 'reward terms')
+    termination: TerminationConfig = param(TerminationConfig(), 'failure conditions')
+    randomization: RandomizationConfig = param(RandomizationConfig(), 'domain randomisation')
+    noise: NoiseConfig = param(NoiseConfig(), 'observation noise')
+
+    def __post_init__(self):
+        from .rewards import TERMS as REWARD_TERMS
+        from .observations import TERMS as OBS_TERMS
+        for name in self.rewards.scales:
+            if name not in REWARD_TERMS:
+                raise ConfigError('', f'rewards.scales.{name}', 'unknown reward term; '
+                                  f'available: {", ".join(REWARD_TERMS)}')
+        for name in self.noise.levels:
+            if name not in OBS_TERMS:
+                raise ConfigError('', f'noise.levels.{name}', 'unknown observation term; '
+                                  f'available: {", ".join(OBS_TERMS)}')

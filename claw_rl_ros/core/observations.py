@@ -1,0 +1,146 @@
+"""Observation terms and the observation layout shared by env, nodes and the exported model.
+
+A layout is an ordered list of named terms with per-element scales. The ``policy`` group may only
+use terms a real robot measures (IMU, encoders, the command, its own last action); ``privileged``
+terms (true base velocity, contacts, randomised physics) exist only in simulation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import numpy as np
+
+from .math_utils import gravity_in_body
+
+
+@dataclass
+class RobotState:
+    """What observation terms read, batched over N robots. Privileged fields may be None.
+
+    Shapes: base_quat [N, 4] (w, x, y, z), base_ang_vel [N, 3] (body frame, gyro),
+    joint_pos / joint_vel / last_action [N, J], commands [N, 3] (vx, vy, yaw rate),
+    base_lin_vel [N, 3] (body frame), base_height [N], foot_contact [N, F],
+    friction / added_mass / motor_strength [N], com_offset [N, 3].
+    """
+
+    base_quat: np.ndarray
+    base_ang_vel: np.ndarray
+    joint_pos: np.ndarray
+    joint_vel: np.ndarray
+    commands: np.ndarray
+    last_action: np.ndarray
+    base_lin_vel: Optional[np.ndarray] = None
+    base_height: Optional[np.ndarray] = None
+    foot_contact: Optional[np.ndarray] = None
+    friction: Optional[np.ndarray] = None
+    added_mass: Optional[np.ndarray] = None
+    com_offset: Optional[np.ndarray] = None
+    motor_strength: Optional[np.ndarray] = None
+
+
+@dataclass(frozen=True)
+class ObsTerm:
+    """size(num_joints, num_feet) -> int; compute(state, default_joint_pos) -> [N, size]."""
+
+    size: Callable[[int, int], int]
+    compute: Callable[[RobotState, np.ndarray], np.ndarray]
+    privileged: bool
+    doc: str
+
+
+def _column(x: np.ndarray) -> np.ndarray:
+    return np.asarray(x).reshape(-1, 1)
+
+
+TERMS: dict[str, ObsTerm] = {
+    'base_ang_vel': ObsTerm(lambda j, f: 3, lambda s, q0: s.base_ang_vel, False,
+                            'gyro, body frame [rad/s]'),
+    'projected_gravity': ObsTerm(lambda j, f: 3, lambda s, q0: gravity_in_body(s.base_quat),
+                                 False, 'unit gravity in the body frame (from the IMU quaternion)'),
+    'velocity_commands': ObsTerm(lambda j, f: 3, lambda s, q0: s.commands, False,
+                                 'commanded vx [m/s], vy [m/s], yaw rate [rad/s]'),
+    'joint_pos': ObsTerm(lambda j, f: j, lambda s, q0: s.joint_pos - q0, False,
+                         'joint positions minus the default pose [rad]'),
+    'joint_vel': ObsTerm(lambda j, f: j, lambda s, q0: s.joint_vel, False,
+                         'joint velocities [rad/s]'),
+    'last_action': ObsTerm(lambda j, f: j, lambda s, q0: s.last_action, False,
+                           'the policy output of the previous control step'),
+    'base_lin_vel': ObsTerm(lambda j, f: 3, lambda s, q0: s.base_lin_vel, True,
+                            'true base linear velocity, body frame [m/s]'),
+    'base_height': ObsTerm(lambda j, f: 1, lambda s, q0: _column(s.base_height), True,
+                           'trunk height above the floor [m]'),
+    'foot_contact': ObsTerm(lambda j, f: f, lambda s, q0: s.foot_contact, True,
+                            '1 where a foot touches the ground'),
+    'friction': ObsTerm(lambda j, f: 1, lambda s, q0: _column(s.friction), True,
+                        'randomised foot friction coefficient'),
+    'added_mass': ObsTerm(lambda j, f: 1, lambda s, q0: _column(s.added_mass), True,
+                          'randomised payload on the trunk [kg]'),
+    'com_offset': ObsTerm(lambda j, f: 3, lambda s, q0: s.com_offset, True,
+                          'randomised trunk centre-of-mass shift [m]'),
+    'motor_strength': ObsTerm(lambda j, f: 1, lambda s, q0: _column(s.motor_strength), True,
+                              'randomised PD gain multiplier'),
+}
+
+
+@dataclass(frozen=True)
+class ObsSlice:
+    """One term's place in a flat observation vector."""
+
+    name: str
+    start: int
+    size: int
+    scale: np.ndarray
+
+
+class ObservationLayout:
+    """Ordered observation terms with scales: builds ``[N, dim]`` float32 observations."""
+
+    def __init__(self, terms: list[tuple[str, float | list[float]]], num_joints: int,
+                 num_feet: int, group: str):
+        self.group = group
+        self.slices: list[ObsSlice] = []
+        start = 0
+        for name, scale in terms:
+            if name not in TERMS:
+                raise ValueError(f'observation group {group!r}: unknown term {name!r}; '
+                                 f'available: {", ".join(TERMS)}')
+            term = TERMS[name]
+            if group == 'policy' and term.privileged:
+                raise ValueError(f'observation group policy: term {name!r} is simulation-only; '
+                                 'move it to the privileged group (the student must run on '
+                                 'the real robot)')
+            size = term.size(num_joints, num_feet)
+            scale_arr = np.broadcast_to(np.asarray(scale, dtype=np.float32), (size,)).copy() \
+                if np.ndim(scale) == 0 or len(scale) == size else None
+            if scale_arr is None:
+                raise ValueError(f'observation group {group!r}: term {name!r} has {size} values '
+                                 f'but {len(scale)} scales; give one scale or {size}')
+            self.slices.append(ObsSlice(name, start, size, scale_arr))
+            start += size
+        self.dim = start
+        self.scale = np.concatenate([s.scale for s in self.slices]) if self.slices \
+            else np.zeros(0, np.float32)
+
+    @property
+    def names(self) -> list[str]:
+        return [s.name for s in self.slices]
+
+    def compute(self, state: RobotState, default_joint_pos: np.ndarray) -> np.ndarray:
+        """[N, dim] float32 observation (each term times its scale)."""
+        parts = [np.asarray(TERMS[s.name].compute(state, default_joint_pos), np.float32)
+                 for s in self.slices]
+        return np.concatenate(parts, axis=1) * self.scale
+
+    def term_vector(self, values: dict[str, float]) -> np.ndarray:
+        """[dim] vector holding values[name] on each term's elements (0 for absent terms)."""
+        out = np.zeros(self.dim, np.float32)
+        for s in self.slices:
+            out[s.start:s.start + s.size] = values.get(s.name, 0.0)
+        return out
+
+    def to_metadata(self) -> list[dict]:
+        """JSON-able description: name, size and scale per term, in order."""
+        return [{'name': s.name, 'size': s.size, 'scale': [float(v) for v in s.scale]}
+                for s in self.slices]

@@ -1,0 +1,142 @@
+"""N MuJoCo worlds of one robot, stepped together by ``mujoco.rollout`` on a thread pool.
+
+Each world has its own MjModel copy (so domain randomisation can change masses, friction and
+gains per world) and a row of the full physics state ``[N, nstate]``; one rollout call runs
+``decimation`` physics steps for every world in C++, with the GIL released.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+
+import mujoco
+from mujoco import rollout
+import numpy as np
+
+from .robot import RobotSpec
+from .scene import build_model, FLOOR, joint_addresses, sensor_slices, standing_qpos
+
+STATE_SPEC = mujoco.mjtState.mjSTATE_FULLPHYSICS
+CTRL_SPEC = int(mujoco.mjtState.mjSTATE_CTRL)
+
+
+def resolve_threads(requested: int, num_envs: int) -> int:
+    """Physics threads: requested, or one per core; 0 (calling thread) for a single world."""
+    if num_envs == 1:
+        return 0
+    threads = requested or os.cpu_count() or 1
+    return max(1, min(threads, num_envs))
+
+
+class BatchedPhysics:
+    """State and per-world models of N worlds; ``step`` advances all of them one control step.
+
+    ``state`` is ``[N, nstate]`` (mjSTATE_FULLPHYSICS: time, qpos, qvel, act, ...);
+    ``qpos`` / ``qvel`` are writable views into it.
+    """
+
+    def __init__(self, robot: RobotSpec, num_envs: int, *, num_threads: int = 0,
+                 solver_iterations: int = 4, solver_ls_iterations: int = 6):
+        self.robot = robot
+        self.num_envs = num_envs
+        self.decimation = robot.decimation
+        self.model = build_model(robot, solver_iterations=solver_iterations,
+                                 solver_ls_iterations=solver_ls_iterations)
+        m = self.model
+        self.models = [copy.copy(m) for _ in range(num_envs)]
+        self.num_threads = resolve_threads(num_threads, num_envs)
+        self._datas = [mujoco.MjData(m) for _ in range(max(1, self.num_threads))]
+        self._rollout = rollout.Rollout(nthread=self.num_threads)
+        self._chunk = max(1, num_envs // max(1, 4 * self.num_threads))
+
+        self.nstate = mujoco.mj_stateSize(m, STATE_SPEC)
+        q0 = mujoco.mj_stateSize(m, mujoco.mjtState.mjSTATE_TIME)
+        self.qpos_slice = slice(q0, q0 + m.nq)
+        self.qvel_slice = slice(q0 + m.nq, q0 + m.nq + m.nv)
+        self.qadr, self.vadr = joint_addresses(m, robot)
+        self.sensors = sensor_slices(robot)
+        if self.sensors.termination_contact[1] != m.nsensordata:
+            raise RuntimeError('sensor layout does not match the compiled model')
+
+        self.state = np.zeros((num_envs, self.nstate))
+        self._ctrl = np.zeros((num_envs, self.decimation, m.nu))
+        self._out_state = np.zeros((num_envs, self.decimation, self.nstate))
+        self.sensordata = np.zeros((num_envs, self.decimation, m.nsensordata))
+        self.standing_qpos = standing_qpos(m, robot)
+        self._auto_reset = np.zeros(num_envs, dtype=bool)
+
+        # Nominal physical parameters, restored before each world's randomisation.
+        self.floor_geom = m.geom(FLOOR).id
+        self.base_body = m.body(robot.base_body).id
+        self._mass0 = m.body_mass.copy()
+        self._inertia0 = m.body_inertia.copy()
+        self._ipos0 = m.body_ipos.copy()
+        self._gain0 = m.actuator_gainprm[:, 0].copy()
+        self._bias0 = m.actuator_biasprm[:, 1:3].copy()
+
+    @property
+    def qpos(self) -> np.ndarray:
+        return self.state[:, self.qpos_slice]
+
+    @property
+    def qvel(self) -> np.ndarray:
+        return self.state[:, self.qvel_slice]
+
+    def set_physical_params(self, env_id: int, friction: float, added_mass: float,
+                            mass_scale: float, com_offset: np.ndarray,
+                            motor_strength: float) -> None:
+        """Write one world's randomised parameters into its model (from the nominal ones)."""
+        m = self.models[env_id]
+        m.geom_friction[self.floor_geom, 0] = friction
+        # Scale every link's mass and inertia together, then add the payload to the trunk.
+        m.body_mass[:] = self._mass0 * mass_scale
+        m.body_inertia[:] = self._inertia0 * mass_scale
+        base = self.base_body
+        m.body_mass[base] += added_mass
+        m.body_inertia[base] *= m.body_mass[base] / (self._mass0[base] * mass_scale)
+        m.body_ipos[base] = self._ipos0[base] + com_offset
+        # Motor strength scales the whole PD law: tau = s (Kp (target - q) - Kd qd).
+        m.actuator_gainprm[:, 0] = self._gain0 * motor_strength
+        m.actuator_biasprm[:, 1:3] = self._bias0 * motor_strength
+
+    def step(self, targets: np.ndarray, prev_targets: np.ndarray,
+             latency: np.ndarray) -> np.ndarray:
+        """Advance every world ``decimation`` physics steps.
+
+        Args:
+            targets: [N, J] joint position targets of this control step.
+            prev_targets: [N, J] targets of the previous control step.
+            latency: [N] int, physics steps during which prev_targets still apply.
+
+        Returns:
+            [N, decimation, nsensordata] sensor readings of every physics step.
+        """
+        ctrl = self._ctrl
+        ctrl[:] = targets[:, None, :]
+        late = np.arange(self.decimation)[None, :] < latency[:, None]
+        if late.any():
+            ctrl[late] = np.broadcast_to(prev_targets[:, None, :], ctrl.shape)[late]
+        expected_time = self.state[:, 0] + self.decimation * self.model.opt.timestep
+        self._rollout.rollout(self.models, self._datas, self.state, ctrl, skip_checks=True,
+                              nstep=self.decimation, control_spec=CTRL_SPEC,
+                              state=self._out_state, sensordata=self.sensordata,
+                              chunk_size=self._chunk)
+        self.state[:] = self._out_state[:, -1]
+        # MuJoCo resets a world whose accelerations blow up (and warns); its clock restarts.
+        self._auto_reset = np.abs(self.state[:, 0] - expected_time) > 1e-6
+        return self.sensordata
+
+    def diverged(self, max_joint_vel: float) -> np.ndarray:
+        """[N] bool: worlds MuJoCo had to reset, or whose state/sensors are non-finite, or whose
+        joints spin faster than max_joint_vel."""
+        bad = self._auto_reset | ~np.isfinite(self.state).all(axis=1)
+        bad |= ~np.isfinite(self.sensordata).all(axis=(1, 2))
+        with np.errstate(invalid='ignore'):
+            bad |= (np.abs(self.qvel[:, self.vadr]) > max_joint_vel).any(axis=1)
+        return bad
+
+    def close(self) -> None:
+        if self._rollout is not None:
+            self._rollout.close()
+            self._rollout = None

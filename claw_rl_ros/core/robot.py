@@ -1,0 +1,236 @@
+"""The robot spec: the one source of truth for joints, pose, gains, limits and observations.
+
+Loaded from a robot YAML (``config/robots/*.yaml``) plus the URDF it names (joint limits come
+from the URDF alone). Env, sim node, policy node and the exported ONNX metadata all use it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from . import paths
+from .config import ConfigError, from_dict, load_yaml, param
+from .observations import ObservationLayout
+from .urdf import load_urdf, UrdfError
+
+SPEC_VERSION = 1
+# Key of the JSON robot spec in an exported ONNX model's metadata_props.
+METADATA_KEY = 'claw_rl_spec'
+
+
+@dataclass
+class ObsTermConfig:
+    """One observation term of a group."""
+
+    name: str = param('', 'term name (claw_rl_ros.core.observations.TERMS)')
+    scale: float | list[float] = param(1.0, 'multiplier applied to the term (one or per element)')
+
+
+@dataclass
+class ObservationConfig:
+    """Observation groups: what the student sees and what only simulation knows."""
+
+    policy: list[ObsTermConfig] = param([], 'terms a real robot measures (the student input)')
+    privileged: list[ObsTermConfig] = param([], 'simulation-only terms (critic and teacher)')
+
+
+@dataclass
+class RobotConfig:
+    """A legged robot described by YAML + its URDF; no robot-specific code anywhere else."""
+
+    name: str = param('', 'robot name, written into exported models')
+    model_file: str = param('', 'URDF path (absolute, or relative to the package share dir)')
+    base_body: str = param('trunk', 'floating-base link that gets the free joint')
+    imu_body: str = param('trunk', 'link carrying the IMU site')
+    foot_bodies: list[str] = param([], 'links whose ground contact counts as a foot contact')
+    joint_names: list[str] = param([], 'actuated joints in policy/action order')
+    default_joint_pos: list[float] = param([], 'default pose q0 [rad], one per joint')
+    stiffness: dict[str, float] = param({}, 'PD Kp [N m/rad] by joint-name substring', ge=0)
+    damping: dict[str, float] = param({}, 'PD Kd [N m s/rad] by joint-name substring', ge=0)
+    action_scale: float = param(0.25, 'target = q0 + action_scale * action [rad]', gt=0)
+    armature: float = param(0.01, 'reflected rotor inertia per joint [kg m^2]', ge=0)
+    sim_dt: float = param(0.005, 'physics step [s]', gt=0, le=0.02)
+    decimation: int = param(4, 'physics steps per control step', ge=1, le=50)
+    init_base_height: float = param(0.3, 'trunk height at reset [m]', gt=0)
+    foot_friction: float = param(1.0, 'nominal sliding friction of foot geoms', gt=0)
+    penalised_contact_bodies: list[str] = param([], 'links whose ground contact is penalised')
+    termination_contact_bodies: list[str] = param([], 'links whose ground contact ends an '
+                                                      'episode')
+    observations: ObservationConfig = param(ObservationConfig(), 'observation groups')
+
+
+@dataclass
+class RobotSpec:
+    """Resolved robot description. Arrays are [J] in ``joint_names`` order."""
+
+    name: str
+    model_path: Path
+    base_body: str
+    imu_body: str
+    foot_bodies: list[str]
+    joint_names: list[str]
+    default_joint_pos: np.ndarray
+    joint_lower: np.ndarray
+    joint_upper: np.ndarray
+    effort_limit: np.ndarray
+    velocity_limit: np.ndarray
+    kp: np.ndarray
+    kd: np.ndarray
+    action_scale: float
+    armature: float
+    sim_dt: float
+    decimation: int
+    init_base_height: float
+    foot_friction: float
+    penalised_contact_bodies: list[str]
+    termination_contact_bodies: list[str]
+    policy_obs: ObservationLayout
+    privileged_obs: ObservationLayout
+    total_mass: float
+    source: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def num_joints(self) -> int:
+        return len(self.joint_names)
+
+    @property
+    def control_dt(self) -> float:
+        return self.sim_dt * self.decimation
+
+    def action_to_target(self, action: np.ndarray) -> np.ndarray:
+        """[N, J] policy actions -> [N, J] joint position targets, clamped to joint limits."""
+        target = self.default_joint_pos + self.action_scale * action
+        return np.clip(target, self.joint_lower, self.joint_upper)
+
+    def to_metadata(self) -> dict[str, Any]:
+        """JSON-able spec written into exported models and compared on load."""
+        return {
+            'spec_version': SPEC_VERSION,
+            'robot': self.name,
+            'joint_names': list(self.joint_names),
+            'default_joint_pos': self.default_joint_pos.tolist(),
+            'joint_lower': self.joint_lower.tolist(),
+            'joint_upper': self.joint_upper.tolist(),
+            'effort_limit': self.effort_limit.tolist(),
+            'kp': self.kp.tolist(),
+            'kd': self.kd.tolist(),
+            'action_scale': self.action_scale,
+            'control_dt': self.control_dt,
+            'obs_dim': self.policy_obs.dim,
+            'action_dim': self.num_joints,
+            'observation': self.policy_obs.to_metadata(),
+        }
+
+    def mismatches(self, metadata: dict[str, Any], tol: float = 1e-6) -> list[str]:
+        """Differences between this robot and a model's metadata (empty when they agree)."""
+        mine = self.to_metadata()
+        problems = []
+        for key, expected in mine.items():
+            if key not in metadata:
+                problems.append(f'{key}: missing from the model (robot has {expected!r})')
+            elif not _same(expected, metadata[key], tol):
+                problems.append(f'{key}: model has {metadata[key]!r}, robot has {expected!r}')
+        return problems
+
+
+def _same(a: Any, b: Any, tol: float) -> bool:
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k], tol) for k in a)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y, tol) for x, y in zip(a, b))
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)) \
+            and not isinstance(a, bool) and not isinstance(b, bool):
+        return abs(float(a) - float(b)) <= tol * max(1.0, abs(float(a)))
+    return a == b
+
+
+def _per_joint(gains: dict[str, float], joints: list[str], what: str, source: str) -> np.ndarray:
+    """Expand {substring: value} to one value per joint; every joint must match."""
+    out = []
+    for joint in joints:
+        hits = [v for k, v in gains.items() if k in joint]
+        if not hits:
+            raise ConfigError(source, what, f'no entry matches joint {joint!r}; add a key that '
+                              f'is a substring of it (have {sorted(gains)})')
+        out.append(hits[0])
+    return np.asarray(out, dtype=np.float64)
+
+
+def load_robot(name_or_path: str | Path = 'claw_quadruped') -> RobotSpec:
+    """Load ``config/robots/<name>.yaml`` (or a YAML path) and its URDF into a RobotSpec."""
+    path = Path(name_or_path)
+    if path.suffix not in ('.yaml', '.yml'):
+        path = paths.config_path(f'robots/{name_or_path}.yaml')
+    else:
+        path = paths.config_path(str(name_or_path))
+    source = str(path)
+    raw = load_yaml(path)
+    cfg = from_dict(RobotConfig, raw.get('robot', raw), source=source,
+                    prefix='robot' if 'robot' in raw else '')
+    return spec_from_config(cfg, source)
+
+
+def spec_from_config(cfg: RobotConfig, source: str = '<robot config>') -> RobotSpec:
+    """Validate a RobotConfig against its URDF and resolve it into a RobotSpec."""
+    model_path = paths.resolve(cfg.model_file)
+    try:
+        urdf = load_urdf(model_path)
+    except UrdfError as exc:
+        raise ConfigError(source, 'model_file', str(exc)) from None
+    joints = cfg.joint_names
+    if not joints:
+        raise ConfigError(source, 'joint_names', 'empty; list the actuated joints in order')
+    for joint in joints:
+        if joint not in urdf.joints or urdf.joints[joint].type != 'revolute':
+            raise ConfigError(source, 'joint_names', f'{joint!r} is not a revolute joint (with limits) of '
+                              f'{model_path.name}')
+    if len(set(joints)) != len(joints):
+        raise ConfigError(source, 'joint_names', 'a joint is listed twice')
+    if len(cfg.default_joint_pos) != len(joints):
+        raise ConfigError(source, 'default_joint_pos', f'has {len(cfg.default_joint_pos)} values '
+                          f'for {len(joints)} joints')
+    for key in ('base_body', 'imu_body'):
+        if getattr(cfg, key) not in urdf.links:
+            raise ConfigError(source, key, f'{getattr(cfg, key)!r} is not a link of the URDF')
+    for key in ('foot_bodies', 'penalised_contact_bodies', 'termination_contact_bodies'):
+        for link in getattr(cfg, key):
+            if link not in urdf.links:
+                raise ConfigError(source, key, f'{link!r} is not a link of the URDF')
+    if not cfg.foot_bodies:
+        raise ConfigError(source, 'foot_bodies', 'empty; name the foot links')
+    lower = np.array([urdf.joints[j].lower for j in joints])
+    upper = np.array([urdf.joints[j].upper for j in joints])
+    q0 = np.asarray(cfg.default_joint_pos, dtype=np.float64)
+    outside = [(j, v) for j, v, lo, hi in zip(joints, q0, lower, upper) if not lo <= v <= hi]
+    if outside:
+        raise ConfigError(source, 'default_joint_pos', f'{outside[0][0]} = {outside[0][1]} is '
+                          'outside the URDF joint limits')
+    num_feet = len(cfg.foot_bodies)
+    try:
+        policy = ObservationLayout([(t.name, t.scale) for t in cfg.observations.policy],
+                                   len(joints), num_feet, 'policy')
+        privileged = ObservationLayout([(t.name, t.scale) for t in cfg.observations.privileged],
+                                       len(joints), num_feet, 'privileged')
+    except ValueError as exc:
+        raise ConfigError(source, 'observations', str(exc)) from None
+    if policy.dim == 0:
+        raise ConfigError(source, 'observations.policy', 'empty; list the policy terms')
+    return RobotSpec(
+        name=cfg.name or urdf.name, model_path=model_path, base_body=cfg.base_body,
+        imu_body=cfg.imu_body, foot_bodies=list(cfg.foot_bodies), joint_names=list(joints),
+        default_joint_pos=q0, joint_lower=lower, joint_upper=upper,
+        effort_limit=np.array([urdf.joints[j].effort for j in joints]),
+        velocity_limit=np.array([urdf.joints[j].velocity for j in joints]),
+        kp=_per_joint(cfg.stiffness, joints, 'stiffness', source),
+        kd=_per_joint(cfg.damping, joints, 'damping', source),
+        action_scale=cfg.action_scale, armature=cfg.armature, sim_dt=cfg.sim_dt,
+        decimation=cfg.decimation, init_base_height=cfg.init_base_height,
+        foot_friction=cfg.foot_friction,
+        penalised_contact_bodies=list(cfg.penalised_contact_bodies),
+        termination_contact_bodies=list(cfg.termination_contact_bodies),
+        policy_obs=policy, privileged_obs=privileged, total_mass=urdf.total_mass,
+        source={'config': source})

@@ -1,0 +1,142 @@
+"""Build the MuJoCo model from the robot's URDF: free base, floor, PD actuators and sensors.
+
+MuJoCo loads the URDF directly (``MjSpec.from_file``); everything a simulation needs on top of
+it is added on the spec here, from the RobotSpec, so there is no hand-written duplicate MJCF.
+The PD law runs inside MuJoCo at the physics rate as a position actuator::
+
+    tau = clip(Kp * (target - q) - Kd * qd, -effort, effort)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import mujoco
+import numpy as np
+
+from .robot import RobotSpec
+
+FLOOR = 'floor'
+ROOT_JOINT = 'floating_base'
+IMU_SITE = 'imu'
+CONTACT_DATA = (1 << int(mujoco.mjtConDataField.mjCONDATA_FOUND)) | \
+    (1 << int(mujoco.mjtConDataField.mjCONDATA_FORCE))
+REDUCE_NETFORCE = 3
+
+
+@dataclass(frozen=True)
+class SensorSlices:
+    """Column ranges of named sensor groups inside ``sensordata`` (start, stop)."""
+
+    framequat: tuple[int, int]
+    gyro: tuple[int, int]
+    accelerometer: tuple[int, int]
+    foot_pos: tuple[int, int]
+    joint_torque: tuple[int, int]
+    foot_contact: tuple[int, int]
+    penalised_contact: tuple[int, int]
+    termination_contact: tuple[int, int]
+
+
+def _add_contact_sensor(spec: mujoco.MjSpec, body: str, group: str) -> None:
+    # Net contact force between one body and the floor: [found, fx, fy, fz].
+    sensor = spec.add_sensor(name=f'{group}_{body}', type=mujoco.mjtSensor.mjSENS_CONTACT,
+                             objtype=mujoco.mjtObj.mjOBJ_BODY, objname=body,
+                             reftype=mujoco.mjtObj.mjOBJ_GEOM, refname=FLOOR)
+    sensor.intprm[0:3] = [CONTACT_DATA, REDUCE_NETFORCE, 1]
+
+
+def build_spec(robot: RobotSpec, *, solver_iterations: int = 4,
+               solver_ls_iterations: int = 6) -> mujoco.MjSpec:
+    """The robot on a flat floor, ready to compile."""
+    spec = mujoco.MjSpec.from_file(str(robot.model_path))
+    spec.option.timestep = robot.sim_dt
+    spec.option.integrator = mujoco.mjtIntegrator.mjINT_IMPLICITFAST
+    spec.option.iterations = solver_iterations
+    spec.option.ls_iterations = solver_ls_iterations
+    spec.option.cone = mujoco.mjtCone.mjCONE_PYRAMIDAL
+
+    base = spec.body(robot.base_body)
+    base.pos = [0.0, 0.0, robot.init_base_height]
+    base.add_freejoint(name=ROOT_JOINT)
+
+    # Floor: its priority makes its friction the contact friction (randomised per world).
+    spec.worldbody.add_geom(name=FLOOR, type=mujoco.mjtGeom.mjGEOM_PLANE, size=[0, 0, 0.05],
+                            contype=1, conaffinity=0, priority=1,
+                            friction=[robot.foot_friction, 0.005, 0.0001],
+                            rgba=[0.45, 0.5, 0.45, 1])
+    spec.worldbody.add_light(pos=[0, 0, 3], dir=[0, 0, -1], castshadow=False)
+    # Robot collision geoms touch the floor only (no self-collision).
+    for geom in spec.geoms:
+        if geom.name != FLOOR and geom.contype:
+            geom.contype, geom.conaffinity = 0, 1
+
+    for name, kp, kd, effort, lo, hi in zip(robot.joint_names, robot.kp, robot.kd,
+                                            robot.effort_limit, robot.joint_lower,
+                                            robot.joint_upper):
+        spec.joint(name).armature = robot.armature
+        act = spec.add_actuator(name=name, target=name, trntype=mujoco.mjtTrn.mjTRN_JOINT,
+                                gaintype=mujoco.mjtGain.mjGAIN_FIXED,
+                                biastype=mujoco.mjtBias.mjBIAS_AFFINE)
+        act.gainprm[0] = kp
+        act.biasprm[0:3] = [0.0, -kp, -kd]
+        act.forcelimited = mujoco.mjtLimited.mjLIMITED_TRUE
+        act.forcerange = [-effort, effort]
+        act.ctrllimited = mujoco.mjtLimited.mjLIMITED_TRUE
+        act.ctrlrange = [lo, hi]
+
+    spec.body(robot.imu_body).add_site(name=IMU_SITE, size=[0.01, 0.01, 0.01])
+    site = mujoco.mjtObj.mjOBJ_SITE
+    spec.add_sensor(name='imu_quat', type=mujoco.mjtSensor.mjSENS_FRAMEQUAT, objtype=site,
+                    objname=IMU_SITE)
+    spec.add_sensor(name='imu_gyro', type=mujoco.mjtSensor.mjSENS_GYRO, objtype=site,
+                    objname=IMU_SITE)
+    spec.add_sensor(name='imu_acc', type=mujoco.mjtSensor.mjSENS_ACCELEROMETER, objtype=site,
+                    objname=IMU_SITE)
+    for foot in robot.foot_bodies:
+        spec.add_sensor(name=f'pos_{foot}', type=mujoco.mjtSensor.mjSENS_FRAMEPOS,
+                        objtype=mujoco.mjtObj.mjOBJ_XBODY, objname=foot)
+    for name in robot.joint_names:
+        spec.add_sensor(name=f'torque_{name}', type=mujoco.mjtSensor.mjSENS_ACTUATORFRC,
+                        objtype=mujoco.mjtObj.mjOBJ_ACTUATOR, objname=name)
+    for group, bodies in (('foot', robot.foot_bodies),
+                          ('penalised', robot.penalised_contact_bodies),
+                          ('termination', robot.termination_contact_bodies)):
+        for body in bodies:
+            _add_contact_sensor(spec, body, group)
+    return spec
+
+
+def build_model(robot: RobotSpec, **solver) -> mujoco.MjModel:
+    """Compile the scene; see :func:`build_spec`."""
+    return build_spec(robot, **solver).compile()
+
+
+def sensor_slices(robot: RobotSpec) -> SensorSlices:
+    """Where each sensor group sits in ``sensordata`` (sensors are added in this order)."""
+    sizes = [('framequat', 4), ('gyro', 3), ('accelerometer', 3),
+             ('foot_pos', 3 * len(robot.foot_bodies)), ('joint_torque', robot.num_joints),
+             ('foot_contact', 4 * len(robot.foot_bodies)),
+             ('penalised_contact', 4 * len(robot.penalised_contact_bodies)),
+             ('termination_contact', 4 * len(robot.termination_contact_bodies))]
+    out, start = {}, 0
+    for name, size in sizes:
+        out[name] = (start, start + size)
+        start += size
+    return SensorSlices(**out)
+
+
+def joint_addresses(model: mujoco.MjModel, robot: RobotSpec) -> tuple[np.ndarray, np.ndarray]:
+    """qpos and qvel indices of the actuated joints, in robot order."""
+    ids = [model.joint(name).id for name in robot.joint_names]
+    return model.jnt_qposadr[ids].copy(), model.jnt_dofadr[ids].copy()
+
+
+def standing_qpos(model: mujoco.MjModel, robot: RobotSpec) -> np.ndarray:
+    """qpos with the base at its reset height, upright, joints at the default pose."""
+    qpos = model.qpos0.copy()
+    qpos[0:3] = [0.0, 0.0, robot.init_base_height]
+    qpos[3:7] = [1.0, 0.0, 0.0, 0.0]
+    qadr, _ = joint_addresses(model, robot)
+    qpos[qadr] = robot.default_joint_pos
+    return qpos

@@ -1,0 +1,95 @@
+"""Config layer: typed loading and error messages that name file, key, value and range."""
+
+import pytest
+
+from claw_rl_ros.core.config import ConfigError, from_dict, load_config
+from claw_rl_ros.core.env_config import EnvConfig
+from claw_rl_ros.core.robot import RobotConfig
+
+
+def write(tmp_path, text, name='cfg.yaml'):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_loads_nested_values_and_keeps_defaults(tmp_path):
+    path = write(tmp_path, 'env:\n  num_envs: 8\n  rewards:\n    scales: {torques: -1e-3}\n'
+                           '  commands:\n    lin_vel_x: [0, 1]\n')
+    cfg = load_config(EnvConfig, path, section='env')
+    assert cfg.num_envs == 8
+    # PyYAML reads 1e-3 as a string; float fields accept it as the number it is.
+    assert cfg.rewards.scales == {'torques': -1e-3}
+    assert cfg.commands.lin_vel_x == (0.0, 1.0)
+    assert cfg.episode_length_s == EnvConfig().episode_length_s
+
+
+def test_unknown_key_names_file_key_and_suggestion(tmp_path):
+    path = write(tmp_path, 'env:\n  commands:\n    lin_vel_xx: [0, 1]\n')
+    with pytest.raises(ConfigError) as err:
+        load_config(EnvConfig, path, section='env')
+    msg = str(err.value)
+    assert str(path) in msg
+    assert 'env.commands.lin_vel_xx' in msg
+    assert "did you mean 'lin_vel_x'" in msg
+
+
+def test_wrong_type_names_value_and_expected_type(tmp_path):
+    path = write(tmp_path, 'env:\n  num_envs: many\n')
+    with pytest.raises(ConfigError) as err:
+        load_config(EnvConfig, path, section='env')
+    assert 'env.num_envs' in str(err.value)
+    assert "'many'" in str(err.value) and 'integer' in str(err.value)
+
+
+def test_bool_is_not_a_number():
+    with pytest.raises(ConfigError, match='expected a number'):
+        from_dict(EnvConfig, {'episode_length_s': True})
+
+
+def test_out_of_range_names_allowed_range():
+    with pytest.raises(ConfigError) as err:
+        from_dict(EnvConfig, {'randomization': {'motor_strength': [-1.0, 1.0]}}, source='x.yaml')
+    msg = str(err.value)
+    assert msg.startswith('x.yaml: randomization.motor_strength:')
+    assert '> 0' in msg
+
+
+def test_reversed_range_is_rejected():
+    with pytest.raises(ConfigError, match='low <= high'):
+        from_dict(EnvConfig, {'commands': {'lin_vel_x': [1.0, -1.0]}})
+
+
+def test_wrong_length_tuple():
+    with pytest.raises(ConfigError, match='expected 2 values'):
+        from_dict(EnvConfig, {'commands': {'lin_vel_x': [1.0]}})
+
+
+def test_unknown_reward_term_is_reported_with_file(tmp_path):
+    path = write(tmp_path, 'env:\n  rewards:\n    scales: {walk_nicely: 1.0}\n')
+    with pytest.raises(ConfigError) as err:
+        load_config(EnvConfig, path, section='env')
+    msg = str(err.value)
+    assert str(path) in msg and 'env.rewards.scales.walk_nicely' in msg
+    assert 'tracking_lin_vel' in msg
+
+
+def test_missing_file_and_bad_yaml(tmp_path):
+    with pytest.raises(ConfigError, match='file not found'):
+        load_config(EnvConfig, tmp_path / 'nope.yaml')
+    bad = write(tmp_path, 'env: [unclosed\n')
+    with pytest.raises(ConfigError, match='not valid YAML'):
+        load_config(EnvConfig, bad)
+    listing = write(tmp_path, '- 1\n- 2\n', 'list.yaml')
+    with pytest.raises(ConfigError, match='top level must be a mapping'):
+        load_config(EnvConfig, listing)
+
+
+def test_nan_is_rejected():
+    with pytest.raises(ConfigError, match='NaN'):
+        from_dict(EnvConfig, {'episode_length_s': float('nan')})
+
+
+def test_robot_config_rejects_unknown_observation_term_field():
+    with pytest.raises(ConfigError, match=r'observations\.policy\[0\]\.scal'):
+        from_dict(RobotConfig, {'observations': {'policy': [{'name': 'joint_pos', 'scal': 1}]}})

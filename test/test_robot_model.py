@@ -1,0 +1,128 @@
+"""The MuJoCo model built from the URDF: compiles, matches the robot spec, and stands."""
+
+import dataclasses
+
+import mujoco
+import numpy as np
+import pytest
+
+from claw_rl_ros.core.config import ConfigError
+from claw_rl_ros.core.demo import hold_default_pose
+from claw_rl_ros.core.robot import load_robot, spec_from_config, RobotConfig
+from claw_rl_ros.core.config import load_yaml, from_dict
+from claw_rl_ros.core import paths
+from claw_rl_ros.core.scene import build_model, IMU_SITE, sensor_slices
+from claw_rl_ros.core.urdf import load_urdf
+
+
+def robot_config():
+    raw = load_yaml(paths.config_path('robots/claw_quadruped.yaml'))['robot']
+    return from_dict(RobotConfig, raw)
+
+
+def test_model_compiles_with_actuators_sensors_and_free_base(robot):
+    m = build_model(robot)
+    assert m.nu == robot.num_joints == 12
+    assert m.nq == 7 + 12 and m.nv == 6 + 12
+    assert m.opt.timestep == pytest.approx(0.005)
+    assert m.site(IMU_SITE).bodyid == m.body(robot.imu_body).id
+    assert sensor_slices(robot).termination_contact[1] == m.nsensordata
+    kinds = {mujoco.mjtSensor(t).name for t in m.sensor_type}
+    assert {'mjSENS_FRAMEQUAT', 'mjSENS_GYRO', 'mjSENS_ACCELEROMETER',
+            'mjSENS_CONTACT'} <= kinds
+
+
+def test_actuators_follow_spec_order_gains_and_limits(robot):
+    m = build_model(robot)
+    for i, name in enumerate(robot.joint_names):
+        act = m.actuator(i)
+        assert act.name == name
+        assert m.joint(m.actuator_trnid[i, 0]).name == name
+        # tau = Kp * ctrl - Kp * q - Kd * qd, clamped to the URDF effort limit.
+        assert m.actuator_gainprm[i, 0] == pytest.approx(robot.kp[i])
+        np.testing.assert_allclose(m.actuator_biasprm[i, :3], [0, -robot.kp[i], -robot.kd[i]])
+        np.testing.assert_allclose(m.actuator_forcerange[i], [-robot.effort_limit[i],
+                                                              robot.effort_limit[i]])
+        np.testing.assert_allclose(m.actuator_ctrlrange[i], [robot.joint_lower[i],
+                                                             robot.joint_upper[i]])
+
+
+def test_urdf_and_robot_spec_agree(robot):
+    urdf = load_urdf(robot.model_path)
+    m = build_model(robot)
+    for i, name in enumerate(robot.joint_names):
+        joint = urdf.joints[name]
+        assert joint.type == 'revolute'
+        assert (robot.joint_lower[i], robot.joint_upper[i]) == (joint.lower, joint.upper)
+        np.testing.assert_allclose(m.jnt_range[m.joint(name).id], [joint.lower, joint.upper])
+        assert robot.joint_lower[i] <= robot.default_joint_pos[i] <= robot.joint_upper[i]
+    # Legs in order FL, FR, RL, RR, each hip abduction, hip pitch, knee.
+    assert robot.joint_names[:3] == ['FL_hip_joint', 'FL_thigh_joint', 'FL_calf_joint']
+    assert [n.split('_')[0] for n in robot.joint_names[::3]] == ['FL', 'FR', 'RL', 'RR']
+    assert [urdf.joints[n].axis for n in robot.joint_names[:3]] == [(1, 0, 0), (0, 1, 0),
+                                                                    (0, 1, 0)]
+    for foot in robot.foot_bodies:
+        assert foot in urdf.links
+    assert m.body_subtreemass[m.body(robot.base_body).id] == pytest.approx(urdf.total_mass)
+
+
+def test_stands_on_default_pose_for_five_seconds():
+    report = hold_default_pose(seconds=5.0, num_envs=4)
+    assert report.fell == 0
+    assert report.max_tilt_deg < 5.0
+    assert 0.20 < report.mean_height < 0.30
+    assert report.feet_in_contact > 0.95
+    assert report.max_joint_error < 0.15
+
+
+def test_spec_metadata_round_trip_and_mismatch(robot):
+    meta = robot.to_metadata()
+    assert robot.mismatches(meta) == []
+    assert meta['obs_dim'] == 45 and meta['action_dim'] == 12
+    swapped = dict(meta, joint_names=meta['joint_names'][3:6] + meta['joint_names'][:3]
+                   + meta['joint_names'][6:])
+    problems = robot.mismatches(swapped)
+    assert len(problems) == 1 and problems[0].startswith('joint_names:')
+    stiff = dict(meta, kp=[k * 2 for k in meta['kp']])
+    assert robot.mismatches(stiff)[0].startswith('kp:')
+    missing = {k: v for k, v in meta.items() if k != 'observation'}
+    assert 'observation: missing' in robot.mismatches(missing)[0]
+
+
+def test_action_to_target_clamps_to_joint_limits(robot):
+    huge = np.full((2, 12), 100.0)
+    huge[1] *= -1
+    targets = robot.action_to_target(huge)
+    np.testing.assert_array_equal(targets[0], robot.joint_upper)
+    np.testing.assert_array_equal(targets[1], robot.joint_lower)
+
+
+@pytest.mark.parametrize('change, key', [
+    ({'joint_names': ['FL_hip_joint', 'FL_foot_joint']}, 'joint_names'),
+    ({'default_joint_pos': [0.0] * 11}, 'default_joint_pos'),
+    ({'stiffness': {'hip': 20.0}}, 'stiffness'),
+    ({'foot_bodies': ['FL_paw']}, 'foot_bodies'),
+    ({'observations': {'policy': [{'name': 'base_lin_vel'}]}}, 'observations'),
+    ({'observations': {'policy': [{'name': 'joint_pos', 'scale': [1.0, 2.0]}]}}, 'observations'),
+    ({'model_file': 'urdf/missing.urdf'}, 'model_file'),
+])
+def test_bad_robot_config_is_rejected(change, key):
+    cfg = dataclasses.replace(robot_config(), **{
+        k: (from_dict(type(getattr(robot_config(), k)), v) if k == 'observations' else v)
+        for k, v in change.items()})
+    with pytest.raises(ConfigError) as err:
+        spec_from_config(cfg, 'robot.yaml')
+    assert f'robot.yaml: {key}' in str(err.value)
+
+
+def test_default_pose_outside_limits_is_rejected():
+    cfg = robot_config()
+    cfg.default_joint_pos = list(cfg.default_joint_pos)
+    cfg.default_joint_pos[2] = 0.5  # knee limit is [-2.6, -0.6]
+    with pytest.raises(ConfigError, match='FL_calf_joint = 0.5 is outside'):
+        spec_from_config(cfg, 'robot.yaml')
+
+
+def test_load_robot_by_path_equals_by_name():
+    by_path = load_robot(paths.config_path('robots/claw_quadruped.yaml'))
+    assert by_path.to_metadata() == load_robot('claw_quadruped').to_metadata()
