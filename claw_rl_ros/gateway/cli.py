@@ -1,9 +1,264 @@
-"""``claw-rl gateway ...`` sub-commands (placeholder until the gateway client lands)."""
+"""``claw-rl gateway check``: the same prompt to the teacher and the student model, side by side.
+
+Exit status: 0 when both models answered, 1 when a call failed (both results are still shown),
+2 for a configuration problem (nothing was sent). Errors are one message plus a fix on stderr,
+never a traceback, and the key only ever appears masked.
+"""
+
+from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
+from http import HTTPStatus
+import itertools
+import shutil
+import sys
+import textwrap
+from typing import Optional, TextIO, TYPE_CHECKING
+
+from .config import CONFIG_ENV_VAR, GatewayConfig, KEY_ENV_VARS, load_gateway_config
+from .errors import GatewayError, redact
+
+if TYPE_CHECKING:
+    from .client import GatewayClient
+
+DEFAULT_PROMPT = ('In one sentence: what does a quadruped robot need to sense to keep its '
+                  'balance while walking?')
+ANSWER_LIMIT = 400
+_PREFIX = 'claw-rl gateway'
+_LABEL_WIDTH = 9
+
+_EPILOG = f"""\
+config lookup: --config FILE, else ${CONFIG_ENV_VAR}, else config/llm_gateway.{{json,toml,yaml}}
+in the current folder, else ~/.config/claw_rl_ros/llm_gateway.{{json,toml,yaml}}.
+The key: {KEY_ENV_VARS[0]} wins over {KEY_ENV_VARS[1]}, which wins over api_key in the file:
+  export {KEY_ENV_VARS[0]}=<your key>
+  claw-rl gateway check --prompt 'Say hello in five words.'
+exit status: 0 both answered, 1 a call failed, 2 configuration problem."""
+
+
+@dataclass
+class CallResult:
+    """The outcome of one model call: a reply or an error."""
+
+    role: str
+    model: str
+    content: Optional[str] = None
+    status: Optional[int] = None
+    latency_s: Optional[float] = None
+    attempts: int = 0
+    error: Optional[GatewayError] = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.content is not None
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    """Register ``gateway`` on the claw-rl parser."""
-    gateway = subparsers.add_parser('gateway', help='check an OpenAI-compatible LLM gateway')
-    gateway.set_defaults(func=lambda args: (print('gateway check: not built yet'), 1)[1])
+    """Register ``gateway`` (with its ``check`` sub-command) on the claw-rl parser."""
+    gateway = subparsers.add_parser(
+        'gateway', help='check an OpenAI-compatible LLM gateway (one key, teacher and student)',
+        description='Talk to an OpenAI-compatible LLM gateway with one unified key.')
+    commands = gateway.add_subparsers(dest='gateway_command', required=True,
+                                      metavar='SUBCOMMAND')
+    check = commands.add_parser(
+        'check', help='send one prompt to the teacher and the student model and compare',
+        description='Send the same prompt to the teacher and the student model and print both '
+        'answers side by side with HTTP status and latency.', epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    check.add_argument('--config', metavar='FILE',
+                       help='gateway config (.json, .toml or .yaml); see the lookup order below')
+    what = check.add_mutually_exclusive_group()
+    what.add_argument('--prompt', metavar='TEXT',
+                      help='prompt to send (with --observation: the question at its end)')
+    what.add_argument('--prompt-file', metavar='FILE', help='read the prompt from a file')
+    check.add_argument('--observation', action='store_true',
+                       help='send a summary of a robot observation instead of a text prompt')
+    check.add_argument('--model', metavar='ONNX',
+                       help='with --observation: take the robot spec from this exported model')
+    check.add_argument('--state', metavar='JSON',
+                       help='with --observation: a recorded observation (list of obs_dim '
+                       'numbers, or {term: values}); default: a short simulation')
+    check.add_argument('--robot', metavar='NAME',
+                       help='with --observation: robot config name or YAML path '
+                       '(default: claw_quadruped, or the robot named by --model)')
+    check.add_argument('--steps', type=int, default=25, metavar='N',
+                       help='with --observation and no --state: control steps to simulate')
+    check.add_argument('--seed', type=int, default=0, help='seed of the simulated state')
+    check.add_argument('--teacher', metavar='MODEL_ID', help='override teacher_model')
+    check.add_argument('--student', metavar='MODEL_ID', help='override student_model')
+    check.add_argument('--timeout', type=float, metavar='SECONDS',
+                       help='override timeout (connect and read, seconds)')
+    check.add_argument('--full', action='store_true',
+                       help=f'print whole answers (default: cut at {ANSWER_LIMIT} characters)')
+    check.add_argument('--show-prompt', action='store_true', help='print the prompt sent')
+    check.set_defaults(func=run_check)
+
+
+def run_check(args: argparse.Namespace, out: Optional[TextIO] = None,
+              err: Optional[TextIO] = None) -> int:
+    """The ``gateway check`` command; returns the exit status."""
+    out = sys.stdout if out is None else out
+    err = sys.stderr if err is None else err
+    secrets: list[str] = []
+    try:
+        config = load_gateway_config(args.config)
+        secrets.append(config.api_key)
+        config = config.with_overrides(teacher_model=args.teacher, student_model=args.student,
+                                       timeout=args.timeout)
+        prompt, prompt_source = build_prompt(args)
+    except GatewayError as exc:
+        _print_error(err, exc.redacted(secrets))
+        return exc.exit_code
+    for warning in config.warnings:
+        print(f'{_PREFIX}: warning: {warning}', file=err)
+    _print_header(out, config, prompt, prompt_source, args.show_prompt)
+    out.flush()
+    results = run_both(config, prompt, err)
+    print_results(out, results, full=args.full)
+    for result in results:
+        if result.error is not None:
+            _print_error(err, result.error, f'{result.role} ({result.model}) failed: ')
+    failed = [r.role for r in results if not r.ok]
+    print('result: ' + ('both models answered' if not failed
+                        else f'{" and ".join(failed)} failed'), file=out)
+    return 1 if failed else 0
+
+
+def build_prompt(args: argparse.Namespace) -> tuple[str, str]:
+    """Return (prompt, where it came from) from --prompt, --prompt-file or --observation."""
+    from .errors import GatewayConfigError
+    if not args.observation and (args.model or args.state or args.robot):
+        raise GatewayConfigError('--model, --state and --robot only apply with --observation',
+                                 'add --observation, or drop them')
+    if args.steps < 0:
+        raise GatewayConfigError(f'--steps is {args.steps}', 'give 0 or more control steps')
+    question = args.prompt
+    if args.prompt_file:
+        try:
+            with open(args.prompt_file, encoding='utf-8') as handle:
+                question = handle.read().strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise GatewayConfigError(f'--prompt-file {args.prompt_file} cannot be read ({exc})',
+                                     'pass a readable UTF-8 text file') from None
+    if question is not None and not question.strip():
+        raise GatewayConfigError('the prompt is empty', 'pass a non-empty --prompt')
+    if args.observation:
+        from .observation import observation_prompt
+        return observation_prompt(model=args.model, state=args.state, robot=args.robot,
+                                  steps=args.steps, seed=args.seed, question=question)
+    if question is None:
+        return DEFAULT_PROMPT, 'built-in test prompt'
+    return question, 'text prompt'
+
+
+def run_both(config: GatewayConfig, prompt: str, err: TextIO) -> list[CallResult]:
+    """Ask the teacher, then the student; every failure becomes a CallResult error."""
+    from .client import GatewayClient
+
+    def on_retry(model: str, status: int, attempt: int, delay: float) -> None:
+        print(f'{_PREFIX}: {model}: HTTP {status}, retry {attempt}/{config.max_attempts} in '
+              f'{delay:.2f} s', file=err)
+
+    results = []
+    with GatewayClient(config, on_retry=on_retry) as client:
+        for role, model in (('teacher', config.teacher_model),
+                            ('student', config.student_model)):
+            results.append(call_model(client, role, model, prompt))
+    return results
+
+
+def call_model(client: 'GatewayClient', role: str, model: str, prompt: str) -> CallResult:
+    """One chat call turned into a CallResult (no exception escapes, none keeps the key)."""
+    error: Optional[GatewayError] = None
+    try:
+        reply = client.chat(model, prompt, role=f'{role}_model')
+    except GatewayError as exc:
+        error = exc
+    except Exception as exc:  # noqa: BLE001 - a bug must not print a traceback with secrets
+        error = GatewayError(redact(f'{model}: unexpected {type(exc).__name__}: {exc}',
+                                    [client.config.api_key]),
+                             'please report this as a claw-rl bug')
+    if error is not None:
+        return CallResult(role, model, status=error.status, latency_s=error.latency_s,
+                          attempts=error.attempts, error=error)
+    return CallResult(role, model, content=reply.content, status=reply.status,
+                      latency_s=reply.latency_s, attempts=reply.attempts)
+
+
+# ----------------------------------------------------------------------------------- output
+def _print_header(out: TextIO, config: GatewayConfig, prompt: str, prompt_source: str,
+                  show_prompt: bool) -> None:
+    first = prompt.strip().splitlines()[0] if prompt.strip() else ''
+    lines = prompt.count('\n') + 1
+    shown = first if len(first) <= 100 else first[:97] + '...'
+    extra = f' ({lines} lines; --show-prompt prints it all)' if lines > 1 and not show_prompt \
+        else ''
+    rows = [('endpoint', f'POST {config.chat_url}'), ('config', config.source),
+            ('key', f'{config.masked_key} (from {config.key_source})'),
+            ('timeout', f'{config.timeout:g} s'), ('prompt', f'{prompt_source}{extra}')]
+    for label, value in rows:
+        print(f'{label:<{_LABEL_WIDTH}}{value}', file=out)
+    if show_prompt:
+        print(textwrap.indent(prompt, '  | '), file=out)
+    else:
+        print(f'{"":<{_LABEL_WIDTH}}{shown!r}', file=out)
+    print(file=out)
+
+
+def _status_text(result: CallResult) -> str:
+    if result.status is None:
+        return 'no HTTP answer'
+    try:
+        phrase = HTTPStatus(result.status).phrase
+    except ValueError:
+        phrase = ''
+    return f'{result.status} {phrase}'.strip()
+
+
+def _latency_text(result: CallResult) -> str:
+    if result.latency_s is None:
+        return '-'
+    text = f'{result.latency_s * 1000:.0f} ms'
+    return f'{text} (attempt {result.attempts})' if result.attempts > 1 else text
+
+
+def _answer_text(result: CallResult, full: bool) -> str:
+    if result.error is not None:
+        return f'FAILED: {type(result.error).__name__} (details below)'
+    text = result.content or ''
+    if not full and len(text) > ANSWER_LIMIT:
+        text = text[:ANSWER_LIMIT].rstrip() + f' ... [{len(result.content)} chars; --full]'
+    return text
+
+
+def print_results(out: TextIO, results: list[CallResult], full: bool = False,
+                  width: Optional[int] = None) -> None:
+    """Two aligned columns: role, model id, HTTP status, latency and answer."""
+    width = width or max(80, min(160, shutil.get_terminal_size((100, 24)).columns))
+    column = (width - _LABEL_WIDTH - 3) // 2
+    rows = [('', [r.role for r in results]), ('model', [r.model for r in results]),
+            ('status', [_status_text(r) for r in results]),
+            ('latency', [_latency_text(r) for r in results]),
+            ('answer', [_answer_text(r, full) for r in results])]
+    for label, cells in rows:
+        wrapped = [_wrap(cell, column) for cell in cells]
+        for index, parts in enumerate(itertools.zip_longest(*wrapped, fillvalue='')):
+            name = label if index == 0 else ''
+            line = f'{name:<{_LABEL_WIDTH}}' + ' | '.join(f'{p:<{column}}' for p in parts)
+            print(line.rstrip(), file=out)
+    print(file=out)
+
+
+def _wrap(text: str, width: int) -> list[str]:
+    lines: list[str] = []
+    for paragraph in text.splitlines() or ['']:
+        lines += textwrap.wrap(paragraph, width, break_long_words=True,
+                               break_on_hyphens=False) or ['']
+    return lines
+
+
+def _print_error(err: TextIO, exc: GatewayError, prefix: str = '') -> None:
+    print(f'{_PREFIX}: error: {prefix}{exc.message}', file=err)
+    if exc.hint:
+        print(f'  fix: {exc.hint}', file=err)

@@ -23,7 +23,7 @@ from .config import GatewayConfig
 from .errors import (
     GatewayAuthError, GatewayConnectionError, GatewayError, GatewayHTTPError,
     GatewayModelError, GatewayProxyError, GatewayRateLimitError, GatewayResponseError,
-    GatewayServerError, GatewayTimeoutError, mask_key, redact)
+    GatewayServerError, GatewayTimeoutError, mask_key)
 
 logger = logging.getLogger(__name__)
 
@@ -416,13 +416,15 @@ def _proxy_error(config: GatewayConfig, model: str, detail: str) -> GatewayProxy
         named = 'a proxy from the system settings'
     others = [n for n, _ in settings if not used or n != used[0]]
     also = f' (also set: {", ".join(others)})' if others else ''
-    names = ' '.join(dict.fromkeys([used[0]] if used else [n for n, _ in settings])) \
-        or 'HTTPS_PROXY'
+    same = [n for n, _ in settings if used and n.lower() == used[0].lower()]
+    names = ' '.join(same or [n for n, _ in settings]) or 'HTTPS_PROXY'
     host = urlsplit(config.chat_url).hostname
+    hint = (f'the proxy variable is probably stale: start that proxy, or unset it (unset '
+            f'{names}), or exempt the gateway with NO_PROXY={host}')
+    if 'socks' in detail.lower():
+        hint = ('a socks:// proxy needs PySocks (pip install "requests[socks]"); or ' + hint)
     return GatewayProxyError(
-        f'{model}: the proxy could not be used: {named} is set{also} and {detail}',
-        f'the proxy variable is probably stale: start that proxy, or unset it (unset {names}), '
-        f'or exempt the gateway with NO_PROXY={host}')
+        f'{model}: the proxy could not be used: {named} is set{also} and {detail}', hint)
 
 
 def transport_error(exc: Exception, config: GatewayConfig,
@@ -456,7 +458,7 @@ def transport_error(exc: Exception, config: GatewayConfig,
             'proxy set REQUESTS_CA_BUNDLE to its CA certificate file')
     proxy_problem = isinstance(exc, (requests.exceptions.InvalidSchema,
                                      requests.exceptions.InvalidProxyURL)) \
-        or not isinstance(exc, requests.RequestException)
+        or not isinstance(exc, requests.RequestException) or 'proxy' in text.lower()
     if proxy_problem and proxy_settings():
         return _proxy_error(config, model, f'requests cannot use it ({_reason(text)})')
     if isinstance(exc, requests.exceptions.ConnectionError):
@@ -483,8 +485,13 @@ def transport_error(exc: Exception, config: GatewayConfig,
 
 def _reason(text: str) -> str:
     """The innermost readable reason of a requests/urllib3 error string."""
-    cleaned = re.sub(r'<[\w.]+ object at 0x[0-9a-f]+>:?\s*', '', text)
-    found = re.findall(r"(?:Error|Refused|Timeout)\(['\"]?([^()'\"]+)", cleaned)
-    reason = found[-1] if found else cleaned
-    reason = re.sub(r'\[Errno -?\d+\]\s*', '', reason)
-    return _shorten(reason.strip(' :\'"'), 160)
+    for pattern in (r'\[Errno -?\d+\]\s*([^"\')\]]+)', r'(\[SSL: [^\]]+\][^"\']*)'):
+        found = re.findall(pattern, text)
+        if found:
+            return _shorten(found[-1].strip(), 160)
+    reason = text.split('Caused by ', 1)[-1]
+    reason = re.sub(r'<[\w.]+ object at 0x[0-9a-f]+>:?', '', reason)
+    reason = re.sub(r'\b\w+\(host=[^)]*\):?', '', reason)
+    reason = re.sub(r'\b[A-Z]\w*\(', '', reason)
+    reason = re.sub(r'[()\'"]', '', reason)
+    return _shorten(reason.strip(' :,'), 160)

@@ -25,6 +25,8 @@ KEY_ENV_VARS = ('CLAW_LLM_API_KEY', 'TAOTOKEN_API_KEY')
 CONFIG_ENV_VAR = 'CLAW_LLM_CONFIG'
 CONFIG_STEM = 'llm_gateway'
 CONFIG_SUFFIXES = ('.json', '.toml', '.yaml', '.yml')
+# Default lookup names: exactly the ones .gitignore keeps out of git (no .yml).
+LOOKUP_SUFFIXES = ('.json', '.toml', '.yaml')
 EXAMPLE_NAME = 'llm_gateway.example.json'
 DEFAULT_TIMEOUT = 120.0
 MAX_TIMEOUT = 3600.0
@@ -176,8 +178,8 @@ def candidate_paths(cwd: Optional[Path] = None, home: Optional[Path] = None) -> 
     """Where a config is looked for when neither --config nor CLAW_LLM_CONFIG is given."""
     cwd = Path.cwd() if cwd is None else cwd
     home = Path.home() if home is None else home
-    local = [cwd / 'config' / f'{CONFIG_STEM}{s}' for s in CONFIG_SUFFIXES]
-    user = [home / '.config' / 'claw_rl_ros' / f'{CONFIG_STEM}{s}' for s in CONFIG_SUFFIXES]
+    local = [cwd / 'config' / f'{CONFIG_STEM}{s}' for s in LOOKUP_SUFFIXES]
+    user = [home / '.config' / 'claw_rl_ros' / f'{CONFIG_STEM}{s}' for s in LOOKUP_SUFFIXES]
     return local + user
 
 
@@ -213,7 +215,7 @@ def find_config_file(explicit: Optional[str] = None,
     found = [p for p in candidates if p.is_file()]
     if not found:
         looked = ', '.join(str(p.parent / f'{CONFIG_STEM}.{{json,toml,yaml}}')
-                           for p in (candidates[0], candidates[len(CONFIG_SUFFIXES)]))
+                           for p in (candidates[0], candidates[len(LOOKUP_SUFFIXES)]))
         raise GatewayConfigError(f'no gateway config found (looked in {looked}; no --config, '
                                  f'no ${CONFIG_ENV_VAR})',
                                  _create_hint(Path('config') / f'{CONFIG_STEM}.json'))
@@ -275,7 +277,8 @@ def read_config_file(path: Path) -> dict:
         data = {}
     if not isinstance(data, dict):
         raise GatewayConfigError(f'{path}: the top level must be a mapping of keys, got '
-                                 f'{type(data).__name__}', f'compare it with config/{EXAMPLE_NAME}')
+                                 f'{type(data).__name__}',
+                                 f'compare it with config/{EXAMPLE_NAME}')
     return data
 
 

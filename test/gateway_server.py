@@ -1,0 +1,211 @@
+"""A local OpenAI-compatible chat-completions server and fixtures for the gateway tests.
+
+The server listens on 127.0.0.1 (port 0), records every request (path, headers, JSON body) and
+answers like a real gateway: 401 for a wrong key (echoing the key it got, so masking is tested),
+404 ``model_not_found`` for unknown models, a chat completion otherwise. Tests queue canned
+replies (429, 5xx, non-JSON, stalls, ...) per model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+import json
+from pathlib import Path
+import socket
+import threading
+from typing import Any, Optional
+
+import pytest
+
+# A recognisable fake key: no test output may ever contain it.
+KEY = 'sk-gwtest-RAWKEY-0123456789abcdef'
+KEY_MASKED = 'sk-...cdef'
+TEACHER = 'teacher-large-v1'
+STUDENT = 'student-small-v1'
+CHAT_PATH = '/v1/chat/completions'
+ENV_VARS = ('CLAW_LLM_API_KEY', 'TAOTOKEN_API_KEY', 'CLAW_LLM_CONFIG', 'NO_PROXY', 'no_proxy',
+            'HTTP_PROXY', 'http_proxy', 'HTTPS_PROXY', 'https_proxy', 'ALL_PROXY', 'all_proxy',
+            'REQUESTS_CA_BUNDLE', 'CURL_CA_BUNDLE', 'NETRC')
+
+
+@dataclass
+class Reply:
+    """A canned answer: status, JSON (dict/list) or raw text body, headers, stall."""
+
+    status: int = 200
+    body: Any = None
+    headers: dict = field(default_factory=dict)
+    stall: bool = False
+
+
+@dataclass
+class Recorded:
+    """One request as the server saw it."""
+
+    method: str
+    path: str
+    headers: dict
+    body: Any
+
+
+def completion(model: str, content: str) -> dict:
+    """A chat-completions answer body."""
+    return {'id': 'chatcmpl-test', 'object': 'chat.completion', 'model': model,
+            'choices': [{'index': 0, 'finish_reason': 'stop',
+                         'message': {'role': 'assistant', 'content': content}}],
+            'usage': {'prompt_tokens': 5, 'completion_tokens': 5, 'total_tokens': 10}}
+
+
+class FakeGateway:
+    """The test server; ``url`` is its root, ``requests`` what it received."""
+
+    def __init__(self, key: str = KEY, models: tuple[str, ...] = (TEACHER, STUDENT)):
+        self.key = key
+        self.models = set(models)
+        self.requests: list[Recorded] = []
+        self.queued: dict[Optional[str], list[Reply]] = {}
+        self.release = threading.Event()
+        self._lock = threading.Lock()
+        self._server = ThreadingHTTPServer(('127.0.0.1', 0), _handler(self))
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.02,),
+                                        daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f'http://127.0.0.1:{self._server.server_address[1]}'
+
+    def start(self) -> 'FakeGateway':
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.release.set()
+        self._server.shutdown()
+        self._server.server_close()
+
+    def queue(self, *replies: Reply, model: Optional[str] = None) -> None:
+        """Answer the next requests (for ``model``, or any model) with these replies."""
+        with self._lock:
+            self.queued.setdefault(model, []).extend(replies)
+
+    def chat_requests(self, model: Optional[str] = None) -> list[Recorded]:
+        return [r for r in self.requests if model is None
+                or (isinstance(r.body, dict) and r.body.get('model') == model)]
+
+    def answer(self, request: Recorded) -> Reply:
+        """Choose the reply: a queued one first, then the behaviour of a real gateway."""
+        model = request.body.get('model') if isinstance(request.body, dict) else None
+        with self._lock:
+            for name in (model, None):
+                if self.queued.get(name):
+                    return self.queued[name].pop(0)
+        if request.path != CHAT_PATH:
+            return Reply(404, {'error': {'message': f'Invalid URL (POST {request.path})',
+                                         'type': 'invalid_request_error'}})
+        auth = request.headers.get('authorization', '')
+        if auth != f'Bearer {self.key}':
+            return Reply(401, {'error': {'message': f'Incorrect API key provided: {auth}',
+                                         'type': 'invalid_request_error',
+                                         'code': 'invalid_api_key'}})
+        if model not in self.models:
+            return Reply(404, {'error': {'message': f'The model `{model}` does not exist or '
+                                         'you do not have access to it.',
+                                         'code': 'model_not_found'}})
+        prompt = request.body['messages'][-1]['content']
+        return Reply(200, completion(model, f'{model} heard {len(prompt)} chars: '
+                                            f'{prompt.splitlines()[0][:40]}'))
+
+
+def _handler(gateway: FakeGateway) -> type:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = 'HTTP/1.1'
+        disable_nagle_algorithm = True
+
+        def do_POST(self) -> None:  # noqa: N802 - http.server naming
+            length = int(self.headers.get('Content-Length') or 0)
+            raw = self.rfile.read(length) if length else b''
+            try:
+                body = json.loads(raw) if raw else None
+            except ValueError:
+                body = raw.decode('latin-1')
+            request = Recorded('POST', self.path, {k.lower(): v for k, v in self.headers.items()},
+                               body)
+            gateway.requests.append(request)
+            self._send(gateway.answer(request))
+
+        do_GET = do_POST  # noqa: N815
+
+        def _send(self, reply: Reply) -> None:
+            if reply.stall:
+                gateway.release.wait(10)
+                return
+            if isinstance(reply.body, (dict, list)):
+                data = json.dumps(reply.body).encode()
+                ctype = 'application/json'
+            else:
+                data = (reply.body or '').encode()
+                ctype = 'text/html; charset=utf-8'
+            self.send_response(reply.status)
+            headers = {'Content-Type': ctype, **reply.headers}
+            for name, value in headers.items():
+                self.send_header(name, value)
+            self.send_header('Content-Length', str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    return Handler
+
+
+def closed_port() -> int:
+    """A 127.0.0.1 port with nothing listening on it."""
+    with socket.socket() as sock:
+        sock.bind(('127.0.0.1', 0))
+        return sock.getsockname()[1]
+
+
+def write_config(folder: Path, fmt: str = 'json', name: str = 'llm_gateway', **fields: Any
+                 ) -> Path:
+    """Write a gateway config in JSON, TOML or YAML; ``None`` values are left out."""
+    data = {k: v for k, v in fields.items() if v is not None}
+    path = Path(folder) / f'{name}.{fmt}'
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if fmt == 'json':
+        path.write_text(json.dumps(data, indent=2))
+    elif fmt == 'toml':
+        path.write_text(''.join(f'{k} = {json.dumps(v)}\n' for k, v in data.items()))
+    else:
+        import yaml
+        path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def server_config(folder: Path, gateway: FakeGateway, fmt: str = 'json', **overrides: Any
+                  ) -> Path:
+    """A config file for ``gateway`` (key in the file unless overridden), fast retries."""
+    fields = {'base_url': gateway.url, 'api_key': KEY, 'teacher_model': TEACHER,
+              'student_model': STUDENT, 'timeout': 5, 'retry_backoff': 0.01}
+    fields.update(overrides)
+    return write_config(folder, fmt, **fields)
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """No key, config or proxy variables from the developer's shell; CWD and HOME in tmp."""
+    for name in ENV_VARS:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv('HOME', str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+@pytest.fixture
+def gateway() -> FakeGateway:
+    """A running FakeGateway, stopped after the test."""
+    server = FakeGateway().start()
+    yield server
+    server.stop()
