@@ -57,8 +57,10 @@ def build_parser() -> argparse.ArgumentParser:
     spec.add_argument('--robot', default='claw_quadruped', help='robot name or YAML path')
     spec.set_defaults(func=_cmd_spec)
 
-    from .gateway.cli import add_parser as add_gateway_parser
-    add_gateway_parser(sub)
+    from .commands import deploy, train
+    from .gateway import cli as gateway
+    for module in (train, deploy, gateway):
+        module.add_parser(sub)
     return parser
 
 

@@ -1,0 +1,1 @@
+"""Sub-commands of ``claw-rl``; each module has ``add_parser(subparsers)``."""
