@@ -10,9 +10,17 @@ PIP := $(BIN)/python -m pip --disable-pip-version-check
 TRAIN_CONFIG ?= config/train_ppo.yaml
 PYTEST_ARGS ?=
 
-.PHONY: venv train test bench clean-venv
+.PHONY: venv sysdeps train test bench clean-venv
 
 venv: $(STAMP)
+
+# Offscreen rendering (gait GIFs) on CPU-only machines needs Mesa's OSMesa library.
+sysdeps:
+	@dpkg -s libosmesa6 >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libosmesa6; \
+	  else echo 'missing libosmesa6 (offscreen rendering): sudo apt-get install libosmesa6'; \
+	    exit 1; fi; }
 
 $(STAMP): requirements.txt setup.py
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -23,11 +31,11 @@ $(STAMP): requirements.txt setup.py
 	touch $@
 
 # Until training lands, the main job holds the default pose under PD control and reports.
-train: venv
+train: venv sysdeps
 	$(BIN)/claw-rl stand --seconds 5
 
 # pytest exit 5 (no test collected) means the suite is broken: fail on it like any other error.
-test: venv
+test: venv sysdeps
 	@$(BIN)/python -m pytest test $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo 'pytest collected no tests: failing'; exit 1; fi; exit $$rc
 

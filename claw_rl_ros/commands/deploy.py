@@ -1,7 +1,142 @@
-"""``claw-rl export`` and ``claw-rl eval`` (being built)."""
+"""``claw-rl export`` (checkpoint -> verified ONNX student) and ``claw-rl eval`` (ONNX -> report).
+
+User mistakes (missing file, corrupt model, a model for another robot spec) become a
+ConfigError: one line on stderr and exit status 2.
+"""
+
+from __future__ import annotations
 
 import argparse
+import ctypes.util
+import json
+import os
+from pathlib import Path
+import sys
+
+from ..core.config import ConfigError
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    from ..core import checkpoint
+    from ..core.export import export_checkpoint, ExportError
+    from ..core.onnx_policy import OnnxPolicy
+    source = args.checkpoint
+    if args.run_dir is not None:
+        source = checkpoint.latest_checkpoint(args.run_dir)
+        if source is None:
+            raise ConfigError(args.run_dir, '', 'no checkpoints/model_*.pt in this run '
+                              'directory; give --checkpoint or another --run-dir')
+    try:
+        path = export_checkpoint(source, args.out)
+    except ConfigError:
+        raise
+    except (ValueError, ExportError) as exc:
+        raise ConfigError(str(source), '', str(exc)) from None
+    model = OnnxPolicy(path)
+    print(f'exported {source} -> {path}')
+    print(f'  sha256 {model.sha256}')
+    print(f'  obs [batch, {model.obs_dim}] -> actions [batch, {model.num_actions}], '
+          f'robot {model.spec.get("robot")!r}')
+    print(f'  max abs diff onnxruntime vs torch: {model.metadata["parity_max_abs_diff"]}')
+    return 0
+
+
+def _default_gl_backend() -> None:
+    """Headless and MUJOCO_GL unset: choose an offscreen backend before MuJoCo is imported."""
+    if os.environ.get('MUJOCO_GL') or os.environ.get('DISPLAY') or 'mujoco' in sys.modules:
+        return
+    if ctypes.util.find_library('OSMesa'):
+        os.environ['MUJOCO_GL'] = 'osmesa'
+    elif ctypes.util.find_library('EGL'):
+        os.environ['MUJOCO_GL'] = 'egl'
+
+
+def _env_config(args: argparse.Namespace, base, robot_name: str):
+    """``base`` (the --config env or the defaults) for ``robot_name``, with the eval switches."""
+    from ..core.config import from_dict, merge, to_dict
+    from ..core.env_config import EnvConfig
+    overrides: dict = {'robot': robot_name}
+    if args.no_randomization:
+        overrides.update({'randomization': {'enabled': False}, 'noise': {'enabled': False}})
+    return from_dict(EnvConfig, merge(to_dict(base), overrides), source='claw-rl eval')
+
+
+def _load_model(args: argparse.Namespace, config_robot: str | None):
+    """(OnnxPolicy, RobotSpec): the model checked against the robot it will drive.
+
+    The robot is --robot, else the --config env's robot, else the one the model names.
+    """
+    from ..core.onnx_policy import ModelError, OnnxPolicy
+    from ..core.robot import load_robot
+    try:
+        policy = OnnxPolicy(args.model)
+        robot = load_robot(args.robot or config_robot or policy.spec.get('robot', ''))
+        policy.check_robot(robot)
+    except ModelError as exc:
+        raise ConfigError('--model', '', str(exc)) from None
+    return policy, robot
+
+
+def _cmd_eval(args: argparse.Namespace) -> int:
+    if args.gif:
+        _default_gl_backend()
+    from ..core.checkpoint import atomic_write_bytes
+    from ..core.env_config import EnvConfig
+    from ..core.evaluate import evaluate
+    from ..core.train_config import load_train_config
+    if args.episodes < 1:
+        raise ConfigError('--episodes', '', f'{args.episodes} is out of range; give 1 or more')
+    if args.gif and Path(args.gif).suffix.lower() not in ('.gif', '.png'):
+        raise ConfigError('--gif', '', f'{args.gif}: name a .gif (animation) or .png (strip)')
+    base = load_train_config(args.config).env if args.config else EnvConfig()
+    policy, robot = _load_model(args, base.robot if args.config else None)
+    env_cfg = _env_config(args, base, robot.name)
+    command = tuple(args.command) if args.command else None
+    report = evaluate(policy, env_cfg, robot, episodes=args.episodes, command=command,
+                      seed=args.seed)
+    print(f'model {args.model} (sha256 {policy.sha256[:12]}), robot {robot.name}')
+    print(report.format())
+    if args.json:
+        out = {'model': str(args.model), 'sha256': policy.sha256, 'robot': robot.name,
+               **report.to_dict()}
+        atomic_write_bytes(args.json, (json.dumps(out, indent=2) + '\n').encode())
+        print(f'wrote {args.json}')
+    if args.gif:
+        _render(policy, robot, args, command)
+    return 0
+
+
+def _render(policy, robot, args: argparse.Namespace, command) -> None:
+    from ..core.render import render_gait, RenderUnavailable
+    try:
+        path = render_gait(policy, robot, args.gif, command=command or (0.5, 0.0, 0.0),
+                           seed=args.seed)
+    except RenderUnavailable as exc:
+        raise ConfigError('--gif', '', str(exc)) from None
+    print(f'wrote {path}')
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    """Register export and eval on the claw-rl parser (none yet)."""
+    """Register ``export`` and ``eval`` on the claw-rl parser."""
+    export = subparsers.add_parser('export', help='export a checkpoint\'s student to ONNX '
+                                   '(normaliser and robot spec inside, parity-checked)')
+    source = export.add_mutually_exclusive_group(required=True)
+    source.add_argument('--checkpoint', help='a training checkpoint (.pt)')
+    source.add_argument('--run-dir', help='a run directory: export its latest checkpoint')
+    export.add_argument('--out', default='student.onnx', help='ONNX file to write')
+    export.set_defaults(func=_cmd_export)
+
+    ev = subparsers.add_parser('eval', help='evaluate an ONNX student in simulation')
+    ev.add_argument('--model', required=True, help='exported .onnx student')
+    ev.add_argument('--episodes', type=int, default=20, help='episodes (parallel worlds)')
+    ev.add_argument('--command', type=float, nargs=3, metavar=('VX', 'VY', 'WZ'),
+                    help='fixed command for every episode [m/s, m/s, rad/s] (default: sample)')
+    ev.add_argument('--robot', help='robot name or YAML (default: --config\'s, else the '
+                    'model\'s); the model must match its spec')
+    ev.add_argument('--config', help='train YAML whose env: section configures the env')
+    ev.add_argument('--no-randomization', action='store_true',
+                    help='turn off domain randomisation and observation noise')
+    ev.add_argument('--gif', help='also render the gait to this .gif (or .png strip)')
+    ev.add_argument('--json', help='write the report to this JSON file')
+    ev.add_argument('--seed', type=int, default=0, help='env seed')
+    ev.set_defaults(func=_cmd_eval)

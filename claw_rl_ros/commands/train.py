@@ -1,7 +1,159 @@
-"""``claw-rl train`` (being built)."""
+"""``claw-rl train``: headless training with live progress, logs, checkpoints and artifacts.
+
+Run directory: config.yaml (resolved), checkpoints/model_<it>.pt, metrics.csv, TensorBoard
+events, learning_curve.png, student.onnx and eval.json. Ctrl-C saves a checkpoint and exits;
+``--resume RUN_DIR`` continues from the newest checkpoint.
+"""
+
+from __future__ import annotations
 
 import argparse
+import json
+from pathlib import Path
+import signal
+import time
+from typing import Any
+
+import yaml
+
+from ..core import checkpoint as ckpt
+from ..core.config import ConfigError, from_dict, load_yaml, to_dict
+from ..core.train_config import load_train_config, TrainConfig
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    """Register train on the claw-rl parser (none yet)."""
+    """Register ``train`` on the claw-rl parser."""
+    p = subparsers.add_parser('train', help='train a locomotion policy (PPO / PPO + OPD)')
+    p.add_argument('--config', default='train_ppo.yaml',
+                   help='train YAML (a path, or a name in the package config/ folder)')
+    p.add_argument('--teacher', help='checkpoint of a frozen teacher (enables OPD, frozen mode)')
+    p.add_argument('--resume', metavar='RUN_DIR', help='continue a run from its last checkpoint')
+    p.add_argument('--run-dir', help='run directory (default: runner.run_dir/<run_name>)')
+    p.add_argument('--set', action='append', default=[], metavar='KEY=VALUE',
+                   help='override a config value, e.g. --set runner.max_iterations=10 '
+                        '(VALUE is YAML)')
+    p.add_argument('--no-export', action='store_true', help='skip the ONNX export at the end')
+    p.set_defaults(func=run_train)
+
+
+def parse_overrides(items: list[str]) -> dict[str, Any]:
+    """``['a.b=1', 'c=[1, 2]']`` -> ``{'a': {'b': 1}, 'c': [1, 2]}`` (values parsed as YAML)."""
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition('=')
+        if not sep or not key:
+            raise ConfigError('--set', item, 'expected KEY=VALUE, e.g. runner.max_iterations=10')
+        node = out
+        parts = key.split('.')
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = yaml.safe_load(value)
+    return out
+
+
+def resolve_config(args: argparse.Namespace) -> tuple[TrainConfig, Path, Path | None]:
+    """(config, run_dir, checkpoint to resume or None) from the command line."""
+    overrides = parse_overrides(args.set)
+    if args.teacher:
+        if not Path(args.teacher).is_file():
+            raise ConfigError(args.teacher, '', 'teacher checkpoint not found; pass an existing '
+                              '.pt file to --teacher')
+        overrides.setdefault('distillation', {}).update(
+            {'teacher_mode': 'frozen', 'teacher_checkpoint': str(Path(args.teacher).resolve())})
+    if args.resume:
+        run_dir = Path(args.resume)
+        resume_from = ckpt.latest_checkpoint(run_dir)
+        if resume_from is None:
+            raise ConfigError(str(run_dir), '', 'no checkpoint to resume from in '
+                              f'{run_dir / "checkpoints"}')
+        from ..core.config import merge
+        data = merge(load_yaml(run_dir / 'config.yaml'), overrides)
+        return from_dict(TrainConfig, data, source=str(run_dir / 'config.yaml')), run_dir, \
+            resume_from
+    cfg = load_train_config(args.config, overrides)
+    if cfg.distillation.teacher_mode == 'frozen':
+        ckpt.load_checkpoint(cfg.distillation.teacher_checkpoint)  # fail before building
+    name = cfg.runner.run_name or time.strftime('%Y%m%d-%H%M%S')
+    run_dir = Path(args.run_dir) if args.run_dir else Path(cfg.runner.run_dir) / name
+    if ckpt.latest_checkpoint(run_dir) is not None:
+        raise ConfigError(str(run_dir), '', 'run directory already has checkpoints; use '
+                          '--resume to continue it or choose another --run-dir')
+    return cfg, run_dir, None
+
+
+def run_train(args: argparse.Namespace) -> int:
+    from ..core.logger import MetricsLogger, plot_learning_curve
+    from ..core.runner import OnPolicyRunner
+    cfg, run_dir, resume_from = resolve_config(args)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    ckpt.atomic_write_bytes(run_dir / 'config.yaml',
+                            yaml.safe_dump(to_dict(cfg), sort_keys=False).encode())
+    runner = OnPolicyRunner(cfg, run_dir)
+    if resume_from is not None:
+        runner.load(resume_from)
+        print(f'resumed {run_dir} at iteration {runner.iteration} ({resume_from.name})')
+    logger = MetricsLogger(run_dir, resume_iteration=runner.iteration)
+    print(f'training {cfg.env.robot}: {cfg.env.num_envs} worlds x '
+          f'{cfg.runner.num_steps_per_env} steps per iteration, up to '
+          f'{cfg.runner.max_iterations} iterations'
+          + (f' or {cfg.runner.time_budget_s:.0f} s' if cfg.runner.time_budget_s else '')
+          + f'; run directory {run_dir}', flush=True)
+    previous = signal.getsignal(signal.SIGINT)
+
+    def on_sigint(signum, frame):
+        if runner._stop:
+            raise KeyboardInterrupt
+        print('\nCtrl-C: finishing this iteration, then saving (Ctrl-C again to abort)',
+              flush=True)
+        runner.request_stop()
+
+    signal.signal(signal.SIGINT, on_sigint)
+    try:
+        summary = runner.learn(lambda it, m: _log_iteration(runner, logger, it, m))
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        logger.close()
+    print(f'saved checkpoint {ckpt.latest_checkpoint(run_dir)}')
+    plot_learning_curve(run_dir / 'metrics.csv', run_dir / 'learning_curve.png')
+    result = {'iterations': runner.iteration, 'total_steps': runner.total_steps,
+              'wall_time_s': round(runner.elapsed_s, 1), 'stopped_by_user': summary['stopped']}
+    if not args.no_export and not summary['stopped']:
+        result.update(_export_and_evaluate(runner, run_dir))
+    runner.close()
+    ckpt.atomic_write_bytes(run_dir / 'summary.json', json.dumps(result, indent=2).encode())
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+def _log_iteration(runner, logger, iteration: int, metrics: dict) -> None:
+    logger.log(iteration, metrics)
+    r = runner.cfg.runner
+    if iteration % r.log_interval == 0 or iteration == r.max_iterations:
+        per_it = runner.elapsed_s / max(1, iteration)
+        left = (r.max_iterations - iteration) * per_it
+        if r.time_budget_s:
+            left = min(left, max(0.0, r.time_budget_s - runner.elapsed_s))
+        logger.progress(iteration, r.max_iterations, metrics, runner.elapsed_s, left)
+
+
+def _export_and_evaluate(runner, run_dir: Path) -> dict[str, Any]:
+    """student.onnx (if the actor is deployable) and an evaluation of it."""
+    from ..core.export import export_onnx
+    from ..core.evaluate import evaluate
+    from ..core.onnx_policy import OnnxPolicy
+    if runner.policy.actor_obs_groups != ['policy']:
+        print('actor reads privileged observations: not deployable, no student.onnx exported')
+        return {}
+    robot = runner.env.robot
+    onnx_path = export_onnx(runner.policy, robot, run_dir / 'student.onnx',
+                            extra_metadata={'iteration': runner.iteration,
+                                            'total_steps': runner.total_steps})
+    out: dict[str, Any] = {'student_onnx': str(onnx_path)}
+    episodes = runner.cfg.runner.eval_episodes
+    if episodes:
+        policy = OnnxPolicy(onnx_path, robot)
+        report = evaluate(policy, runner.cfg.env, robot, episodes=episodes,
+                          command=(0.5, 0.0, 0.0), seed=runner.cfg.runner.seed + 1)
+        print(f'evaluation at 0.5 m/s forward:\n{report.format()}')
+        out['eval_forward_0.5'] = report.to_dict()
+    return out

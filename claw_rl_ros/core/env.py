@@ -120,7 +120,8 @@ class VecLocomotionEnv:
         self.last_actions[:] = actions
         self.last_joint_vel[:] = data.joint_vel
 
-        extras: dict[str, Any] = {'diverged': int(diverged.sum()), 'time_outs': truncated}
+        extras: dict[str, Any] = {'diverged': int(diverged.sum()), 'time_outs': truncated,
+                                  'tracking_error': self._tracking_error(data)}
         done = terminated | truncated
         if done.any():
             ids = np.flatnonzero(done)
@@ -137,6 +138,38 @@ class VecLocomotionEnv:
     def close(self) -> None:
         self.physics.close()
 
+    _BUFFERS = ('commands', 'actions', 'last_actions', 'targets', 'last_joint_vel',
+                'episode_step', 'episode_return', 'feet_air_time', 'last_contacts',
+                'foot_contact', 'latency', 'friction', 'added_mass', 'mass_scale', 'com_offset',
+                'motor_strength')
+
+    def get_state(self) -> dict[str, Any]:
+        """Everything needed to continue bit-for-bit: physics, buffers, RNG, episode sums."""
+        return {
+            'physics': self.physics.state.copy(),
+            'buffers': {k: getattr(self, k).copy() for k in self._BUFFERS},
+            'episode_sums': {k: v.copy() for k, v in self.reward_manager.episode_sums.items()},
+            'rng': self.rng.bit_generator.state,
+            'diverged_count': self.diverged_count,
+        }
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`get_state` output (from an env with the same config)."""
+        if state['physics'].shape != self.physics.state.shape:
+            raise ValueError(f'saved env state has shape {state["physics"].shape}, this env '
+                             f'{self.physics.state.shape}: num_envs or robot differ')
+        self.physics.state[:] = state['physics']
+        for k in self._BUFFERS:
+            getattr(self, k)[...] = state['buffers'][k]
+        for k, v in state['episode_sums'].items():
+            self.reward_manager.episode_sums[k][:] = v
+        self.rng.bit_generator.state = state['rng']
+        self.diverged_count = int(state['diverged_count'])
+        for i in range(self.num_envs):
+            self.physics.set_physical_params(i, self.friction[i], self.added_mass[i],
+                                             self.mass_scale[i], self.com_offset[i],
+                                             self.motor_strength[i])
+
     # ------------------------------------------------------------------------------ internals
     def robot_state(self) -> RobotState:
         """Observation inputs from the physics state (exact, no sensor lag)."""
@@ -151,6 +184,14 @@ class VecLocomotionEnv:
             foot_contact=self.foot_contact.astype(np.float64), friction=self.friction,
             added_mass=self.added_mass, com_offset=self.com_offset,
             motor_strength=self.motor_strength)
+
+    @staticmethod
+    def _tracking_error(s: StepData) -> dict[str, float]:
+        # Mean absolute velocity-tracking errors over the batch (body frame).
+        err = np.abs(s.commands - np.concatenate([s.base_lin_vel[:, :2], s.base_ang_vel[:, 2:]],
+                                                 axis=1))
+        return {'lin_vel_x': float(err[:, 0].mean()), 'lin_vel_y': float(err[:, 1].mean()),
+                'ang_vel_yaw': float(err[:, 2].mean())}
 
     def _contacts(self, sensordata: np.ndarray, group: str, last_only: bool) -> np.ndarray:
         # Contact sensors give [found, fx, fy, fz] per body; a contact needs enough force.

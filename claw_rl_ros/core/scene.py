@@ -60,11 +60,16 @@ def build_spec(robot: RobotSpec, *, solver_iterations: int = 4,
     base.pos = [0.0, 0.0, robot.init_base_height]
     base.add_freejoint(name=ROOT_JOINT)
 
-    # Floor: its priority makes its friction the contact friction (randomised per world).
+    # Floor: its priority makes its friction the contact friction (randomised per world); a
+    # checker texture makes motion visible in rendered gaits.
+    spec.add_texture(name='grid', type=mujoco.mjtTexture.mjTEXTURE_2D,
+                     builtin=mujoco.mjtBuiltin.mjBUILTIN_CHECKER, width=256, height=256,
+                     rgb1=[0.32, 0.36, 0.32], rgb2=[0.42, 0.47, 0.42])
+    grid = spec.add_material(name='grid', texrepeat=[8, 8], texuniform=True)
+    grid.textures[int(mujoco.mjtTextureRole.mjTEXROLE_RGB)] = 'grid'
     spec.worldbody.add_geom(name=FLOOR, type=mujoco.mjtGeom.mjGEOM_PLANE, size=[0, 0, 0.05],
                             contype=1, conaffinity=0, priority=1,
-                            friction=[robot.foot_friction, 0.005, 0.0001],
-                            rgba=[0.45, 0.5, 0.45, 1])
+                            friction=[robot.foot_friction, 0.005, 0.0001], material='grid')
     spec.worldbody.add_light(pos=[0, 0, 3], dir=[0, 0, -1], castshadow=False)
     # Robot collision geoms touch the floor only (no self-collision).
     for geom in spec.geoms:

@@ -1,0 +1,104 @@
+"""Atomic checkpoint files: temp file + fsync + rename, loaded with ``weights_only=True``."""
+
+from __future__ import annotations
+
+import io
+import os
+from pathlib import Path
+import re
+from typing import Any
+
+import numpy as np
+import torch
+
+from .config import ConfigError
+
+CHECKPOINT_FORMAT = 1
+_NAME = re.compile(r'^model_(\d+)\.pt$')
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    """Write ``data`` so that ``path`` is either the old file or the complete new one."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f'.{path.name}.tmp-{os.getpid()}')
+    try:
+        with open(tmp, 'wb') as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    # Persist the rename itself.
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def to_torch(tree: Any) -> Any:
+    """numpy arrays -> tensors (recursively), so ``weights_only`` loading accepts them."""
+    if isinstance(tree, np.ndarray):
+        return torch.from_numpy(np.ascontiguousarray(tree))
+    if isinstance(tree, dict):
+        return {k: to_torch(v) for k, v in tree.items()}
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(to_torch(v) for v in tree)
+    return tree
+
+
+def to_numpy(tree: Any) -> Any:
+    """Inverse of :func:`to_torch`."""
+    if isinstance(tree, torch.Tensor):
+        return tree.numpy()
+    if isinstance(tree, dict):
+        return {k: to_numpy(v) for k, v in tree.items()}
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(to_numpy(v) for v in tree)
+    return tree
+
+
+def save_checkpoint(path: str | Path, payload: dict[str, Any]) -> None:
+    """Serialise ``payload`` (tensors, numbers, strings, dicts, lists) atomically."""
+    buffer = io.BytesIO()
+    torch.save({'format': CHECKPOINT_FORMAT, **payload}, buffer)
+    atomic_write_bytes(path, buffer.getvalue())
+
+
+def load_checkpoint(path: str | Path) -> dict[str, Any]:
+    """Load a checkpoint safely (``weights_only=True``); a clear error if it is not one."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(str(path), '', 'checkpoint not found; give an existing .pt file')
+    try:
+        payload = torch.load(path, map_location='cpu', weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - any unpickling failure means "not a checkpoint"
+        raise ConfigError(str(path), '', f'not a readable checkpoint ({type(exc).__name__}: '
+                          f'{exc})') from None
+    if not isinstance(payload, dict) or payload.get('format') != CHECKPOINT_FORMAT:
+        raise ConfigError(str(path), '', 'not a claw_rl_ros checkpoint (format mismatch)')
+    return payload
+
+
+def checkpoint_path(run_dir: str | Path, iteration: int) -> Path:
+    return Path(run_dir) / 'checkpoints' / f'model_{iteration}.pt'
+
+
+def latest_checkpoint(run_dir: str | Path) -> Path | None:
+    """The checkpoint with the highest iteration in ``run_dir/checkpoints`` (None if none)."""
+    folder = Path(run_dir) / 'checkpoints'
+    found = [(int(m.group(1)), p) for p in folder.glob('model_*.pt')
+             if (m := _NAME.match(p.name))] if folder.is_dir() else []
+    return max(found)[1] if found else None
+
+
+def prune_checkpoints(run_dir: str | Path, keep: int) -> None:
+    """Delete all but the ``keep`` newest checkpoints."""
+    folder = Path(run_dir) / 'checkpoints'
+    found = sorted((int(m.group(1)), p) for p in folder.glob('model_*.pt')
+                   if (m := _NAME.match(p.name)))
+    for _, path in found[:-keep]:
+        path.unlink()

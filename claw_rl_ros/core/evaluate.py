@@ -1,0 +1,183 @@
+"""Evaluate a policy: one full episode in each of N parallel worlds, then summary numbers.
+
+Works with anything mapping ``obs_policy [N, obs_dim] -> actions [N, A]``: an
+:class:`~claw_rl_ros.core.onnx_policy.OnnxPolicy` or :func:`torch_policy_fn` of an ActorCritic.
+A world counts only its first episode; what the env's auto-reset starts afterwards is ignored.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+import math
+import time
+from typing import Any, Callable, Optional
+
+import numpy as np
+import torch
+
+from .config import from_dict, merge, to_dict
+from .env import VecLocomotionEnv
+from .env_config import EnvConfig
+from .networks import ActorCritic
+from .robot import RobotSpec
+
+PolicyFn = Callable[[np.ndarray], np.ndarray]
+Command = tuple[float, float, float]
+
+
+@dataclass
+class EvalReport:
+    """Summary of ``episodes`` episodes; tracking errors are mean |command - velocity|."""
+
+    episodes: int
+    episode_length_s: float
+    command: Optional[list[float]]
+    randomization: bool
+    noise: bool
+    tracking_error_vx: float
+    tracking_error_vy: float
+    tracking_error_yaw: float
+    mean_forward_speed: float
+    falls: int
+    fall_rate: float
+    mean_return: float
+    mean_length_s: float
+    settle_s: float
+    wall_s: float
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able: non-finite numbers (no samples) become None."""
+        return {k: None if isinstance(v, float) and not math.isfinite(v) else v
+                for k, v in asdict(self).items()}
+
+    def format(self) -> str:
+        """A few aligned lines for the terminal."""
+        cmd = 'sampled from the configured ranges' if self.command is None else \
+            'fixed vx=%.2f m/s, vy=%.2f m/s, wz=%.2f rad/s' % tuple(self.command)
+        return '\n'.join([
+            f'evaluation: {self.episodes} episodes of {self.episode_length_s:g} s, command '
+            f'{cmd}, randomisation {"on" if self.randomization else "off"}, noise '
+            f'{"on" if self.noise else "off"}',
+            f'  tracking error (after {self.settle_s:g} s): vx {self.tracking_error_vx:.3f} m/s, '
+            f'vy {self.tracking_error_vy:.3f} m/s, yaw {self.tracking_error_yaw:.3f} rad/s',
+            f'  mean forward speed {self.mean_forward_speed:.3f} m/s',
+            f'  falls {self.falls}/{self.episodes} (fall rate {self.fall_rate:.2f})',
+            f'  mean return {self.mean_return:.3f}, mean length {self.mean_length_s:.2f} s '
+            f'({self.wall_s:.1f} s wall)'])
+
+
+def torch_policy_fn(policy: ActorCritic) -> PolicyFn:
+    """Deterministic ``act_inference`` of a torch student as a numpy policy function."""
+    def act(obs: np.ndarray) -> np.ndarray:
+        with torch.no_grad():
+            obs_t = torch.as_tensor(obs, dtype=torch.float32)
+            return policy.act_inference({'policy': obs_t}).numpy()
+    return act
+
+
+def fixed_command_overrides(command: Command, episode_length_s: float) -> dict[str, Any]:
+    """``commands:`` overrides that give every world ``command`` for a whole episode."""
+    vx, vy, wz = (float(c) for c in command)
+    return {'commands': {'lin_vel_x': [vx, vx], 'lin_vel_y': [vy, vy], 'ang_vel_yaw': [wz, wz],
+                         'resample_time_s': episode_length_s, 'standing_probability': 0.0,
+                         'min_speed': 0.0}}
+
+
+def eval_env_config(env_cfg: EnvConfig, episodes: int, command: Command | None,
+                    seed: int) -> EnvConfig:
+    """``env_cfg`` with one world per episode, the seed and (optionally) a fixed command."""
+    overrides: dict[str, Any] = {'num_envs': episodes, 'seed': seed}
+    if command is not None:
+        overrides.update(fixed_command_overrides(command, env_cfg.episode_length_s))
+    return from_dict(EnvConfig, merge(to_dict(env_cfg), overrides), source='evaluate')
+
+
+class _Tally:
+    """Running sums over (world, step) samples and finished first episodes."""
+
+    def __init__(self, num_envs: int):
+        self.active = np.ones(num_envs, dtype=bool)
+        self.abs_error = np.zeros(3)
+        self.forward = 0.0
+        self.samples = 0
+        self.fell = np.zeros(num_envs, dtype=bool)
+        self.returns = np.zeros(num_envs)
+        self.lengths = np.zeros(num_envs)
+
+    def track(self, mask: np.ndarray, commands: np.ndarray, velocity: np.ndarray) -> None:
+        # |command - measured| per axis, and body-frame forward speed, over the masked worlds.
+        self.abs_error += np.abs(commands[mask] - velocity[mask]).sum(axis=0)
+        self.forward += float(velocity[mask, 0].sum())
+        self.samples += int(mask.sum())
+
+    def finish(self, episode: dict[str, np.ndarray], terminated: np.ndarray) -> None:
+        """Record the first episode of each world in ``episode['env_ids']``."""
+        for k, i in enumerate(episode['env_ids']):
+            if self.active[i]:
+                self.active[i] = False
+                self.fell[i] = terminated[i]
+                self.returns[i] = episode['return'][k]
+                self.lengths[i] = episode['length_s'][k]
+
+    def mean(self, total: float) -> float:
+        return total / self.samples if self.samples else float('nan')
+
+
+def _body_velocity(env: VecLocomotionEnv) -> np.ndarray:
+    """[N, 3] measured (vx, vy, yaw rate) in the body frame."""
+    state = env.robot_state()
+    return np.concatenate([state.base_lin_vel[:, :2], state.base_ang_vel[:, 2:]], axis=1)
+
+
+def run_episodes(env: VecLocomotionEnv, policy_fn: PolicyFn, settle_s: float) -> _Tally:
+    """Step every world until its first episode has ended (at most max_episode_length steps)."""
+    tally = _Tally(env.num_envs)
+    settle_steps = int(round(settle_s / env.dt))
+    obs, _ = env.reset()
+    for step in range(env.max_episode_length):
+        commands = env.commands.copy()
+        obs, _, terminated, truncated, extras = env.step(policy_fn(obs['policy']))
+        done = terminated | truncated
+        # Worlds that just finished were reset inside step(): their velocity is gone.
+        if step + 1 > settle_steps:
+            tally.track(tally.active & ~done, commands, _body_velocity(env))
+        if 'episode' in extras:
+            tally.finish(extras['episode'], terminated)
+        if not tally.active.any():
+            break
+    return tally
+
+
+def evaluate(policy_fn: PolicyFn, env_cfg: EnvConfig, robot: RobotSpec, *, episodes: int = 20,
+             command: Command | None = None, seed: int = 0,
+             settle_s: float = 1.0) -> EvalReport:
+    """Run ``episodes`` worlds in parallel for one episode each and summarise them.
+
+    Args:
+        policy_fn: ``obs_policy [N, obs_dim] -> actions [N, A]``.
+        env_cfg: the env (its DR and noise settings are used as given).
+        robot: the robot spec the env simulates.
+        episodes: number of worlds = number of episodes.
+        command: fixed (vx, vy, yaw rate) for every world, or None to sample as configured.
+        seed: env seed.
+        settle_s: tracking errors and speed are measured from this time into an episode.
+    """
+    if episodes < 1:
+        raise ValueError(f'episodes must be >= 1, got {episodes}')
+    cfg = eval_env_config(env_cfg, episodes, command, seed)
+    start = time.perf_counter()
+    env = VecLocomotionEnv(cfg, robot)
+    try:
+        tally = run_episodes(env, policy_fn, settle_s)
+    finally:
+        env.close()
+    errors = [tally.mean(e) for e in tally.abs_error]
+    return EvalReport(
+        episodes=episodes, episode_length_s=cfg.episode_length_s,
+        command=None if command is None else [float(c) for c in command],
+        randomization=cfg.randomization.enabled, noise=cfg.noise.enabled,
+        tracking_error_vx=errors[0], tracking_error_vy=errors[1], tracking_error_yaw=errors[2],
+        mean_forward_speed=tally.mean(tally.forward), falls=int(tally.fell.sum()),
+        fall_rate=float(tally.fell.mean()), mean_return=float(tally.returns.mean()),
+        mean_length_s=float(tally.lengths.mean()), settle_s=settle_s,
+        wall_s=time.perf_counter() - start)

@@ -1,0 +1,163 @@
+"""Export the student's deterministic action to ONNX, with the normaliser and the robot spec.
+
+The graph is ``actions [batch, A] = actor(normalise(obs [batch, obs_dim]))``, exactly
+``ActorCritic.act_inference`` on the ``policy`` observation group; the metadata holds the robot
+spec (joints, pose, gains, limits, observation layout) that deployment checks. The file is
+written only after ``onnx.checker`` and a torch/onnxruntime parity check pass, and atomically.
+"""
+
+from __future__ import annotations
+
+import copy
+from datetime import datetime, timezone
+import io
+import json
+from pathlib import Path
+from typing import Any
+import warnings
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import torch
+from torch import nn
+
+from .checkpoint import atomic_write_bytes
+from .config import ConfigError
+from .networks import ActorCritic
+from .onnx_policy import INPUT_NAME, OUTPUT_NAME, session_options
+from .robot import load_robot, METADATA_KEY, RobotSpec
+from .runner import load_policy
+
+EXPORT_FORMAT = 1
+MIN_OPSET = 17
+PARITY_TOLERANCE = 1e-5
+RESERVED_KEYS = (METADATA_KEY, 'claw_rl_format', 'exported_at', 'parity_max_abs_diff')
+
+
+class ExportError(RuntimeError):
+    """The exported graph does not reproduce the torch policy."""
+
+
+class _DeployedActor(nn.Module):
+    """``obs [B, obs_dim] -> act_inference({'policy': obs}) [B, A]`` as a one-input module."""
+
+    def __init__(self, policy: ActorCritic):
+        super().__init__()
+        self.policy = policy
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.policy.act_inference({'policy': obs})
+
+
+def _check_exportable(policy: ActorCritic, robot: RobotSpec) -> None:
+    """Only a student reading the measurable ``policy`` group with the robot's sizes."""
+    if list(policy.actor_obs_groups) != ['policy']:
+        raise ValueError(f'the actor reads observation groups {policy.actor_obs_groups}; only '
+                         "an actor on ['policy'] can be deployed (privileged observations do "
+                         'not exist on the robot): export the student, not the teacher')
+    obs = torch.zeros(1, robot.policy_obs.dim)
+    try:
+        with torch.no_grad():
+            out = policy.act_inference({'policy': obs})
+    except RuntimeError as exc:
+        raise ValueError(f'the actor does not accept the {robot.name!r} policy observation '
+                         f'[{robot.policy_obs.dim}] ({exc})') from None
+    if tuple(out.shape) != (1, robot.num_joints):
+        raise ValueError(f'the actor outputs {tuple(out.shape[1:])} actions, robot '
+                         f'{robot.name!r} has {robot.num_joints} joints')
+
+
+def _graph_bytes(policy: ActorCritic, obs_dim: int, opset: int) -> bytes:
+    """TorchScript-based export (the dynamo exporter needs onnxscript) with a dynamic batch."""
+    module = _DeployedActor(copy.deepcopy(policy).cpu().float()).eval()
+    buffer = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore', DeprecationWarning)
+        torch.onnx.export(module, (torch.zeros(1, obs_dim),), buffer,
+                          input_names=[INPUT_NAME], output_names=[OUTPUT_NAME],
+                          dynamic_axes={INPUT_NAME: {0: 'batch'}, OUTPUT_NAME: {0: 'batch'}},
+                          opset_version=opset, dynamo=False)
+    return buffer.getvalue()
+
+
+def _metadata(robot: RobotSpec, extra: dict[str, Any] | None) -> dict[str, str]:
+    """metadata_props: the spec and format as JSON strings, plus extras (each JSON-encoded)."""
+    extra = dict(extra or {})
+    clash = [k for k in extra if k in RESERVED_KEYS]
+    if clash:
+        raise ValueError(f'extra_metadata may not set {clash}: reserved for the exporter')
+    props = {METADATA_KEY: json.dumps(robot.to_metadata()),
+             'claw_rl_format': str(EXPORT_FORMAT),
+             'exported_at': datetime.now(timezone.utc).isoformat(timespec='seconds')}
+    props.update({str(k): json.dumps(v) for k, v in extra.items()})
+    return props
+
+
+def _set_metadata(model: onnx.ModelProto, props: dict[str, str]) -> None:
+    existing = {p.key: p for p in model.metadata_props}
+    for key, value in props.items():
+        entry = existing.get(key) or model.metadata_props.add()
+        entry.key, entry.value = key, value
+
+
+def random_observations(obs_dim: int, num_samples: int, seed: int) -> np.ndarray:
+    """[num_samples, obs_dim] float32: normal noise at per-row scales 0.3, 1 and 3."""
+    rng = np.random.default_rng(seed)
+    scale = rng.choice([0.3, 1.0, 3.0], size=(num_samples, 1))
+    return (rng.standard_normal((num_samples, obs_dim)) * scale).astype(np.float32)
+
+
+def verify_onnx(policy: ActorCritic, model: str | Path | bytes, num_samples: int = 1000,
+                seed: int = 0) -> float:
+    """Max abs difference between onnxruntime and ``act_inference`` on random observations."""
+    source = model if isinstance(model, bytes) else str(model)
+    session = ort.InferenceSession(source, session_options(),
+                                   providers=['CPUExecutionProvider'])
+    obs_dim = session.get_inputs()[0].shape[1]
+    obs = random_observations(obs_dim, num_samples, seed)
+    onnx_actions = session.run([OUTPUT_NAME], {INPUT_NAME: obs})[0]
+    with torch.no_grad():
+        torch_actions = policy.act_inference({'policy': torch.from_numpy(obs)}).numpy()
+    return float(np.abs(onnx_actions - torch_actions).max())
+
+
+def export_onnx(policy: ActorCritic, robot: RobotSpec, path: str | Path, *, opset: int = 17,
+                extra_metadata: dict[str, Any] | None = None) -> Path:
+    """Write ``policy``'s deterministic action as ONNX to ``path`` (atomically); returns it.
+
+    Input ``obs`` [batch, obs_dim], output ``actions`` [batch, A], normaliser inside the graph,
+    robot spec in the metadata. Raises ValueError for a policy that cannot be deployed and
+    :class:`ExportError` when onnxruntime and torch disagree by ``PARITY_TOLERANCE`` or more.
+    """
+    if opset < MIN_OPSET:
+        raise ValueError(f'opset {opset} is too old; use {MIN_OPSET} or newer')
+    _check_exportable(policy, robot)
+    model = onnx.load_from_string(_graph_bytes(policy, robot.policy_obs.dim, opset))
+    model.producer_name = 'claw_rl_ros'
+    model.doc_string = f'{robot.name} student policy: actions = actor(normalise(obs))'
+    props = _metadata(robot, extra_metadata)
+    _set_metadata(model, props)
+    onnx.checker.check_model(model)
+    diff = verify_onnx(policy, model.SerializeToString())
+    if not diff < PARITY_TOLERANCE:
+        raise ExportError(f'onnxruntime and torch disagree by {diff:.3g} (tolerance '
+                          f'{PARITY_TOLERANCE:g}); the model was not written')
+    _set_metadata(model, {'parity_max_abs_diff': json.dumps(diff)})
+    path = Path(path)
+    atomic_write_bytes(path, model.SerializeToString())
+    return path
+
+
+def export_checkpoint(checkpoint_path: str | Path, out_path: str | Path) -> Path:
+    """Export a training checkpoint's student for the robot named in its config."""
+    policy, cfg, payload = load_policy(checkpoint_path)
+    robot = load_robot(cfg.env.robot)
+    trained = payload.get('robot')
+    problems = robot.mismatches(trained) if trained else []
+    if problems:
+        raise ConfigError(str(checkpoint_path), 'robot', f'robot {cfg.env.robot!r} changed '
+                          'since this checkpoint was trained: ' + '; '.join(problems))
+    extra = {'checkpoint': Path(checkpoint_path).name, 'iteration': payload.get('iteration'),
+             'total_steps': payload.get('total_steps'), 'algorithm': cfg.algorithm}
+    return export_onnx(policy, robot, out_path, extra_metadata=extra)

@@ -1,0 +1,118 @@
+"""Actor-critic networks with a diagonal Gaussian policy and running observation normalisers."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+from torch.distributions import Normal
+
+ACTIVATIONS = {'elu': nn.ELU, 'relu': nn.ReLU, 'tanh': nn.Tanh, 'selu': nn.SELU,
+               'leaky_relu': nn.LeakyReLU}
+
+
+def mlp(in_dim: int, hidden: list[int], out_dim: int, activation: str) -> nn.Sequential:
+    """Linear layers with ``activation`` between them (none after the last)."""
+    layers: list[nn.Module] = []
+    dims = [in_dim, *hidden]
+    for a, b in zip(dims[:-1], dims[1:]):
+        layers += [nn.Linear(a, b), ACTIVATIONS[activation]()]
+    layers.append(nn.Linear(dims[-1], out_dim))
+    return nn.Sequential(*layers)
+
+
+class EmpiricalNormalization(nn.Module):
+    """Running mean / variance of inputs: ``y = (x - mean) / (std + eps)`` (rsl_rl).
+
+    Statistics update only through :meth:`update` (called on collected observations), so the
+    forward pass is a pure function that exports to ONNX.
+    """
+
+    def __init__(self, dim: int, eps: float = 1e-2):
+        super().__init__()
+        self.eps = eps
+        self.register_buffer('mean', torch.zeros(dim))
+        self.register_buffer('var', torch.ones(dim))
+        self.register_buffer('count', torch.zeros((), dtype=torch.float64))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (x - self.mean) / (torch.sqrt(self.var) + self.eps)
+
+    @torch.no_grad()
+    def update(self, x: torch.Tensor) -> None:
+        """Merge a batch ``x [B, dim]`` into the running statistics (parallel variance)."""
+        x = x.reshape(-1, x.shape[-1])
+        n = x.shape[0]
+        if n == 0:
+            return
+        batch_mean = x.mean(dim=0)
+        batch_var = x.var(dim=0, unbiased=False)
+        total = self.count + n
+        w = float(n / total)
+        delta = batch_mean - self.mean
+        # Chan et al.: combine (mean, var) of the old statistics and the batch.
+        self.mean += w * delta
+        self.var.copy_((1 - w) * self.var + w * batch_var + w * (1 - w) * delta.square())
+        self.count.copy_(total)
+
+
+def select_obs(obs: dict[str, torch.Tensor], groups: list[str]) -> torch.Tensor:
+    """Concatenate observation groups ``[B, sum of dims]`` in the given order."""
+    if len(groups) == 1:
+        return obs[groups[0]]
+    return torch.cat([obs[g] for g in groups], dim=-1)
+
+
+class ActorCritic(nn.Module):
+    """Gaussian actor ``N(mu(obs), diag(std^2))`` with a state-independent log std, and a critic.
+
+    Shapes: actor obs [B, actor_dim] -> mean [B, A], std [A] broadcast to [B, A];
+    critic obs [B, critic_dim] -> value [B, 1].
+    """
+
+    def __init__(self, actor_dim: int, critic_dim: int, num_actions: int, *,
+                 actor_hidden_dims: list[int], critic_hidden_dims: list[int],
+                 activation: str = 'elu', init_noise_std: float = 1.0,
+                 normalize_obs: bool = True, actor_obs_groups: list[str] | None = None,
+                 critic_obs_groups: list[str] | None = None):
+        super().__init__()
+        self.actor_obs_groups = list(actor_obs_groups or ['policy'])
+        self.critic_obs_groups = list(critic_obs_groups or ['policy', 'privileged'])
+        self.actor = mlp(actor_dim, actor_hidden_dims, num_actions, activation)
+        self.critic = mlp(critic_dim, critic_hidden_dims, 1, activation)
+        self.actor_normalizer = EmpiricalNormalization(actor_dim) if normalize_obs \
+            else nn.Identity()
+        self.critic_normalizer = EmpiricalNormalization(critic_dim) if normalize_obs \
+            else nn.Identity()
+        self.log_std = nn.Parameter(torch.full((num_actions,), math.log(init_noise_std)))
+        self.min_std = 0.0
+
+    def actor_input(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        return select_obs(obs, self.actor_obs_groups)
+
+    def critic_input(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        return select_obs(obs, self.critic_obs_groups)
+
+    def action_mean_std(self, obs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Distribution parameters: mean [B, A], std [B, A]."""
+        mean = self.actor(self.actor_normalizer(self.actor_input(obs)))
+        std = torch.exp(self.log_std).clamp_min(self.min_std).expand_as(mean)
+        return mean, std
+
+    def distribution(self, obs: dict[str, torch.Tensor]) -> Normal:
+        mean, std = self.action_mean_std(obs)
+        return Normal(mean, std)
+
+    def act_inference(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Deterministic action (the mean) [B, A]: what deployment runs."""
+        return self.actor(self.actor_normalizer(self.actor_input(obs)))
+
+    def evaluate(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        """State value [B, 1]."""
+        return self.critic(self.critic_normalizer(self.critic_input(obs)))
+
+    def update_normalization(self, obs: dict[str, torch.Tensor]) -> None:
+        if isinstance(self.actor_normalizer, EmpiricalNormalization):
+            self.actor_normalizer.update(self.actor_input(obs))
+            self.critic_normalizer.update(self.critic_input(obs))

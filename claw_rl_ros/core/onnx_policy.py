@@ -1,0 +1,132 @@
+"""The deployed student: an exported ONNX model run by onnxruntime on one thread.
+
+The model carries the robot spec in its metadata (``claw_rl_spec``); given the robot it will
+drive, :class:`OnnxPolicy` refuses a model made for another robot, joint order, gain set or
+observation layout, naming every difference. Only onnxruntime is needed (no torch, no onnx).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+
+from .robot import METADATA_KEY, RobotSpec
+
+INPUT_NAME = 'obs'
+OUTPUT_NAME = 'actions'
+
+
+class ModelError(ValueError):
+    """The file is not a usable claw_rl_ros policy model (missing, corrupt, no spec, bad I/O)."""
+
+
+class SpecMismatchError(ModelError):
+    """The model was exported for a robot spec that differs from the one it should drive."""
+
+
+def session_options() -> ort.SessionOptions:
+    """One intra-op and one inter-op thread, sequential: predictable latency next to ROS."""
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    return options
+
+
+def _read(source: str | Path | bytes) -> tuple[bytes, str]:
+    """(model bytes, a name for messages) from a path or from bytes."""
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        return bytes(source), '<model bytes>'
+    path = Path(source)
+    if not path.is_file():
+        raise ModelError(f'{path}: model file not found; give an exported .onnx file')
+    return path.read_bytes(), str(path)
+
+
+class OnnxPolicy:
+    """``actions = policy(obs)``: [obs_dim] -> [A] or [N, obs_dim] -> [N, A], float32.
+
+    Attributes: ``spec`` (the robot spec dict from the metadata), ``metadata`` (all metadata
+    strings), ``obs_dim``, ``num_actions``, ``sha256`` (hex digest of the model bytes, the
+    model's version name), ``name`` (path or ``<model bytes>``).
+    """
+
+    def __init__(self, source: str | Path | bytes, robot: RobotSpec | None = None):
+        data, self.name = _read(source)
+        self.sha256 = hashlib.sha256(data).hexdigest()
+        try:
+            self._session = ort.InferenceSession(data, session_options(),
+                                                 providers=['CPUExecutionProvider'])
+        except Exception as exc:  # noqa: BLE001 - onnxruntime raises several kinds of error
+            raise ModelError(f'{self.name}: not a loadable ONNX model ({_first_line(exc)})') \
+                from None
+        self.metadata = dict(self._session.get_modelmeta().custom_metadata_map)
+        self.spec = self._read_spec()
+        self.obs_dim = int(self.spec['obs_dim'])
+        self.num_actions = int(self.spec['action_dim'])
+        self._check_io()
+        if robot is not None:
+            self.check_robot(robot)
+        self._outputs = [OUTPUT_NAME]
+
+    def _read_spec(self) -> dict[str, Any]:
+        raw = self.metadata.get(METADATA_KEY)
+        if raw is None:
+            raise ModelError(f'{self.name}: no {METADATA_KEY!r} metadata, so its robot spec is '
+                             'unknown; export the model with `claw-rl export`')
+        try:
+            spec = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise ModelError(f'{self.name}: {METADATA_KEY!r} metadata is not JSON ({exc})') \
+                from None
+        if not isinstance(spec, dict) or not {'obs_dim', 'action_dim'} <= spec.keys():
+            raise ModelError(f'{self.name}: {METADATA_KEY!r} metadata lacks obs_dim/action_dim')
+        return spec
+
+    def _check_io(self) -> None:
+        """One float input ``obs`` [batch, obs_dim], an output ``actions`` [batch, A]."""
+        inputs = self._session.get_inputs()
+        outputs = {o.name: o for o in self._session.get_outputs()}
+        if [i.name for i in inputs] != [INPUT_NAME] or OUTPUT_NAME not in outputs:
+            raise ModelError(f'{self.name}: expected input {INPUT_NAME!r} and output '
+                             f'{OUTPUT_NAME!r}, model has inputs {[i.name for i in inputs]} and '
+                             f'outputs {list(outputs)}')
+        for arg, dim in ((inputs[0], self.obs_dim), (outputs[OUTPUT_NAME], self.num_actions)):
+            if arg.type != 'tensor(float)' or len(arg.shape) != 2 or arg.shape[1] != dim:
+                raise ModelError(f'{self.name}: {arg.name!r} is {arg.type} {arg.shape}, the '
+                                 f'spec metadata says tensor(float) [batch, {dim}]')
+
+    def check_robot(self, robot: RobotSpec) -> None:
+        """Raise :class:`SpecMismatchError` naming every difference from ``robot``'s spec."""
+        problems = robot.mismatches(self.spec)
+        if problems:
+            raise SpecMismatchError(
+                f'{self.name} was exported for a different robot spec than {robot.name!r} '
+                f'({len(problems)} mismatch(es)): ' + '; '.join(problems))
+
+    def __call__(self, obs: np.ndarray) -> np.ndarray:
+        """[obs_dim] or [N, obs_dim] observations -> [A] or [N, A] float32 actions."""
+        x = np.asarray(obs, dtype=np.float32)
+        single = x.ndim == 1
+        if single:
+            x = x[None]
+        if x.ndim != 2 or x.shape[1] != self.obs_dim:
+            raise ValueError(f'observation shape {tuple(np.shape(obs))}: expected '
+                             f'[{self.obs_dim}] or [N, {self.obs_dim}]')
+        if not np.isfinite(x).all():
+            bad = np.argwhere(~np.isfinite(x))[0]
+            raise ValueError(f'observation has a non-finite value (first at index '
+                             f'{tuple(int(i) for i in bad)}); refusing to act on it')
+        actions = self._session.run(self._outputs, {INPUT_NAME: x})[0]
+        return actions[0] if single else actions
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(exc).strip().splitlines()
+    return f'{type(exc).__name__}: {text[0] if text else ""}'

@@ -1,0 +1,154 @@
+"""PPO with an optional online-distillation term (rsl_rl-style algorithm interface).
+
+``act`` -> ``process_env_step`` (per control step), ``compute_returns`` (GAE), ``update``
+(mini-batch epochs of ``combined_loss``; returns a dict of floats).
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+
+from .networks import ActorCritic
+from .opd import combined_loss, compute_distillation_loss, gaussian_kl, update_teacher_with_ema
+from .registry import Obs, PolicyRegistry
+from .storage import MiniBatch, RolloutStorage
+from .train_config import DistillationConfig, PPOConfig
+
+
+class PPO:
+    """Clipped-surrogate PPO on an :class:`ActorCritic` student, plus alpha * KL to a teacher."""
+
+    def __init__(self, policy: ActorCritic, cfg: PPOConfig, distill: DistillationConfig,
+                 teacher: torch.nn.Module | None = None,
+                 generator: torch.Generator | None = None):
+        self.policy = policy
+        self.cfg = cfg
+        self.distill = distill
+        self.learning_rate = cfg.learning_rate
+        self.optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.learning_rate)
+        self.generator = generator
+        # The teacher is a registry entry: an EMA copy of the student, or a frozen policy.
+        if distill.teacher_mode == 'frozen' and teacher is None:
+            raise ValueError('teacher_mode frozen needs a teacher policy')
+        if teacher is None and distill.teacher_mode == 'ema':
+            teacher = copy.deepcopy(policy)
+        self.teacher = teacher
+        if teacher is not None:
+            teacher.requires_grad_(False)
+            teacher.eval()
+        self.registry = PolicyRegistry()
+        self.registry.register_module('student', policy)
+        if teacher is not None:
+            self.registry.register_module('teacher', teacher)
+        self.storage: RolloutStorage | None = None
+        self._pending: dict[str, torch.Tensor] = {}
+
+    def init_storage(self, num_steps: int, num_envs: int, obs_dims: dict[str, int],
+                     num_actions: int) -> None:
+        self.storage = RolloutStorage(num_steps, num_envs, obs_dims, num_actions)
+
+    @torch.no_grad()
+    def act(self, obs: Obs) -> torch.Tensor:
+        """Sample actions [N, A] for the current observations and remember the transition."""
+        dist = self.policy.distribution(obs)
+        actions = torch.normal(dist.mean, dist.stddev, generator=self.generator)
+        self._pending = {
+            'obs': obs, 'actions': actions, 'log_probs': dist.log_prob(actions).sum(-1),
+            'values': self.policy.evaluate(obs).squeeze(-1), 'mu': dist.mean,
+            'sigma': dist.stddev}
+        return actions
+
+    @torch.no_grad()
+    def process_env_step(self, rewards: torch.Tensor, dones: torch.Tensor,
+                         time_outs: torch.Tensor, final_obs: Obs | None) -> None:
+        """Store the step; time-outs are bootstrapped with the value of their final state."""
+        rewards = rewards.clone()
+        if final_obs is not None and time_outs.any():
+            final_values = self.policy.evaluate(final_obs).squeeze(-1)
+            rewards += self.cfg.gamma * final_values * time_outs
+        self.storage.add(rewards=rewards, dones=dones, **self._pending)
+
+    @torch.no_grad()
+    def compute_returns(self, last_obs: Obs) -> None:
+        """GAE over the stored rollout, bootstrapped from ``last_obs``."""
+        last_values = self.policy.evaluate(last_obs).squeeze(-1)
+        self.storage.compute_returns(last_values, self.cfg.gamma, self.cfg.lam,
+                                     normalize_advantages=not
+                                     self.cfg.normalize_advantage_per_mini_batch)
+
+    def update(self, alpha: float = 0.0) -> dict[str, float]:
+        """Mini-batch epochs of RL loss + alpha * KL(teacher || student); mean losses."""
+        cfg = self.cfg
+        sums = {'value_loss': 0.0, 'surrogate_loss': 0.0, 'entropy': 0.0, 'distillation_loss': 0.0,
+                'approx_kl': 0.0}
+        count = 0
+        for batch in self.storage.mini_batches(cfg.num_mini_batches, cfg.num_learning_epochs,
+                                               self.generator):
+            losses = self._update_mini_batch(batch, alpha)
+            for k, v in losses.items():
+                sums[k] += v
+            count += 1
+        self.storage.clear()
+        out = {k: v / count for k, v in sums.items()}
+        out['learning_rate'] = self.learning_rate
+        out['action_std'] = float(torch.exp(self.policy.log_std.detach()).mean())
+        out['alpha'] = alpha
+        return out
+
+    def _update_mini_batch(self, b: MiniBatch, alpha: float) -> dict[str, float]:
+        cfg = self.cfg
+        mu, sigma = self.policy.action_mean_std(b.obs)
+        dist = torch.distributions.Normal(mu, sigma)
+        log_probs = dist.log_prob(b.actions).sum(-1)
+        entropy = dist.entropy().sum(-1).mean()
+        # Adaptive learning rate from the KL between behaviour and current policy (rsl_rl).
+        with torch.no_grad():
+            approx_kl = gaussian_kl(b.mu, b.sigma, mu, sigma).sum(-1).mean().item()
+        if cfg.schedule == 'adaptive':
+            if approx_kl > 2.0 * cfg.desired_kl:
+                self.learning_rate = max(1e-5, self.learning_rate / 1.5)
+            elif 0.0 < approx_kl < 0.5 * cfg.desired_kl:
+                self.learning_rate = min(1e-2, self.learning_rate * 1.5)
+            for group in self.optimizer.param_groups:
+                group['lr'] = self.learning_rate
+        advantages = b.advantages
+        if cfg.normalize_advantage_per_mini_batch:
+            advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+        # Clipped surrogate: -min(r A, clip(r, 1 - e, 1 + e) A).
+        ratio = torch.exp(log_probs - b.log_probs)
+        surrogate = torch.max(-advantages * ratio,
+                              -advantages * ratio.clamp(1.0 - cfg.clip_param,
+                                                        1.0 + cfg.clip_param)).mean()
+        # Value loss, clipped around the behaviour values like the policy.
+        values = self.policy.evaluate(b.obs).squeeze(-1)
+        if cfg.use_clipped_value_loss:
+            clipped = b.values + (values - b.values).clamp(-cfg.clip_param, cfg.clip_param)
+            value_loss = torch.max((values - b.returns).square(),
+                                   (clipped - b.returns).square()).mean()
+        else:
+            value_loss = (values - b.returns).square().mean()
+        rl_loss = surrogate + cfg.value_loss_coef * value_loss - cfg.entropy_coef * entropy
+        distillation = compute_distillation_loss(self.registry, b.obs) \
+            if alpha > 0.0 and 'teacher' in self.registry else None
+        loss = combined_loss(rl_loss, distillation, alpha)
+        self.optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.max_grad_norm)
+        self.optimizer.step()
+        return {'value_loss': value_loss.item(), 'surrogate_loss': surrogate.item(),
+                'entropy': entropy.item(), 'approx_kl': approx_kl,
+                'distillation_loss': distillation.item() if distillation is not None else 0.0}
+
+    def update_teacher_with_ema(self) -> None:
+        """EMA teacher mode: let the teacher follow the student."""
+        if self.distill.teacher_mode == 'ema' and self.teacher is not None:
+            update_teacher_with_ema(self.teacher, self.policy, self.distill.ema_decay)
+
+    @torch.no_grad()
+    def kl_to_teacher(self, obs: Obs) -> float:
+        """Mean per-dimension KL(teacher || student) on ``obs`` (a metric)."""
+        if 'teacher' not in self.registry:
+            return 0.0
+        return float(compute_distillation_loss(self.registry, obs))

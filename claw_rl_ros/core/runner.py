@@ -1,0 +1,234 @@
+"""On-policy training loop: ``train_one_epoch`` = collect_experience -> compute_gae ->
+combined_loss updates -> update_teacher_with_ema, with checkpoints and logs (rsl_rl runner)."""
+
+from __future__ import annotations
+
+from collections import deque
+from pathlib import Path
+import time
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from . import checkpoint as ckpt
+from .config import ConfigError, to_dict
+from .env import VecLocomotionEnv
+from .networks import ActorCritic
+from .opd import alpha_at
+from .ppo import PPO
+from .train_config import TrainConfig
+
+
+def obs_to_torch(obs: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
+    return {k: torch.as_tensor(v, dtype=torch.float32) for k, v in obs.items()}
+
+
+def build_policy(cfg: TrainConfig, obs_dims: dict[str, int], num_actions: int) -> ActorCritic:
+    """The student actor-critic for the given observation group sizes."""
+    p = cfg.policy
+    policy = ActorCritic(
+        sum(obs_dims[g] for g in p.actor_obs_groups),
+        sum(obs_dims[g] for g in p.critic_obs_groups), num_actions,
+        actor_hidden_dims=p.actor_hidden_dims, critic_hidden_dims=p.critic_hidden_dims,
+        activation=p.activation, init_noise_std=p.init_noise_std, normalize_obs=p.normalize_obs,
+        actor_obs_groups=p.actor_obs_groups, critic_obs_groups=p.critic_obs_groups)
+    policy.min_std = p.min_noise_std
+    return policy
+
+
+def load_policy(path: str | Path) -> tuple[ActorCritic, TrainConfig, dict[str, Any]]:
+    """An actor-critic (with its config and the checkpoint payload) from a checkpoint file."""
+    from .config import from_dict
+    payload = ckpt.load_checkpoint(path)
+    cfg = from_dict(TrainConfig, payload['config'], source=f'{path}:config')
+    policy = build_policy(cfg, payload['obs_dims'], payload['num_actions'])
+    policy.load_state_dict(payload['model'])
+    return policy, cfg, payload
+
+
+class OnPolicyRunner:
+    """Trains a student with PPO (+ OPD) on a vec env that follows VecLocomotionEnv's contract."""
+
+    def __init__(self, cfg: TrainConfig, run_dir: str | Path, env: Any | None = None,
+                 log: Callable[[str], None] = print):
+        self.cfg = cfg
+        self.run_dir = Path(run_dir)
+        self.log = log
+        r = cfg.runner
+        torch.manual_seed(r.seed)
+        if r.torch_threads:
+            torch.set_num_threads(r.torch_threads)
+        self.generator = torch.Generator().manual_seed(r.seed)
+        if env is None:
+            cfg.env.seed = r.seed
+            env = VecLocomotionEnv(cfg.env)
+        self.env = env
+        self.obs_dims = {'policy': env.obs_dim, 'privileged': env.privileged_dim}
+        self.policy = build_policy(cfg, self.obs_dims, env.num_actions)
+        teacher = self._load_teacher() if cfg.distillation.teacher_mode == 'frozen' else None
+        self.alg = PPO(self.policy, cfg.ppo, cfg.distillation, teacher, self.generator)
+        self.alg.init_storage(r.num_steps_per_env, env.num_envs, self.obs_dims, env.num_actions)
+        self.iteration = 0
+        self.total_steps = 0
+        self.elapsed_s = 0.0
+        self.returns: deque[float] = deque(maxlen=200)
+        self.lengths: deque[float] = deque(maxlen=200)
+        self._episode_sums: dict[str, deque] = {}
+        self._stop = False
+        obs, _ = env.reset()
+        self.obs = obs_to_torch(obs)
+
+    # ------------------------------------------------------------------------- the loop
+    def collect_experience(self) -> dict[str, float]:
+        """The student acts for num_steps_per_env steps in every world; rollout stats."""
+        rewards, errors = [], []
+        diverged = 0
+        for _ in range(self.cfg.runner.num_steps_per_env):
+            actions = self.alg.act(self.obs)
+            obs, reward, terminated, truncated, extras = self.env.step(actions.numpy())
+            final = obs_to_torch(extras['final_obs']) if 'final_obs' in extras else None
+            done = torch.as_tensor(terminated | truncated, dtype=torch.float32)
+            self.alg.process_env_step(torch.as_tensor(reward), done,
+                                      torch.as_tensor(truncated, dtype=torch.float32), final)
+            self.obs = obs_to_torch(obs)
+            rewards.append(float(reward.mean()))
+            errors.append(extras.get('tracking_error', {}))
+            diverged += extras.get('diverged', 0)
+            if 'episode' in extras:
+                self._record_episodes(extras['episode'])
+        stats = {'mean_reward': float(np.mean(rewards)), 'diverged': diverged}
+        for key in errors[0]:
+            stats[f'tracking_error/{key}'] = float(np.mean([e[key] for e in errors]))
+        return stats
+
+    def _record_episodes(self, episode: dict[str, np.ndarray]) -> None:
+        self.returns.extend(episode['return'].tolist())
+        self.lengths.extend(episode['length_s'].tolist())
+        for key, values in episode.items():
+            if key.startswith('reward/'):
+                # Per-term episode sums per second of episode, as legged_gym logs them.
+                per_s = values / np.maximum(episode['length_s'], 1e-6)
+                self._episode_sums.setdefault(key, deque(maxlen=200)).extend(per_s.tolist())
+
+    def train_one_epoch(self) -> dict[str, float]:
+        """collect_experience -> compute_gae -> combined_loss updates -> teacher EMA."""
+        start = time.perf_counter()
+        rollout = self.collect_experience()
+        collect_s = time.perf_counter() - start
+        self.alg.compute_returns(self.obs)
+        alpha = alpha_at(self.cfg.distillation, self.iteration)
+        kl_teacher = self.alg.kl_to_teacher(self.alg.storage.obs_flat()) \
+            if self.alg.teacher is not None else 0.0
+        losses = self.alg.update(alpha)
+        # Normalisers learn from the rollout only now, so the rollout's behaviour policy is
+        # exactly the policy the update starts from (the adaptive-KL schedule relies on it).
+        self.policy.update_normalization(self.alg.storage.obs_flat(max_samples=1 << 30))
+        self.alg.update_teacher_with_ema()
+        elapsed = time.perf_counter() - start
+        steps = self.cfg.runner.num_steps_per_env * self.env.num_envs
+        self.iteration += 1
+        self.total_steps += steps
+        self.elapsed_s += elapsed
+        metrics = {'total_steps': self.total_steps, 'steps_per_s': steps / elapsed,
+                   'collect_s': collect_s, 'learn_s': elapsed - collect_s,
+                   'wall_time_s': self.elapsed_s, 'kl_to_teacher': kl_teacher,
+                   **rollout, **losses}
+        if self.returns:
+            metrics['mean_episode_return'] = float(np.mean(self.returns))
+            metrics['mean_episode_length_s'] = float(np.mean(self.lengths))
+        for key, values in sorted(self._episode_sums.items()):
+            metrics[key] = float(np.mean(values))
+        return metrics
+
+    def request_stop(self) -> None:
+        """Finish the current iteration, save, and return from learn() (Ctrl-C)."""
+        self._stop = True
+
+    def learn(self, on_iteration: Callable[[int, dict], None] | None = None) -> dict[str, Any]:
+        """Iterate until max_iterations, the time budget, or request_stop(); returns a summary."""
+        r = self.cfg.runner
+        metrics: dict[str, float] = {}
+        start_iteration, start_elapsed = self.iteration, self.elapsed_s
+        while self.iteration < r.max_iterations and not self._stop:
+            if r.time_budget_s and self.elapsed_s >= r.time_budget_s:
+                break
+            metrics = self.train_one_epoch()
+            if on_iteration is not None:
+                on_iteration(self.iteration, metrics)
+            if self.iteration % r.save_interval == 0:
+                self.save()
+        if self.iteration != self._last_saved():
+            self.save()
+        return {'iterations': self.iteration - start_iteration,
+                'seconds': self.elapsed_s - start_elapsed, 'stopped': self._stop,
+                'final_metrics': metrics}
+
+    # ----------------------------------------------------------------------- checkpoints
+    def _last_saved(self) -> int | None:
+        latest = ckpt.latest_checkpoint(self.run_dir)
+        return int(latest.stem.split('_')[1]) if latest else None
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            'iteration': self.iteration, 'total_steps': self.total_steps,
+            'elapsed_s': self.elapsed_s, 'config': to_dict(self.cfg),
+            'obs_dims': self.obs_dims, 'num_actions': self.env.num_actions,
+            'model': self.policy.state_dict(),
+            'teacher': self.alg.teacher.state_dict() if self.alg.teacher is not None else None,
+            'optimizer': self.alg.optimizer.state_dict(),
+            'learning_rate': self.alg.learning_rate,
+            'rng': {'torch': torch.get_rng_state(), 'generator': self.generator.get_state()},
+            'env': ckpt.to_torch(self.env.get_state()),
+            'obs': {k: v.clone() for k, v in self.obs.items()},
+            'episodes': {'returns': list(self.returns), 'lengths': list(self.lengths),
+                         'sums': {k: list(v) for k, v in self._episode_sums.items()}},
+            'robot': getattr(self.env, 'robot', None).to_metadata()
+            if hasattr(self.env, 'robot') else None,
+        }
+
+    def save(self) -> Path:
+        path = ckpt.checkpoint_path(self.run_dir, self.iteration)
+        ckpt.save_checkpoint(path, self.state_dict())
+        ckpt.prune_checkpoints(self.run_dir, self.cfg.runner.keep_checkpoints)
+        return path
+
+    def load(self, path: str | Path) -> None:
+        """Continue exactly where the checkpoint left off (model, optimizer, env, RNG)."""
+        payload = ckpt.load_checkpoint(path)
+        if payload['obs_dims'] != self.obs_dims or payload['num_actions'] != self.env.num_actions:
+            raise ConfigError(str(path), 'obs_dims', f'checkpoint was trained with '
+                              f'{payload["obs_dims"]}, this env has {self.obs_dims}')
+        self.policy.load_state_dict(payload['model'])
+        if payload['teacher'] is not None and self.alg.teacher is not None:
+            self.alg.teacher.load_state_dict(payload['teacher'])
+        self.alg.optimizer.load_state_dict(payload['optimizer'])
+        self.alg.learning_rate = payload['learning_rate']
+        torch.set_rng_state(payload['rng']['torch'])
+        self.generator.set_state(payload['rng']['generator'])
+        self.env.set_state(ckpt.to_numpy(payload['env']))
+        self.obs = {k: v.clone() for k, v in payload['obs'].items()}
+        self.iteration = payload['iteration']
+        self.total_steps = payload['total_steps']
+        self.elapsed_s = payload['elapsed_s']
+        episodes = payload['episodes']
+        self.returns.extend(episodes['returns'])
+        self.lengths.extend(episodes['lengths'])
+        for k, v in episodes['sums'].items():
+            self._episode_sums.setdefault(k, deque(maxlen=200)).extend(v)
+
+    def _load_teacher(self) -> ActorCritic:
+        path = self.cfg.distillation.teacher_checkpoint
+        teacher, _, payload = load_policy(path)
+        if payload['num_actions'] != self.env.num_actions:
+            raise ConfigError(str(path), 'num_actions', f'teacher has {payload["num_actions"]} '
+                              f'actions, the robot {self.env.num_actions}')
+        for group in teacher.actor_obs_groups:
+            if payload['obs_dims'].get(group) != self.obs_dims.get(group):
+                raise ConfigError(str(path), 'obs_dims', f'teacher observation group {group!r} '
+                                  f'has {payload["obs_dims"].get(group)} values, the env '
+                                  f'{self.obs_dims.get(group)}')
+        return teacher
+
+    def close(self) -> None:
+        self.env.close()

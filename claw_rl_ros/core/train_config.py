@@ -1,0 +1,119 @@
+"""Typed configuration of a training run: env, policy, algorithm, distillation, runner."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, Optional
+
+from .config import ConfigError, from_dict, load_yaml, param
+from .env_config import EnvConfig
+from . import paths
+
+
+@dataclass
+class PolicyConfig:
+    """Actor-critic networks (the student's actor is what gets exported)."""
+
+    actor_hidden_dims: list[int] = param([128, 128, 128], 'actor MLP hidden sizes', ge=1)
+    critic_hidden_dims: list[int] = param([256, 256, 128], 'critic MLP hidden sizes', ge=1)
+    activation: Literal['elu', 'relu', 'tanh', 'selu', 'leaky_relu'] = param(
+        'elu', 'hidden-layer activation')
+    init_noise_std: float = param(1.0, 'initial action standard deviation', gt=0)
+    min_noise_std: float = param(0.05, 'floor on the action std during training', ge=0)
+    actor_obs_groups: list[str] = param(['policy'], 'observation groups the actor reads')
+    critic_obs_groups: list[str] = param(['policy', 'privileged'], 'groups the critic reads')
+    normalize_obs: bool = param(True, 'running mean/std observation normaliser')
+
+
+@dataclass
+class PPOConfig:
+    """PPO hyper-parameters (rsl_rl defaults)."""
+
+    num_learning_epochs: int = param(5, 'passes over each rollout', ge=1)
+    num_mini_batches: int = param(4, 'mini-batches per pass', ge=1)
+    clip_param: float = param(0.2, 'surrogate ratio clip', gt=0)
+    gamma: float = param(0.99, 'discount', ge=0, le=1)
+    lam: float = param(0.95, 'GAE lambda', ge=0, le=1)
+    value_loss_coef: float = param(1.0, 'value loss weight', ge=0)
+    entropy_coef: float = param(0.01, 'entropy bonus weight', ge=0)
+    learning_rate: float = param(1e-3, 'Adam learning rate (initial, if adaptive)', gt=0)
+    max_grad_norm: float = param(1.0, 'gradient-norm clip', gt=0)
+    use_clipped_value_loss: bool = param(True, 'clip the value update like the policy')
+    schedule: Literal['adaptive', 'fixed'] = param('adaptive', 'learning-rate schedule')
+    desired_kl: float = param(0.01, 'target KL of the adaptive schedule', gt=0)
+    normalize_advantage_per_mini_batch: bool = param(False, 'else over the whole rollout')
+
+
+@dataclass
+class DistillationConfig:
+    """Online policy distillation: loss = RL loss + alpha * KL(teacher || student)."""
+
+    alpha: float = param(0.0, 'distillation weight (0 = plain PPO)', ge=0)
+    alpha_final: Optional[float] = param(None, 'alpha at the end of the schedule (None = '
+                                               'constant)', ge=0)
+    alpha_schedule_iterations: int = param(0, 'iterations to move alpha to alpha_final', ge=0)
+    teacher_mode: Literal['none', 'ema', 'frozen'] = param(
+        'none', 'none (plain PPO), ema (teacher = EMA of the student) or frozen (loaded from '
+        'teacher_checkpoint)')
+    ema_decay: float = param(0.995, 'teacher <- decay * teacher + (1 - decay) * student',
+                             ge=0, le=1)
+    teacher_checkpoint: Optional[str] = param(None, 'checkpoint of a frozen teacher')
+
+
+@dataclass
+class RunnerConfig:
+    """The training loop: rollout length, budget, logging and checkpoints."""
+
+    num_steps_per_env: int = param(24, 'control steps per world per iteration', ge=1)
+    max_iterations: int = param(1000, 'training iterations', ge=1)
+    time_budget_s: float = param(0.0, 'stop after this wall time (0 = no limit)', ge=0)
+    save_interval: int = param(50, 'iterations between checkpoints', ge=1)
+    keep_checkpoints: int = param(3, 'newest checkpoints kept (besides the last)', ge=1)
+    seed: int = param(1, 'seed of torch, numpy and the env', ge=0)
+    torch_threads: int = param(0, 'torch intra-op threads (0 = cores)', ge=0)
+    run_dir: str = param('runs', 'parent folder of run directories')
+    run_name: str = param('', 'run directory name (empty = time stamp)')
+    log_interval: int = param(1, 'iterations between progress lines', ge=1)
+    eval_episodes: int = param(20, 'episodes of the evaluation after training (0 = none)', ge=0)
+
+
+@dataclass
+class TrainConfig:
+    """Everything a training run needs; written resolved into its run directory."""
+
+    algorithm: Literal['ppo'] = param('ppo', 'training algorithm')
+    env: EnvConfig = param(EnvConfig(), 'environment')
+    policy: PolicyConfig = param(PolicyConfig(), 'networks')
+    ppo: PPOConfig = param(PPOConfig(), 'PPO')
+    distillation: DistillationConfig = param(DistillationConfig(), 'online distillation')
+    runner: RunnerConfig = param(RunnerConfig(), 'loop, logging, checkpoints')
+
+    def __post_init__(self):
+        d = self.distillation
+        if d.teacher_mode == 'none' and (d.alpha > 0 or (d.alpha_final or 0) > 0):
+            raise ConfigError('', 'distillation.alpha', f'alpha is {d.alpha} but teacher_mode is '
+                              'none; choose teacher_mode ema or frozen, or set alpha to 0')
+        if d.teacher_mode == 'frozen' and not d.teacher_checkpoint:
+            raise ConfigError('', 'distillation.teacher_checkpoint', 'teacher_mode is frozen '
+                              'but no teacher checkpoint is given; set it or pass --teacher')
+        if d.alpha_final is not None and d.alpha_schedule_iterations == 0:
+            raise ConfigError('', 'distillation.alpha_schedule_iterations', 'alpha_final is set '
+                              'but the schedule has 0 iterations; give its length')
+        for key in ('actor_obs_groups', 'critic_obs_groups'):
+            for group in getattr(self.policy, key):
+                if group not in ('policy', 'privileged'):
+                    raise ConfigError('', f'policy.{key}', f'unknown group {group!r}; use '
+                                      'policy and/or privileged')
+        if self.policy.actor_obs_groups[:1] != ['policy']:
+            raise ConfigError('', 'policy.actor_obs_groups', 'must start with policy')
+
+
+def load_train_config(path: str | Path, overrides: dict | None = None) -> TrainConfig:
+    """Read a train YAML (optionally patched by ``overrides``) into a TrainConfig."""
+    from .config import merge
+    resolved = paths.config_path(str(path))
+    data = load_yaml(resolved)
+    if overrides:
+        data = merge(data, overrides)
+    return from_dict(TrainConfig, data, source=str(resolved))

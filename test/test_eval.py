@@ -1,0 +1,231 @@
+"""Evaluation, gait rendering and the export -> eval command line, end to end."""
+
+import dataclasses
+import hashlib
+import json
+import os
+from pathlib import Path
+import subprocess
+import sys
+
+import mujoco
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from claw_rl_ros import cli
+from claw_rl_ros.core import render
+from claw_rl_ros.core.config import from_dict
+from claw_rl_ros.core.env_config import EnvConfig
+from claw_rl_ros.core.evaluate import evaluate, torch_policy_fn
+from claw_rl_ros.core.export import export_onnx
+from claw_rl_ros.core.networks import ActorCritic
+from claw_rl_ros.core.onnx_policy import OnnxPolicy
+from claw_rl_ros.core.runner import OnPolicyRunner
+from claw_rl_ros.core.train_config import TrainConfig
+
+SHORT = {'episode_length_s': 1.0, 'num_threads': 1}
+
+
+def env_cfg(**overrides):
+    return from_dict(EnvConfig, {**SHORT, **overrides}, source='test')
+
+
+def zeros(obs):
+    return np.zeros((len(obs), 12))
+
+
+def flailing(obs):
+    """Full-range alternating targets: the robot throws itself over within a second."""
+    return np.tile([10.0, -10.0, 10.0, -10.0, -10.0, 10.0] * 2, (len(obs), 1))
+
+
+def test_standing_policy_does_not_fall(robot):
+    report = evaluate(zeros, env_cfg(), robot, episodes=4, seed=0, settle_s=0.5)
+    assert report.episodes == 4 and report.falls == 0 and report.fall_rate == 0.0
+    assert report.mean_length_s == pytest.approx(1.0)
+    assert report.mean_return > 0.0
+    errors = [report.tracking_error_vx, report.tracking_error_vy, report.tracking_error_yaw]
+    assert all(np.isfinite(e) and 0.0 <= e < 2.0 for e in errors)
+    assert abs(report.mean_forward_speed) < 0.1
+    json.dumps(report.to_dict(), allow_nan=False)
+    assert 'falls 0/4' in report.format()
+
+
+def test_falls_are_counted_once_per_world(robot):
+    # Worlds fall after ~0.3 s and fall again after auto-reset: only the first episode counts.
+    report = evaluate(flailing, env_cfg(), robot, episodes=4, seed=0)
+    assert report.falls == 4 and report.fall_rate == 1.0
+    assert report.mean_length_s < 0.6
+    data = report.to_dict()
+    assert data['tracking_error_vx'] is None  # fell before settle_s: nothing was measured
+    json.dumps(data, allow_nan=False)
+
+
+def command_recorder(robot, seen):
+    """A standing policy that records the command part of every observation it gets."""
+    part = next(s for s in robot.policy_obs.slices if s.name == 'velocity_commands')
+
+    def policy(obs):
+        seen.append(obs[:, part.start:part.start + part.size] / part.scale)
+        return zeros(obs)
+    return policy
+
+
+def test_fixed_command_is_fixed_for_the_whole_episode(robot):
+    # The config would resample every 0.1 s and make every command "stand": both overridden.
+    cfg = env_cfg(commands={'resample_time_s': 0.1, 'standing_probability': 1.0,
+                            'min_speed': 1.0})
+    seen = []
+    report = evaluate(command_recorder(robot, seen), cfg, robot, episodes=3,
+                      command=(0.4, -0.1, 0.3), settle_s=0.5)
+    commands = np.concatenate(seen)
+    assert len(seen) == 50
+    np.testing.assert_allclose(commands, np.tile([0.4, -0.1, 0.3], (150, 1)), atol=1e-6)
+    assert report.command == [0.4, -0.1, 0.3]
+    # Standing still against a 0.4 m/s command: the x error is about the command.
+    assert 0.3 < report.tracking_error_vx < 0.5
+    assert 'fixed vx=0.40 m/s' in report.format()
+
+
+def test_sampled_commands_cover_the_configured_range(robot):
+    seen = []
+    cfg = env_cfg(commands={'standing_probability': 0.0, 'min_speed': 0.0})
+    evaluate(command_recorder(robot, seen), cfg, robot, episodes=6, seed=3)
+    first = seen[0]
+    assert len(np.unique(first[:, 0])) == 6
+    assert (first[:, 0] >= -0.5).all() and (first[:, 0] <= 1.0).all()
+
+
+def test_torch_policy_fn_is_the_deterministic_action(robot):
+    policy = ActorCritic(45, 60, 12, actor_hidden_dims=[16], critic_hidden_dims=[16])
+    obs = np.random.default_rng(0).normal(size=(5, 45)).astype(np.float32)
+    with torch.no_grad():
+        expected = policy.act_inference({'policy': torch.from_numpy(obs)}).numpy()
+    np.testing.assert_array_equal(torch_policy_fn(policy)(obs), expected)
+
+
+def test_evaluate_rejects_zero_episodes(robot):
+    with pytest.raises(ValueError, match='episodes must be >= 1'):
+        evaluate(zeros, env_cfg(), robot, episodes=0)
+
+
+RENDER_SCRIPT = '''
+import sys
+import numpy as np
+from claw_rl_ros.core.render import render_gait
+from claw_rl_ros.core.robot import load_robot
+rng = np.random.default_rng(0)
+robot = load_robot('claw_quadruped')
+policy = lambda obs: rng.normal(0.0, 1.0, (len(obs), robot.num_joints))
+render_gait(policy, robot, sys.argv[1], seconds=1.0, fps=10, width=160, height=120)
+render_gait(policy, robot, sys.argv[2], seconds=1.0, width=160, height=120)
+'''
+
+
+def test_render_writes_a_real_gif_and_png_strip(tmp_path):
+    from PIL import Image, ImageSequence
+    gif, png = tmp_path / 'gait.gif', tmp_path / 'gait.png'
+    # MuJoCo picks its GL backend at import, so render in a fresh process with osmesa.
+    env = {k: v for k, v in os.environ.items() if k != 'PYOPENGL_PLATFORM'}
+    env['MUJOCO_GL'] = 'osmesa'
+    result = subprocess.run([sys.executable, '-c', RENDER_SCRIPT, str(gif), str(png)],
+                            env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    with Image.open(gif) as image:
+        assert image.format == 'GIF' and image.size == (160, 120)
+        assert image.info['loop'] == 0 and image.info['duration'] == 100
+        frames = [np.asarray(f.convert('RGB'), dtype=np.int16)
+                  for f in ImageSequence.Iterator(image)]
+    assert len(frames) == 10
+    assert all(f.std() > 10.0 for f in frames)  # not blank
+    changes = [np.abs(a - b).mean() for a, b in zip(frames[:-1], frames[1:])]
+    assert min(changes) > 0.05  # every frame differs from the previous one
+    with Image.open(png) as strip:
+        assert strip.size == (6 * 160, 120)
+
+
+def test_render_reports_how_to_get_a_backend(robot, tmp_path, monkeypatch):
+    def no_gl(*args, **kwargs):
+        raise mujoco.FatalError('an OpenGL platform library has not been loaded')
+    monkeypatch.setattr(mujoco, 'Renderer', no_gl)
+    with pytest.raises(render.RenderUnavailable) as err:
+        render.render_gait(zeros, robot, tmp_path / 'g.gif', seconds=0.1)
+    assert 'apt-get install libosmesa6' in str(err.value)
+    assert 'MUJOCO_GL=osmesa' in str(err.value) and 'MUJOCO_GL=egl' in str(err.value)
+    with pytest.raises(ValueError, match='.gif'):
+        render.render_gait(zeros, robot, tmp_path / 'g.mp4')
+
+
+@pytest.fixture(scope='module')
+def run_dir(tmp_path_factory):
+    """A run directory with one checkpoint written by the real training runner."""
+    path = tmp_path_factory.mktemp('run')
+    cfg = from_dict(TrainConfig, {
+        'env': {'num_envs': 2, 'num_threads': 1, 'episode_length_s': 1.0},
+        'policy': {'actor_hidden_dims': [32, 32], 'critic_hidden_dims': [32]},
+        'runner': {'num_steps_per_env': 4, 'max_iterations': 1, 'torch_threads': 1}})
+    runner = OnPolicyRunner(cfg, path, log=lambda line: None)
+    runner.save()
+    runner.close()
+    return path
+
+
+def test_cli_export_then_eval_end_to_end(run_dir, tmp_path, capsys):
+    model = tmp_path / 'student.onnx'
+    checkpoint = run_dir / 'checkpoints' / 'model_0.pt'
+    assert cli.main(['export', '--checkpoint', str(checkpoint), '--out', str(model)]) == 0
+    text = capsys.readouterr().out
+    assert hashlib.sha256(model.read_bytes()).hexdigest() in text
+    config = tmp_path / 'train.yaml'
+    config.write_text(yaml.safe_dump({'env': SHORT}))
+    report = tmp_path / 'eval.json'
+    assert cli.main(['eval', '--model', str(model), '--episodes', '3', '--command', '0.3', '0',
+                     '0', '--config', str(config), '--no-randomization', '--json',
+                     str(report)]) == 0
+    text = capsys.readouterr().out
+    assert 'evaluation: 3 episodes of 1 s' in text and 'randomisation off' in text
+    data = json.loads(report.read_text())
+    assert data['sha256'] == OnnxPolicy(model).sha256 and data['robot'] == 'claw_quadruped'
+    assert data['episodes'] == 3 and data['command'] == [0.3, 0.0, 0.0]
+    assert data['mean_length_s'] == pytest.approx(1.0) and data['falls'] == 0
+
+
+def write_mismatched_model(robot, path):
+    other = dataclasses.replace(robot, kp=robot.kp + 5.0)
+    policy = ActorCritic(45, 60, 12, actor_hidden_dims=[16], critic_hidden_dims=[16])
+    return export_onnx(policy, other, path)
+
+
+def test_cli_eval_errors_are_one_line_exit_2(robot, tmp_path, capsys):
+    junk = tmp_path / 'junk.onnx'
+    junk.write_bytes(b'\x00garbage')
+    mismatched = write_mismatched_model(robot, tmp_path / 'other.onnx')
+    cases = [
+        (['--model', str(tmp_path / 'missing.onnx')], 'model file not found'),
+        (['--model', str(junk)], 'not a loadable ONNX model'),
+        (['--model', str(mismatched)], 'kp: model has'),
+        (['--model', str(mismatched), '--episodes', '0'], '--episodes'),
+        (['--model', str(mismatched), '--gif', 'out.mp4'], '.gif'),
+    ]
+    for argv, message in cases:
+        assert cli.main(['eval', *argv]) == 2, argv
+        err = capsys.readouterr().err
+        assert message in err and err.count('\n') == 1 and 'Traceback' not in err, err
+
+
+def test_cli_eval_gif_without_gl_exits_2_with_the_fix(robot, tmp_path, capsys, monkeypatch):
+    model = export_onnx(ActorCritic(45, 60, 12, actor_hidden_dims=[16], critic_hidden_dims=[16]),
+                        robot, tmp_path / 'student.onnx')
+    config = tmp_path / 'train.yaml'
+    config.write_text(yaml.safe_dump({'env': SHORT}))
+
+    def no_gl(*args, **kwargs):
+        raise RuntimeError('no display')
+    monkeypatch.setattr(mujoco, 'Renderer', no_gl)
+    assert cli.main(['eval', '--model', str(model), '--episodes', '1', '--config', str(config),
+                     '--gif', str(tmp_path / 'g.gif')]) == 2
+    captured = capsys.readouterr()
+    assert 'falls' in captured.out and 'libosmesa6' in captured.err
+    assert not Path(tmp_path / 'g.gif').exists()
