@@ -30,17 +30,20 @@ $(STAMP): requirements.txt setup.py
 	rm -f $(VENV)/.installed-*
 	touch $@
 
-# Until training lands, the main job holds the default pose under PD control and reports.
+# The main job: train the claw quadruped from scratch, export student.onnx, evaluate it.
 train: venv sysdeps
-	$(BIN)/claw-rl stand --seconds 5
+	$(BIN)/claw-rl train --config $(TRAIN_CONFIG)
 
 # pytest exit 5 (no test collected) means the suite is broken: fail on it like any other error.
 test: venv sysdeps
 	@$(BIN)/python -m pytest test $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo 'pytest collected no tests: failing'; exit 1; fi; exit $$rc
 
+# Benchmarks print ratios measured side by side; stable-baselines3 is a bench-only dependency.
 bench: venv
+	$(PIP) install -q -r requirements-bench.txt
 	$(BIN)/python bench/env_throughput.py
+	$(BIN)/python bench/ppo_vs_sb3.py
 
 clean-venv:
 	rm -rf $(VENV)

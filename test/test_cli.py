@@ -22,4 +22,4 @@ def test_missing_robot_config_exits_2_with_one_line(capsys):
 def test_console_script_runs_as_module():
     result = subprocess.run([sys.executable, '-m', 'claw_rl_ros.cli', 'spec'],
                             capture_output=True, text=True, timeout=60)
-    assert result.returncode == 0 and '"obs_dim": 45' in result.stdout
+    assert result.returncode == 0 and '"obs_dim": 47' in result.stdout

@@ -16,13 +16,13 @@ def random_actions(rng, env, scale=1.0):
 def test_shapes_and_finiteness_over_1000_random_steps(make_env):
     env = make_env(num_envs=8, episode_length_s=2.0)
     obs, _ = env.reset(seed=1)
-    assert obs['policy'].shape == (8, 45) and obs['policy'].dtype == np.float32
+    assert obs['policy'].shape == (8, 47) and obs['policy'].dtype == np.float32
     assert obs['privileged'].shape == (8, env.privileged_dim)
     rng = np.random.default_rng(0)
     dones = 0
     for _ in range(1000):
         obs, reward, terminated, truncated, extras = env.step(random_actions(rng, env))
-        assert obs['policy'].shape == (8, 45) and reward.shape == (8,)
+        assert obs['policy'].shape == (8, 47) and reward.shape == (8,)
         assert terminated.shape == truncated.shape == (8,) and terminated.dtype == bool
         assert np.isfinite(obs['policy']).all() and np.isfinite(obs['privileged']).all()
         assert np.isfinite(reward).all()
@@ -266,3 +266,55 @@ def test_pushes_kick_the_base(make_env):
     before = env.physics.qvel[:, 0:2].copy()
     env.step(np.zeros((8, 12)))  # second step is a push step
     assert np.abs(env.physics.qvel[:, 0:2] - before).max() > 0.2
+
+
+def test_gait_clock_advances_and_plans_a_diagonal_trot(make_env):
+    env = make_env(num_envs=2, randomization={'enabled': False}, noise={'enabled': False},
+                   commands={'standing_probability': 0.0, 'min_speed': 0.0,
+                             'lin_vel_x': [0.5, 0.5]})
+    env.reset(seed=0)
+    env.gait_phase[:] = [0.0, 0.3]
+    obs, *_ = env.step(np.zeros((2, 12)))
+    # 0.02 s of a 0.4 s cycle = 0.05 of a phase; the policy sees sin/cos of it.
+    np.testing.assert_allclose(env.gait_phase, [0.05, 0.35])
+    np.testing.assert_allclose(obs['policy'][:, -2:], np.stack(
+        [np.sin(2 * np.pi * env.gait_phase), np.cos(2 * np.pi * env.gait_phase)], axis=1),
+        atol=1e-6)
+    stance = env._desired_stance(env.commands)
+    # FL and RR step together, FR and RL half a cycle later.
+    assert stance[0].tolist() == [True, False, False, True]
+    env.commands[1] = 0.0
+    assert env._desired_stance(env.commands)[1].tolist() == [True] * 4
+
+
+def test_gait_rewards_match_hand_computed_values():
+    s = crafted_step()
+    s.foot_contact = np.array([[1.0, 0.0, 1.0, 1.0], [1.0, 1.0, 1.0, 1.0]])
+    s.desired_stance = np.array([[True, False, False, True], [True, True, True, True]])
+    s.foot_height = np.array([[0.0, 0.06, 0.01, 0.0], [0.0, 0.0, 0.0, 0.0]])
+    p = params(swing_height_target=0.05)
+    np.testing.assert_allclose(R.gait_contact(s, p), [0.75, 1.0])
+    # Swing feet FR (lifted past the target: 1) and RL (0.01 / 0.05); no swing feet: 0.
+    np.testing.assert_allclose(R.feet_clearance(s, p), [(1.0 + 0.2) / 2, 0.0])
+
+
+def test_gait_rewards_without_a_gait_clock_are_refused(robot):
+    import dataclasses
+    from claw_rl_ros.core.config import ConfigError
+    from claw_rl_ros.core.env import VecLocomotionEnv
+    from claw_rl_ros.core.env_config import EnvConfig
+    no_gait = dataclasses.replace(robot, gait_period=0.0)
+    with pytest.raises(ConfigError, match='gait_contact: needs a gait clock'):
+        VecLocomotionEnv(EnvConfig(num_envs=1), no_gait)
+
+
+def test_foot_heights_are_zero_standing_and_positive_when_lifted(make_env):
+    env = make_env(num_envs=1, randomization={'enabled': False}, noise={'enabled': False},
+                   commands={'standing_probability': 1.0})
+    env.reset(seed=0)
+    for _ in range(50):
+        env.step(np.zeros((1, 12)))
+    lo, hi = env.physics.sensors.foot_pos
+    z = env.physics.sensordata[0, -1, lo:hi].reshape(-1, 3)[:, 2]
+    heights = z - env.physics.foot_ground_offset
+    assert np.abs(heights).max() < 0.01

@@ -99,8 +99,8 @@ def test_sampled_commands_cover_the_configured_range(robot):
 
 
 def test_torch_policy_fn_is_the_deterministic_action(robot):
-    policy = ActorCritic(45, 60, 12, actor_hidden_dims=[16], critic_hidden_dims=[16])
-    obs = np.random.default_rng(0).normal(size=(5, 45)).astype(np.float32)
+    policy = ActorCritic(47, 60, 12, actor_hidden_dims=[16], critic_hidden_dims=[16])
+    obs = np.random.default_rng(0).normal(size=(5, 47)).astype(np.float32)
     with torch.no_grad():
         expected = policy.act_inference({'policy': torch.from_numpy(obs)}).numpy()
     np.testing.assert_array_equal(torch_policy_fn(policy)(obs), expected)
@@ -194,7 +194,7 @@ def test_cli_export_then_eval_end_to_end(run_dir, tmp_path, capsys):
 
 def write_mismatched_model(robot, path):
     other = dataclasses.replace(robot, kp=robot.kp + 5.0)
-    policy = ActorCritic(45, 60, 12, actor_hidden_dims=[16], critic_hidden_dims=[16])
+    policy = ActorCritic(47, 60, 12, actor_hidden_dims=[16], critic_hidden_dims=[16])
     return export_onnx(policy, other, path)
 
 
@@ -216,7 +216,7 @@ def test_cli_eval_errors_are_one_line_exit_2(robot, tmp_path, capsys):
 
 
 def test_cli_eval_gif_without_gl_exits_2_with_the_fix(robot, tmp_path, capsys, monkeypatch):
-    model = export_onnx(ActorCritic(45, 60, 12, actor_hidden_dims=[16], critic_hidden_dims=[16]),
+    model = export_onnx(ActorCritic(47, 60, 12, actor_hidden_dims=[16], critic_hidden_dims=[16]),
                         robot, tmp_path / 'student.onnx')
     config = tmp_path / 'train.yaml'
     config.write_text(yaml.safe_dump({'env': SHORT}))

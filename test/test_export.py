@@ -57,7 +57,7 @@ def torch_actions(policy, obs):
 def test_parity_over_1000_random_observations(policy, model_path):
     assert policy.actor_normalizer.mean.abs().max() > 1.0  # the normaliser is not identity
     assert verify_onnx(policy, model_path, num_samples=1000) < 1e-5
-    obs = (np.random.default_rng(1).standard_normal((1000, 45)) * 3.0).astype(np.float32)
+    obs = (np.random.default_rng(1).standard_normal((1000, 47)) * 3.0).astype(np.float32)
     onnx_out = OnnxPolicy(model_path)(obs)
     assert np.abs(onnx_out - torch_actions(policy, obs)).max() < 1e-5
     assert np.abs(onnx_out).max() > 1e-2  # a non-trivial function
@@ -71,20 +71,20 @@ def test_graph_names_opset_checker_and_metadata(model_path, robot):
     assert (inp.name, out.name) == ('obs', 'actions')
     dims = [[d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim]
             for v in (inp, out)]
-    assert dims == [['batch', 45], ['batch', 12]]
+    assert dims == [['batch', 47], ['batch', 12]]
     props = {p.key: p.value for p in model.metadata_props}
     spec = json.loads(props[METADATA_KEY])
     assert spec == json.loads(json.dumps(robot.to_metadata()))
     assert robot.mismatches(spec) == []
     assert [t['name'] for t in spec['observation']] == robot.policy_obs.names
-    assert spec['joint_names'] == robot.joint_names and spec['obs_dim'] == 45
+    assert spec['joint_names'] == robot.joint_names and spec['obs_dim'] == 47
     assert json.loads(props['run']) == 'unit-test' and json.loads(props['iteration']) == 7
     assert props['claw_rl_format'] == '1' and float(props['parity_max_abs_diff']) < 1e-5
 
 
 def test_dynamic_batch_and_single_observation(model_path):
     model = OnnxPolicy(model_path)
-    obs = np.random.default_rng(2).normal(0.0, 2.0, (256, 45)).astype(np.float32)
+    obs = np.random.default_rng(2).normal(0.0, 2.0, (256, 47)).astype(np.float32)
     batch = model(obs)
     assert batch.shape == (256, 12) and batch.dtype == np.float32
     assert model(obs[:7]).shape == (7, 12)
@@ -97,11 +97,11 @@ def test_dynamic_batch_and_single_observation(model_path):
 def test_from_path_and_from_bytes_are_identical(model_path, robot):
     data = model_path.read_bytes()
     from_path, from_bytes = OnnxPolicy(model_path, robot), OnnxPolicy(data, robot)
-    obs = np.random.default_rng(3).normal(0.0, 3.0, (64, 45)).astype(np.float32)
+    obs = np.random.default_rng(3).normal(0.0, 3.0, (64, 47)).astype(np.float32)
     np.testing.assert_array_equal(from_path(obs), from_bytes(obs))
     assert from_path.sha256 == from_bytes.sha256 == hashlib.sha256(data).hexdigest()
     assert from_bytes.spec == from_path.spec and from_bytes.metadata == from_path.metadata
-    assert (from_path.obs_dim, from_path.num_actions) == (45, 12)
+    assert (from_path.obs_dim, from_path.num_actions) == (47, 12)
 
 
 def test_changed_gain_is_refused_naming_it(model_path, robot):
@@ -128,10 +128,10 @@ def layout_without_last_action(robot):
 def test_model_for_another_observation_layout_is_refused(robot, tmp_path):
     short = dataclasses.replace(robot, policy_obs=layout_without_last_action(robot))
     path = export_onnx(make_policy(short), short, tmp_path / 'short.onnx')
-    assert OnnxPolicy(path, short).obs_dim == 33
+    assert OnnxPolicy(path, short).obs_dim == 35
     with pytest.raises(SpecMismatchError) as err:
         OnnxPolicy(path, robot)
-    assert 'obs_dim: model has 33, robot has 45' in str(err.value)
+    assert 'obs_dim: model has 35, robot has 47' in str(err.value)
     assert 'observation:' in str(err.value)
 
 
@@ -162,9 +162,9 @@ def test_model_without_spec_metadata_is_refused(model_path, tmp_path, robot):
 def test_metadata_that_disagrees_with_the_graph_is_refused(model_path, tmp_path):
     def lie_about_obs_dim(model):
         prop = next(p for p in model.metadata_props if p.key == METADATA_KEY)
-        prop.value = json.dumps({**json.loads(prop.value), 'obs_dim': 46})
+        prop.value = json.dumps({**json.loads(prop.value), 'obs_dim': 48})
     path = rewrite(model_path, tmp_path, lie_about_obs_dim)
-    with pytest.raises(ModelError, match=r"'obs' is tensor\(float\) \['batch', 45\].*46"):
+    with pytest.raises(ModelError, match=r"'obs' is tensor\(float\) \['batch', 47\].*48"):
         OnnxPolicy(path)
 
 
@@ -187,9 +187,9 @@ def test_missing_and_corrupt_files_are_refused(tmp_path):
 
 
 @pytest.mark.parametrize('obs, message', [
-    (np.zeros(44), r'shape \(44,\): expected \[45\] or \[N, 45\]'),
-    (np.zeros((2, 46)), r'shape \(2, 46\): expected'),
-    (np.zeros((2, 3, 45)), r'shape \(2, 3, 45\)'),
+    (np.zeros(46), r'shape \(46,\): expected \[47\] or \[N, 47\]'),
+    (np.zeros((2, 48)), r'shape \(2, 48\): expected'),
+    (np.zeros((2, 3, 47)), r'shape \(2, 3, 47\)'),
 ])
 def test_bad_observation_shapes_are_rejected(model_path, obs, message):
     with pytest.raises(ValueError, match=message):
@@ -198,12 +198,12 @@ def test_bad_observation_shapes_are_rejected(model_path, obs, message):
 
 def test_non_finite_observations_are_rejected(model_path):
     model = OnnxPolicy(model_path)
-    obs = np.zeros((3, 45), np.float32)
+    obs = np.zeros((3, 47), np.float32)
     obs[1, 7] = np.nan
     with pytest.raises(ValueError, match=r'non-finite value \(first at index \(1, 7\)\)'):
         model(obs)
     with pytest.raises(ValueError, match='non-finite'):
-        model(np.full(45, np.inf))
+        model(np.full(47, np.inf))
 
 
 @pytest.mark.parametrize('crash_in', ['replace', 'fsync'])
@@ -238,7 +238,7 @@ def test_privileged_actor_is_refused(robot, tmp_path):
 
 
 def test_actor_of_the_wrong_size_and_old_opset_are_refused(robot, tmp_path):
-    with pytest.raises(ValueError, match='does not accept the .* policy observation \\[45\\]'):
+    with pytest.raises(ValueError, match='does not accept the .* policy observation \\[47\\]'):
         export_onnx(make_policy(robot, obs_dim=40), robot, tmp_path / 'a.onnx')
     with pytest.raises(ValueError, match='opset 13 is too old'):
         export_onnx(make_policy(robot), robot, tmp_path / 'a.onnx', opset=13)

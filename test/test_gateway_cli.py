@@ -262,7 +262,7 @@ def test_observation_from_recorded_terms(capsys, gateway, tmp_path, spec_meta):
     ('no_metadata', "has no 'claw_rl_spec' metadata"),
     ('not_onnx', 'is not a readable ONNX model'),
     ('missing', '(--model) does not exist'),
-    ('short_state', 'the model expects obs_dim = 45'),
+    ('short_state', 'the model expects obs_dim = 47'),
     ('bad_term', "'jiont_pos' is not an observation term"),
     ('nan_state', 'not a finite number'),
 ])

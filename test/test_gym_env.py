@@ -20,7 +20,7 @@ def test_registered_env_runs_an_episode_to_its_time_out():
     register()
     env = gym.make(ENV_ID, env_cfg={'episode_length_s': 0.5, 'randomization': {'enabled': False}})
     obs, _ = env.reset(seed=3)
-    assert obs.shape == (45,) and env.action_space.shape == (12,)
+    assert obs.shape == (47,) and env.action_space.shape == (12,)
     steps = 0
     while True:
         obs, reward, terminated, truncated, info = env.step(np.zeros(12, np.float32))
@@ -36,7 +36,7 @@ def test_registered_env_runs_an_episode_to_its_time_out():
 def test_privileged_observation_option_and_batch_guard():
     env = ClawLocomotionGymEnv(include_privileged=True)
     obs, _ = env.reset(seed=0)
-    assert obs.shape == (45 + env.env.privileged_dim,)
+    assert obs.shape == (47 + env.env.privileged_dim,)
     env.close()
     from claw_rl_ros.core.env_config import EnvConfig
     with pytest.raises(ValueError, match='runs one world'):

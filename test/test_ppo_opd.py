@@ -248,3 +248,14 @@ def test_ppo_rejects_frozen_mode_without_teacher():
     with pytest.raises(ValueError, match='needs a teacher'):
         PPO(small_policy(), PPOConfig(),
             from_dict(DistillationConfig, {'teacher_mode': 'frozen', 'teacher_checkpoint': 'x'}))
+
+
+def test_closed_form_log_prob_and_entropy_match_torch_normal():
+    from claw_rl_ros.core.networks import gaussian_entropy, gaussian_log_prob
+    g = torch.Generator().manual_seed(3)
+    mean, std = torch.randn(6, 4, generator=g), torch.rand(6, 4, generator=g) + 0.05
+    actions = torch.randn(6, 4, generator=g)
+    normal = torch.distributions.Normal(mean, std)
+    torch.testing.assert_close(gaussian_log_prob(actions, mean, std),
+                               normal.log_prob(actions).sum(-1))
+    torch.testing.assert_close(gaussian_entropy(std), normal.entropy().sum(-1))

@@ -78,7 +78,7 @@ def test_stands_on_default_pose_for_five_seconds():
 def test_spec_metadata_round_trip_and_mismatch(robot):
     meta = robot.to_metadata()
     assert robot.mismatches(meta) == []
-    assert meta['obs_dim'] == 45 and meta['action_dim'] == 12
+    assert meta['obs_dim'] == 47 and meta['action_dim'] == 12
     swapped = dict(meta, joint_names=meta['joint_names'][3:6] + meta['joint_names'][:3]
                    + meta['joint_names'][6:])
     problems = robot.mismatches(swapped)

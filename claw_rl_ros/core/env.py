@@ -14,7 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from .env_config import EnvConfig
+from .config import ConfigError
+from .env_config import EnvConfig, GAIT_REWARDS
 from .math_utils import gravity_in_body, quat_mul, quat_rotate_inverse, yaw_quat
 from .physics import BatchedPhysics
 from .rewards import RewardManager, RewardParams, StepData
@@ -41,6 +42,12 @@ class VecLocomotionEnv:
                                       solver_ls_iterations=cfg.solver_ls_iterations)
         self.rng = np.random.default_rng(cfg.seed)
 
+        if r.gait_period == 0:
+            for name in GAIT_REWARDS:
+                if cfg.rewards.scales.get(name, 0.0) != 0.0:
+                    raise ConfigError('env', f'rewards.scales.{name}', f'needs a gait clock but '
+                                      f'robot {r.name!r} has none; set the scale to 0 or add '
+                                      'gait: {period_s, duty, offsets} to the robot YAML')
         lat = cfg.randomization.action_latency_substeps
         if lat[1] >= r.decimation:
             raise ValueError(f'randomization.action_latency_substeps {list(lat)} must stay below '
@@ -56,7 +63,8 @@ class VecLocomotionEnv:
                 feet_air_time_target=cfg.rewards.feet_air_time_target,
                 moving_command_threshold=cfg.rewards.moving_command_threshold,
                 default_joint_pos=r.default_joint_pos,
-                soft_joint_lower=mid - half_range, soft_joint_upper=mid + half_range),
+                soft_joint_lower=mid - half_range, soft_joint_upper=mid + half_range,
+                swing_height_target=cfg.rewards.swing_height_target),
             self.dt, n, cfg.rewards.only_positive)
         noise = cfg.noise
         self.noise_vec = (r.policy_obs.term_vector(noise.levels) * r.policy_obs.scale
@@ -73,6 +81,7 @@ class VecLocomotionEnv:
         self.feet_air_time = np.zeros((n, f))
         self.last_contacts = np.zeros((n, f), dtype=bool)
         self.foot_contact = np.zeros((n, f), dtype=bool)
+        self.gait_phase = np.zeros(n)
         self.latency = np.zeros(n, dtype=np.int64)
         self.friction = np.full(n, r.foot_friction)
         self.added_mass = np.zeros(n)
@@ -107,6 +116,8 @@ class VecLocomotionEnv:
         self.targets = targets
         self.actions = actions
         self.episode_step += 1
+        if r.gait_period > 0:
+            self.gait_phase = (self.gait_phase + self.dt / r.gait_period) % 1.0
 
         diverged = self.physics.diverged(cfg.termination.max_joint_vel) | bad_action
         if diverged.any():
@@ -140,7 +151,7 @@ class VecLocomotionEnv:
 
     _BUFFERS = ('commands', 'actions', 'last_actions', 'targets', 'last_joint_vel',
                 'episode_step', 'episode_return', 'feet_air_time', 'last_contacts',
-                'foot_contact', 'latency', 'friction', 'added_mass', 'mass_scale', 'com_offset',
+                'foot_contact', 'gait_phase', 'latency', 'friction', 'added_mass', 'mass_scale', 'com_offset',
                 'motor_strength')
 
     def get_state(self) -> dict[str, Any]:
@@ -183,7 +194,7 @@ class VecLocomotionEnv:
             base_lin_vel=quat_rotate_inverse(quat, qvel[:, 0:3]), base_height=qpos[:, 2].copy(),
             foot_contact=self.foot_contact.astype(np.float64), friction=self.friction,
             added_mass=self.added_mass, com_offset=self.com_offset,
-            motor_strength=self.motor_strength)
+            motor_strength=self.motor_strength, gait_phase=self.gait_phase)
 
     @staticmethod
     def _tracking_error(s: StepData) -> dict[str, float]:
@@ -222,13 +233,28 @@ class VecLocomotionEnv:
         low = s.base_height < cfg.termination.min_base_height
         terminated = term_contact.any(axis=1) | tilted | low | diverged
         s.foot_contact = contact.astype(np.float64)
+        lo, hi = self.physics.sensors.foot_pos
+        foot_z = sensordata[:, -1, lo:hi].reshape(self.num_envs, -1, 3)[..., 2]
         return StepData(
             **vars(s), projected_gravity=gravity,
             joint_acc=(s.joint_vel - self.last_joint_vel) / self.dt,
             joint_torque=np.sqrt(torque_sq_mean), previous_action=self.last_actions.copy(),
             foot_air_time=air_time, first_contact=first_contact,
             penalised_contact=self._contacts(sensordata, 'penalised_contact', last_only=False),
-            terminated=terminated)
+            terminated=terminated, desired_stance=self._desired_stance(s.commands),
+            foot_height=foot_z - self.physics.foot_ground_offset)
+
+    def _desired_stance(self, commands: np.ndarray) -> np.ndarray:
+        """[N, F] feet the gait clock wants on the ground (all of them when standing)."""
+        r = self.robot
+        stance = np.ones((self.num_envs, self.num_feet), dtype=bool)
+        if r.gait_period > 0:
+            foot_phase = (self.gait_phase[:, None] + r.gait_offsets[None, :]) % 1.0
+            moving = np.linalg.norm(commands[:, :2], axis=1) > \
+                self.cfg.rewards.moving_command_threshold
+            moving |= np.abs(commands[:, 2]) > self.cfg.rewards.moving_command_threshold
+            stance[moving] = foot_phase[moving] < r.gait_duty
+        return stance
 
     def _observe(self, state: RobotState, noise: bool = True) -> dict[str, np.ndarray]:
         r = self.robot
@@ -280,6 +306,7 @@ class VecLocomotionEnv:
         self.feet_air_time[ids] = 0.0
         self.last_contacts[ids] = False
         self.foot_contact[ids] = False
+        self.gait_phase[ids] = rng.random(k) if r.gait_period > 0 else 0.0
         self.episode_step[ids] = 0
         self.episode_return[ids] = 0.0
         self._resample_commands(ids)

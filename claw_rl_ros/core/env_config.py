@@ -33,10 +33,14 @@ DEFAULT_REWARD_SCALES = {
     'action_rate': -0.01,
     'dof_pos_limits': -10.0,
     'collision': -1.0,
-    'feet_air_time': 1.0,
+    'feet_air_time': 0.0,
     'stand_still': -0.5,
     'termination': 0.0,
+    # Gait terms need the robot's gait clock (robot YAML gait.period_s > 0).
+    'gait_contact': 0.5,
+    'feet_clearance': 0.5,
 }
+GAIT_REWARDS = ('gait_contact', 'feet_clearance')
 
 
 @dataclass
@@ -49,6 +53,7 @@ class RewardConfig:
     feet_air_time_target: float = param(0.3, 'rewarded swing duration [s]', ge=0)
     moving_command_threshold: float = param(0.1, 'commands slower than this mean stand [m/s]',
                                             ge=0)
+    swing_height_target: float = param(0.05, 'foot lift rewarded by feet_clearance [m]', gt=0)
     soft_joint_limit: float = param(0.9, 'fraction of the joint range without penalty',
                                     gt=0, le=1)
     only_positive: bool = param(True, 'clip the total reward at 0 (termination excepted)')

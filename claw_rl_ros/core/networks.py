@@ -6,7 +6,6 @@ import math
 
 import torch
 from torch import nn
-from torch.distributions import Normal
 
 ACTIVATIONS = {'elu': nn.ELU, 'relu': nn.ReLU, 'tanh': nn.Tanh, 'selu': nn.SELU,
                'leaky_relu': nn.LeakyReLU}
@@ -57,6 +56,23 @@ class EmpiricalNormalization(nn.Module):
         self.count.copy_(total)
 
 
+LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
+
+
+def gaussian_log_prob(actions: torch.Tensor, mean: torch.Tensor,
+                      std: torch.Tensor) -> torch.Tensor:
+    """Diagonal-Gaussian log-density summed over action dims: [B, A] -> [B]."""
+    # log N(a; mu, s) = -(a - mu)^2 / (2 s^2) - log s - log sqrt(2 pi)
+    return (-(actions - mean).square() / (2.0 * std.square()) - std.log()
+            - LOG_SQRT_2PI).sum(-1)
+
+
+def gaussian_entropy(std: torch.Tensor) -> torch.Tensor:
+    """Diagonal-Gaussian entropy summed over action dims: [B, A] -> [B]."""
+    # H = sum(1/2 + log sqrt(2 pi) + log s)
+    return (0.5 + LOG_SQRT_2PI + std.log()).sum(-1)
+
+
 def select_obs(obs: dict[str, torch.Tensor], groups: list[str]) -> torch.Tensor:
     """Concatenate observation groups ``[B, sum of dims]`` in the given order."""
     if len(groups) == 1:
@@ -99,10 +115,6 @@ class ActorCritic(nn.Module):
         mean = self.actor(self.actor_normalizer(self.actor_input(obs)))
         std = torch.exp(self.log_std).clamp_min(self.min_std).expand_as(mean)
         return mean, std
-
-    def distribution(self, obs: dict[str, torch.Tensor]) -> Normal:
-        mean, std = self.action_mean_std(obs)
-        return Normal(mean, std)
 
     def act_inference(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
         """Deterministic action (the mean) [B, A]: what deployment runs."""

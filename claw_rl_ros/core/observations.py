@@ -22,7 +22,8 @@ class RobotState:
     Shapes: base_quat [N, 4] (w, x, y, z), base_ang_vel [N, 3] (body frame, gyro),
     joint_pos / joint_vel / last_action [N, J], commands [N, 3] (vx, vy, yaw rate),
     base_lin_vel [N, 3] (body frame), base_height [N], foot_contact [N, F],
-    friction / added_mass / motor_strength [N], com_offset [N, 3].
+    friction / added_mass / motor_strength [N], com_offset [N, 3], gait_phase [N] in [0, 1)
+    (the robot's own gait clock).
     """
 
     base_quat: np.ndarray
@@ -38,6 +39,7 @@ class RobotState:
     added_mass: Optional[np.ndarray] = None
     com_offset: Optional[np.ndarray] = None
     motor_strength: Optional[np.ndarray] = None
+    gait_phase: Optional[np.ndarray] = None
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,11 @@ def _column(x: np.ndarray) -> np.ndarray:
     return np.asarray(x).reshape(-1, 1)
 
 
+def _phase(phase: np.ndarray) -> np.ndarray:
+    angle = 2.0 * np.pi * np.asarray(phase).reshape(-1, 1)
+    return np.concatenate([np.sin(angle), np.cos(angle)], axis=1)
+
+
 TERMS: dict[str, ObsTerm] = {
     'base_ang_vel': ObsTerm(lambda j, f: 3, lambda s, q0: s.base_ang_vel, False,
                             'gyro, body frame [rad/s]'),
@@ -67,6 +74,8 @@ TERMS: dict[str, ObsTerm] = {
                          'joint velocities [rad/s]'),
     'last_action': ObsTerm(lambda j, f: j, lambda s, q0: s.last_action, False,
                            'the policy output of the previous control step'),
+    'gait_phase': ObsTerm(lambda j, f: 2, lambda s, q0: _phase(s.gait_phase), False,
+                          'sin and cos of the gait clock phase'),
     'base_lin_vel': ObsTerm(lambda j, f: 3, lambda s, q0: s.base_lin_vel, True,
                             'true base linear velocity, body frame [m/s]'),
     'base_height': ObsTerm(lambda j, f: 1, lambda s, q0: _column(s.base_height), True,

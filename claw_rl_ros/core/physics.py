@@ -66,6 +66,8 @@ class BatchedPhysics:
         self.standing_qpos = standing_qpos(m, robot)
         self._auto_reset = np.zeros(num_envs, dtype=bool)
 
+        self.foot_ground_offset = self._foot_ground_offset()
+
         # Nominal physical parameters, restored before each world's randomisation.
         self.floor_geom = m.geom(FLOOR).id
         self.base_body = m.body(robot.base_body).id
@@ -74,6 +76,20 @@ class BatchedPhysics:
         self._ipos0 = m.body_ipos.copy()
         self._gain0 = m.actuator_gainprm[:, 0].copy()
         self._bias0 = m.actuator_biasprm[:, 1:3].copy()
+
+    def _foot_ground_offset(self) -> np.ndarray:
+        """[F] height of each foot body's origin above its lowest contact point, standing."""
+        m = self.model
+        d = mujoco.MjData(m)
+        d.qpos[:] = self.standing_qpos
+        mujoco.mj_kinematics(m, d)
+        out = []
+        for foot in self.robot.foot_bodies:
+            body = m.body(foot).id
+            geoms = [g for g in range(m.ngeom) if m.geom_bodyid[g] == body and m.geom_conaffinity[g]]
+            lowest = min(d.geom_xpos[g, 2] - m.geom_rbound[g] for g in geoms)
+            out.append(d.xpos[body, 2] - lowest)
+        return np.asarray(out)
 
     @property
     def qpos(self) -> np.ndarray:

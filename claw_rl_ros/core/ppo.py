@@ -10,7 +10,7 @@ import copy
 
 import torch
 
-from .networks import ActorCritic
+from .networks import ActorCritic, gaussian_entropy, gaussian_log_prob
 from .opd import combined_loss, compute_distillation_loss, gaussian_kl, update_teacher_with_ema
 from .registry import Obs, PolicyRegistry
 from .storage import MiniBatch, RolloutStorage
@@ -27,7 +27,7 @@ class PPO:
         self.cfg = cfg
         self.distill = distill
         self.learning_rate = cfg.learning_rate
-        self.optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.learning_rate)
+        self.optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.learning_rate, fused=True)
         self.generator = generator
         # The teacher is a registry entry: an EMA copy of the student, or a frozen policy.
         if distill.teacher_mode == 'frozen' and teacher is None:
@@ -52,22 +52,20 @@ class PPO:
     @torch.no_grad()
     def act(self, obs: Obs) -> torch.Tensor:
         """Sample actions [N, A] for the current observations and remember the transition."""
-        dist = self.policy.distribution(obs)
-        actions = torch.normal(dist.mean, dist.stddev, generator=self.generator)
+        mean, std = self.policy.action_mean_std(obs)
+        actions = torch.normal(mean, std, generator=self.generator)
         self._pending = {
-            'obs': obs, 'actions': actions, 'log_probs': dist.log_prob(actions).sum(-1),
-            'values': self.policy.evaluate(obs).squeeze(-1), 'mu': dist.mean,
-            'sigma': dist.stddev}
+            'obs': obs, 'actions': actions, 'log_probs': gaussian_log_prob(actions, mean, std),
+            'values': self.policy.evaluate(obs).squeeze(-1), 'mu': mean, 'sigma': std}
         return actions
 
     @torch.no_grad()
     def process_env_step(self, rewards: torch.Tensor, dones: torch.Tensor,
                          time_outs: torch.Tensor, final_obs: Obs | None) -> None:
         """Store the step; time-outs are bootstrapped with the value of their final state."""
-        rewards = rewards.clone()
         if final_obs is not None and time_outs.any():
             final_values = self.policy.evaluate(final_obs).squeeze(-1)
-            rewards += self.cfg.gamma * final_values * time_outs
+            rewards = rewards + self.cfg.gamma * final_values * time_outs
         self.storage.add(rewards=rewards, dones=dones, **self._pending)
 
     @torch.no_grad()
@@ -100,9 +98,8 @@ class PPO:
     def _update_mini_batch(self, b: MiniBatch, alpha: float) -> dict[str, float]:
         cfg = self.cfg
         mu, sigma = self.policy.action_mean_std(b.obs)
-        dist = torch.distributions.Normal(mu, sigma)
-        log_probs = dist.log_prob(b.actions).sum(-1)
-        entropy = dist.entropy().sum(-1).mean()
+        log_probs = gaussian_log_prob(b.actions, mu, sigma)
+        entropy = gaussian_entropy(sigma).mean()
         # Adaptive learning rate from the KL between behaviour and current policy (rsl_rl).
         with torch.no_grad():
             approx_kl = gaussian_kl(b.mu, b.sigma, mu, sigma).sum(-1).mean().item()
@@ -135,7 +132,7 @@ class PPO:
         loss = combined_loss(rl_loss, distillation, alpha)
         self.optimizer.zero_grad()
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.max_grad_norm)
+        torch.nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.max_grad_norm, foreach=True)
         self.optimizer.step()
         return {'value_loss': value_loss.item(), 'surrogate_loss': surrogate.item(),
                 'entropy': entropy.item(), 'approx_kl': approx_kl,

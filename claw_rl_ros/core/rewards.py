@@ -32,6 +32,8 @@ class StepData(RobotState):
     first_contact: Optional[np.ndarray] = None
     penalised_contact: Optional[np.ndarray] = None
     terminated: Optional[np.ndarray] = None
+    desired_stance: Optional[np.ndarray] = None
+    foot_height: Optional[np.ndarray] = None
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,7 @@ class RewardParams:
     default_joint_pos: np.ndarray
     soft_joint_lower: np.ndarray
     soft_joint_upper: np.ndarray
+    swing_height_target: float = 0.05
 
 
 def _sum(x: np.ndarray) -> np.ndarray:
@@ -133,11 +136,23 @@ def stand_still(s: StepData, p: RewardParams) -> np.ndarray:
     return _sum(np.abs(s.joint_pos - p.default_joint_pos)) * ~_moving(s, p)
 
 
+def gait_contact(s: StepData, p: RewardParams) -> np.ndarray:
+    """Fraction of feet whose ground contact matches the gait clock's stance/swing plan."""
+    return np.mean((s.foot_contact > 0.5) == s.desired_stance, axis=1)
+
+
+def feet_clearance(s: StepData, p: RewardParams) -> np.ndarray:
+    """Mean lift of the feet the gait wants in swing, as a fraction of the target height."""
+    swing = ~s.desired_stance
+    lifted = np.clip(s.foot_height / p.swing_height_target, 0.0, 1.0)
+    return _sum(swing * lifted) / np.maximum(_sum(swing), 1)
+
+
 TERMS: dict[str, Callable[[StepData, RewardParams], np.ndarray]] = {
     fn.__name__: fn for fn in (
         tracking_lin_vel, tracking_ang_vel, lin_vel_z, ang_vel_xy, orientation, base_height,
         torques, dof_vel, dof_acc, action_rate, dof_pos_limits, collision, termination,
-        feet_air_time, stand_still)
+        feet_air_time, stand_still, gait_contact, feet_clearance)
 }
 
 

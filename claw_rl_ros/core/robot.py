@@ -39,6 +39,16 @@ class ObservationConfig:
 
 
 @dataclass
+class GaitConfig:
+    """Optional gait clock: a phase the policy observes and gait rewards refer to."""
+
+    period_s: float = param(0.0, 'gait cycle period [s] (0 = no gait clock)', ge=0, le=10)
+    duty: float = param(0.5, 'fraction of the cycle each foot is in stance', gt=0, lt=1)
+    offsets: list[float] = param([], 'phase offset of each foot (foot_bodies order), in [0, 1)',
+                                 ge=0, lt=1)
+
+
+@dataclass
 class RobotConfig:
     """A legged robot described by YAML + its URDF; no robot-specific code anywhere else."""
 
@@ -61,6 +71,7 @@ class RobotConfig:
     termination_contact_bodies: list[str] = param([], 'links whose ground contact ends an '
                                                       'episode')
     observations: ObservationConfig = param(ObservationConfig(), 'observation groups')
+    gait: GaitConfig = param(GaitConfig(), 'gait clock (period 0 = none)')
 
 
 @dataclass
@@ -91,6 +102,9 @@ class RobotSpec:
     policy_obs: ObservationLayout
     privileged_obs: ObservationLayout
     total_mass: float
+    gait_period: float = 0.0
+    gait_duty: float = 0.5
+    gait_offsets: np.ndarray = field(default_factory=lambda: np.zeros(0))
     source: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -123,6 +137,8 @@ class RobotSpec:
             'obs_dim': self.policy_obs.dim,
             'action_dim': self.num_joints,
             'observation': self.policy_obs.to_metadata(),
+            'gait': {'period_s': self.gait_period, 'duty': self.gait_duty,
+                     'offsets': self.gait_offsets.tolist()},
         }
 
     def mismatches(self, metadata: dict[str, Any], tol: float = 1e-6) -> list[str]:
@@ -210,6 +226,10 @@ def spec_from_config(cfg: RobotConfig, source: str = '<robot config>') -> RobotS
         raise ConfigError(source, 'default_joint_pos', f'{outside[0][0]} = {outside[0][1]} is '
                           'outside the URDF joint limits')
     num_feet = len(cfg.foot_bodies)
+    gait = cfg.gait
+    if gait.period_s > 0 and len(gait.offsets) != num_feet:
+        raise ConfigError(source, 'gait.offsets', f'has {len(gait.offsets)} values for '
+                          f'{num_feet} feet')
     try:
         policy = ObservationLayout([(t.name, t.scale) for t in cfg.observations.policy],
                                    len(joints), num_feet, 'policy')
@@ -217,6 +237,9 @@ def spec_from_config(cfg: RobotConfig, source: str = '<robot config>') -> RobotS
                                        len(joints), num_feet, 'privileged')
     except ValueError as exc:
         raise ConfigError(source, 'observations', str(exc)) from None
+    if gait.period_s == 0 and 'gait_phase' in policy.names + privileged.names:
+        raise ConfigError(source, 'observations', 'term gait_phase needs a gait clock; set '
+                          'gait.period_s > 0')
     if policy.dim == 0:
         raise ConfigError(source, 'observations.policy', 'empty; list the policy terms')
     return RobotSpec(
@@ -233,4 +256,5 @@ def spec_from_config(cfg: RobotConfig, source: str = '<robot config>') -> RobotS
         penalised_contact_bodies=list(cfg.penalised_contact_bodies),
         termination_contact_bodies=list(cfg.termination_contact_bodies),
         policy_obs=policy, privileged_obs=privileged, total_mass=urdf.total_mass,
-        source={'config': source})
+        gait_period=gait.period_s, gait_duty=gait.duty,
+        gait_offsets=np.asarray(gait.offsets, dtype=np.float64), source={'config': source})
