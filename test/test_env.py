@@ -1,4 +1,5 @@
-"""The batched locomotion env: shapes, rewards, terminations, resets, determinism, DR, NaN guard."""
+"""The batched locomotion env: shapes, rewards, terminations, resets, determinism, DR, NaN
+guard, gait clock."""
 
 import math
 

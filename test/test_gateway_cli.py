@@ -130,7 +130,7 @@ def test_one_model_failing_still_shows_both_and_exits_1(capsys, gateway, tmp_pat
     assert status == 1
     assert '200 OK' in out and '404 Not Found' in out and f'{TEACHER} heard' in out
     assert 'result: student failed' in out
-    assert "student (no-such-student) failed: no-such-student: HTTP 404" in err
+    assert 'student (no-such-student) failed: no-such-student: HTTP 404' in err
     assert f'fix: fix student_model in {config}' in err
 
 
@@ -166,7 +166,7 @@ def test_timeout_and_refused(capsys, gateway, tmp_path):
     ({'env': ''}, 'CLAW_LLM_API_KEY is set but empty'),
 ])
 def test_config_problems_exit_2_before_sending(capsys, gateway, tmp_path, monkeypatch, setup,
-                                                words):
+                                               words):
     argv = []
     if setup:
         overrides = {k: v for k, v in setup.items() if k != 'env'}

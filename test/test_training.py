@@ -125,7 +125,7 @@ def test_short_seeded_training_run_improves_reward(tmp_path):
 
 
 @pytest.mark.parametrize('yaml_text, expected', [
-    ('ppo:\n  lerning_rate: 0.001\n', "ppo.lerning_rate: unknown key; did you mean "
+    ('ppo:\n  lerning_rate: 0.001\n', 'ppo.lerning_rate: unknown key; did you mean '
                                       "'learning_rate'?"),
     ('ppo:\n  learning_rate: -0.001\n', 'ppo.learning_rate: -0.001 is out of range; '
                                         'allowed: > 0'),

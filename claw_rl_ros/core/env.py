@@ -151,8 +151,8 @@ class VecLocomotionEnv:
 
     _BUFFERS = ('commands', 'actions', 'last_actions', 'targets', 'last_joint_vel',
                 'episode_step', 'episode_return', 'feet_air_time', 'last_contacts',
-                'foot_contact', 'gait_phase', 'latency', 'friction', 'added_mass', 'mass_scale', 'com_offset',
-                'motor_strength')
+                'foot_contact', 'gait_phase', 'latency', 'friction', 'added_mass',
+                'mass_scale', 'com_offset', 'motor_strength')
 
     def get_state(self) -> dict[str, Any]:
         """Everything needed to continue bit-for-bit: physics, buffers, RNG, episode sums."""

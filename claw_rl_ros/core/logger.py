@@ -86,7 +86,8 @@ def plot_learning_curve(csv_path: Path, png_path: Path) -> Path:
     with open(csv_path, newline='') as f:
         rows = list(csv.DictReader(f))
     steps = [float(r['total_steps']) / 1e6 for r in rows]
-    panels = [('mean_reward', 'mean reward / step'), ('mean_episode_length_s', 'episode length [s]'),
+    panels = [('mean_reward', 'mean reward / step'),
+              ('mean_episode_length_s', 'episode length [s]'),
               ('tracking_error/lin_vel_x', 'vx tracking error [m/s]')]
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.2))
     for ax, (key, title) in zip(axes, panels):

@@ -65,7 +65,7 @@ TERMS: dict[str, ObsTerm] = {
     'base_ang_vel': ObsTerm(lambda j, f: 3, lambda s, q0: s.base_ang_vel, False,
                             'gyro, body frame [rad/s]'),
     'projected_gravity': ObsTerm(lambda j, f: 3, lambda s, q0: gravity_in_body(s.base_quat),
-                                 False, 'unit gravity in the body frame (from the IMU quaternion)'),
+                                 False, 'unit gravity in the body frame (IMU orientation)'),
     'velocity_commands': ObsTerm(lambda j, f: 3, lambda s, q0: s.commands, False,
                                  'commanded vx [m/s], vy [m/s], yaw rate [rad/s]'),
     'joint_pos': ObsTerm(lambda j, f: j, lambda s, q0: s.joint_pos - q0, False,

@@ -86,7 +86,8 @@ class BatchedPhysics:
         out = []
         for foot in self.robot.foot_bodies:
             body = m.body(foot).id
-            geoms = [g for g in range(m.ngeom) if m.geom_bodyid[g] == body and m.geom_conaffinity[g]]
+            geoms = [g for g in range(m.ngeom)
+                     if m.geom_bodyid[g] == body and m.geom_conaffinity[g]]
             lowest = min(d.geom_xpos[g, 2] - m.geom_rbound[g] for g in geoms)
             out.append(d.xpos[body, 2] - lowest)
         return np.asarray(out)

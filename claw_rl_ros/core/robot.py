@@ -202,8 +202,8 @@ def spec_from_config(cfg: RobotConfig, source: str = '<robot config>') -> RobotS
         raise ConfigError(source, 'joint_names', 'empty; list the actuated joints in order')
     for joint in joints:
         if joint not in urdf.joints or urdf.joints[joint].type != 'revolute':
-            raise ConfigError(source, 'joint_names', f'{joint!r} is not a revolute joint (with limits) of '
-                              f'{model_path.name}')
+            raise ConfigError(source, 'joint_names', f'{joint!r} is not a revolute joint (with '
+                              f'limits) of {model_path.name}')
     if len(set(joints)) != len(joints):
         raise ConfigError(source, 'joint_names', 'a joint is listed twice')
     if len(cfg.default_joint_pos) != len(joints):

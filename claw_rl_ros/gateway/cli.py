@@ -28,13 +28,13 @@ ANSWER_LIMIT = 400
 _PREFIX = 'claw-rl gateway'
 _LABEL_WIDTH = 9
 
-_EPILOG = f"""\
+_EPILOG = f'''\
 config lookup: --config FILE, else ${CONFIG_ENV_VAR}, else config/llm_gateway.{{json,toml,yaml}}
 in the current folder, else ~/.config/claw_rl_ros/llm_gateway.{{json,toml,yaml}}.
 The key: {KEY_ENV_VARS[0]} wins over {KEY_ENV_VARS[1]}, which wins over api_key in the file:
   export {KEY_ENV_VARS[0]}=<your key>
   claw-rl gateway check --prompt 'Say hello in five words.'
-exit status: 0 both answered, 1 a call failed, 2 configuration problem."""
+exit status: 0 both answered, 1 a call failed, 2 configuration problem.'''
 
 
 @dataclass
