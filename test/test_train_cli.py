@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 TINY = {
-    'env': {'num_envs': 16, 'episode_length_s': 2.0, 'num_threads': 1},
+    'env': {'num_envs': 16, 'episode_length_s': 1.0, 'num_threads': 1},
     'policy': {'actor_hidden_dims': [32, 32], 'critic_hidden_dims': [32, 32]},
     'ppo': {'num_learning_epochs': 2, 'num_mini_batches': 2},
     'runner': {'num_steps_per_env': 8, 'max_iterations': 8, 'save_interval': 1, 'seed': 3,
@@ -56,6 +56,11 @@ def test_train_writes_all_artifacts(tiny_yaml, tmp_path):
     assert list(run.glob('events.out.tfevents.*'))
     assert (run / 'checkpoints' / 'model_8.pt').is_file()
     assert [int(r['iteration']) for r in rows(run)] == list(range(1, 9))
+    # Episode and per-term reward columns exist from the first row on (empty until the first
+    # episodes end) and fill in once 1 s episodes have finished.
+    last = rows(run)[-1]
+    for key in ('mean_episode_return', 'mean_episode_length_s', 'reward/tracking_lin_vel'):
+        assert key in rows(run)[0] and float(last[key]) == float(last[key]), key
     summary = json.loads((run / 'summary.json').read_text())
     assert summary['iterations'] == 8 and summary['total_steps'] == 8 * 16 * 8
     assert 'fall_rate' in json.dumps(summary['eval_forward_0.5'])

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+import resource
 import signal
 import time
 from typing import Any
@@ -116,7 +117,8 @@ def run_train(args: argparse.Namespace) -> int:
     print(f'saved checkpoint {ckpt.latest_checkpoint(run_dir)}')
     plot_learning_curve(run_dir / 'metrics.csv', run_dir / 'learning_curve.png')
     result = {'iterations': runner.iteration, 'total_steps': runner.total_steps,
-              'wall_time_s': round(runner.elapsed_s, 1), 'stopped_by_user': summary['stopped']}
+              'wall_time_s': round(runner.elapsed_s, 1), 'stopped_by_user': summary['stopped'],
+              'peak_rss_mib': round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}
     if not args.no_export and not summary['stopped']:
         result.update(_export_and_evaluate(runner, run_dir))
     runner.close()

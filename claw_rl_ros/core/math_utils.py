@@ -5,6 +5,17 @@ from __future__ import annotations
 import numpy as np
 
 
+def _rotate(quat: np.ndarray, vec: np.ndarray, sign: float) -> np.ndarray:
+    w = quat[:, 0:1]
+    q_vec = quat[:, 1:4]
+    vec = np.broadcast_to(vec, q_vec.shape)
+    # v' = v (2w^2 - 1) +- 2w (q x v) + 2 q (q . v); minus rotates by the inverse quaternion.
+    a = vec * (2.0 * w * w - 1.0)
+    b = np.cross(q_vec, vec) * (2.0 * w)
+    c = q_vec * (2.0 * np.sum(q_vec * vec, axis=1, keepdims=True))
+    return a + sign * b + c
+
+
 def quat_rotate_inverse(quat: np.ndarray, vec: np.ndarray) -> np.ndarray:
     """Rotate world vectors into the body frame: R(q)^T v.
 
@@ -15,26 +26,12 @@ def quat_rotate_inverse(quat: np.ndarray, vec: np.ndarray) -> np.ndarray:
     Returns:
         [N, 3] body-frame vectors.
     """
-    w = quat[:, 0:1]
-    q_vec = quat[:, 1:4]
-    vec = np.broadcast_to(vec, q_vec.shape)
-    # v' = v (2w^2 - 1) - 2w (q x v) + 2 q (q . v)
-    a = vec * (2.0 * w * w - 1.0)
-    b = np.cross(q_vec, vec) * (2.0 * w)
-    c = q_vec * (2.0 * np.sum(q_vec * vec, axis=1, keepdims=True))
-    return a - b + c
+    return _rotate(quat, vec, -1.0)
 
 
 def quat_rotate(quat: np.ndarray, vec: np.ndarray) -> np.ndarray:
     """Rotate body vectors into the world frame: R(q) v. Shapes as quat_rotate_inverse."""
-    w = quat[:, 0:1]
-    q_vec = quat[:, 1:4]
-    vec = np.broadcast_to(vec, q_vec.shape)
-    # v' = v (2w^2 - 1) + 2w (q x v) + 2 q (q . v)
-    a = vec * (2.0 * w * w - 1.0)
-    b = np.cross(q_vec, vec) * (2.0 * w)
-    c = q_vec * (2.0 * np.sum(q_vec * vec, axis=1, keepdims=True))
-    return a + b + c
+    return _rotate(quat, vec, 1.0)
 
 
 def yaw_quat(yaw: np.ndarray) -> np.ndarray:

@@ -20,6 +20,10 @@ from .ppo import PPO
 from .train_config import TrainConfig
 
 
+def _mean(values) -> float:
+    return float(np.mean(values)) if len(values) else float('nan')
+
+
 def obs_to_torch(obs: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
     return {k: torch.as_tensor(v, dtype=torch.float32) for k, v in obs.items()}
 
@@ -119,7 +123,7 @@ class OnPolicyRunner:
         self.alg.compute_returns(self.obs)
         alpha = alpha_at(self.cfg.distillation, self.iteration)
         kl_teacher = self.alg.kl_to_teacher(self.alg.storage.obs_flat()) \
-            if self.alg.teacher is not None else 0.0
+            if self.alg.teacher is not None else None
         losses = self.alg.update(alpha)
         # Normalisers learn from the rollout only now, so the rollout's behaviour policy is
         # exactly the policy the update starts from (the adaptive-KL schedule relies on it).
@@ -132,14 +136,21 @@ class OnPolicyRunner:
         self.elapsed_s += elapsed
         metrics = {'total_steps': self.total_steps, 'steps_per_s': steps / elapsed,
                    'collect_s': collect_s, 'learn_s': elapsed - collect_s,
-                   'wall_time_s': self.elapsed_s, 'kl_to_teacher': kl_teacher,
-                   **rollout, **losses}
-        if self.returns:
-            metrics['mean_episode_return'] = float(np.mean(self.returns))
-            metrics['mean_episode_length_s'] = float(np.mean(self.lengths))
-        for key, values in sorted(self._episode_sums.items()):
-            metrics[key] = float(np.mean(values))
+                   'wall_time_s': self.elapsed_s, **rollout, **losses}
+        if kl_teacher is not None:
+            metrics['kl_to_teacher'] = kl_teacher
+        # The same columns every iteration (NaN until the first episodes end), so metrics.csv
+        # keeps them all.
+        metrics['mean_episode_return'] = _mean(self.returns)
+        metrics['mean_episode_length_s'] = _mean(self.lengths)
+        for key in self._reward_terms():
+            metrics[key] = _mean(self._episode_sums.get(key, ()))
         return metrics
+
+    def _reward_terms(self) -> list[str]:
+        manager = getattr(self.env, 'reward_manager', None)
+        names = sorted(manager.scales) if manager is not None else []
+        return [f'reward/{name}' for name in names]
 
     def request_stop(self) -> None:
         """Finish the current iteration, save, and return from learn() (Ctrl-C)."""
