@@ -166,3 +166,37 @@ def test_latest_checkpoint_and_pruning(tmp_path):
     assert sorted(p.name for p in (tmp_path / 'checkpoints').iterdir()) == [
         'model_10.pt', 'model_3.pt']
     assert ckpt.latest_checkpoint(Path(tmp_path) / 'missing') is None
+
+
+def test_privileged_teacher_distils_into_a_deployable_student(tmp_path):
+    from claw_rl_ros.core.export import export_onnx
+    teacher_cfg = tiny_config(policy={'actor_obs_groups': ['policy', 'privileged']})
+    teacher, _ = run_iterations(teacher_cfg, tmp_path / 'teacher', 2)
+    assert teacher.policy.actor[0].in_features == teacher.env.obs_dim + teacher.env.privileged_dim
+    with pytest.raises(ValueError, match='privileged'):
+        export_onnx(teacher.policy, teacher.env.robot, tmp_path / 'teacher.onnx')
+    path = teacher.save()
+    teacher.close()
+    cfg = tiny_config(distillation={'teacher_mode': 'frozen', 'alpha': 100.0,
+                                    'teacher_checkpoint': str(path)},
+                      ppo={'schedule': 'fixed', 'learning_rate': 3e-3})
+    student, metrics = run_iterations(cfg, tmp_path / 'student', 6)
+    assert student.alg.teacher.actor_obs_groups == ['policy', 'privileged']
+    assert student.policy.actor_obs_groups == ['policy']
+    assert metrics[-1]['kl_to_teacher'] < metrics[0]['kl_to_teacher']
+    export_onnx(student.policy, student.env.robot, tmp_path / 'student.onnx')
+    student.close()
+
+
+def test_checkpoint_of_an_env_without_state_cannot_resume(tmp_path):
+    runner, _ = run_iterations(tiny_config(), tmp_path, 1)
+
+    def no_state():
+        raise NotImplementedError('this env cannot save its state')
+
+    runner.env.get_state = no_state
+    path = runner.save()
+    assert ckpt.load_checkpoint(path)['env'] is None
+    with pytest.raises(ConfigError, match='cannot resume exactly'):
+        runner.load(path)
+    runner.close()

@@ -190,13 +190,21 @@ class OnPolicyRunner:
             'optimizer': self.alg.optimizer.state_dict(),
             'learning_rate': self.alg.learning_rate,
             'rng': {'torch': torch.get_rng_state(), 'generator': self.generator.get_state()},
-            'env': ckpt.to_torch(self.env.get_state()),
+            'env': self._env_state(),
             'obs': {k: v.clone() for k, v in self.obs.items()},
             'episodes': {'returns': list(self.returns), 'lengths': list(self.lengths),
                          'sums': {k: list(v) for k, v in self._episode_sums.items()}},
             'robot': getattr(self.env, 'robot', None).to_metadata()
             if hasattr(self.env, 'robot') else None,
         }
+
+    def _env_state(self) -> Any:
+        # Envs that cannot snapshot themselves (some Gymnasium envs) still get checkpoints;
+        # only the exact resume is unavailable for them.
+        try:
+            return ckpt.to_torch(self.env.get_state())
+        except NotImplementedError:
+            return None
 
     def save(self) -> Path:
         path = ckpt.checkpoint_path(self.run_dir, self.iteration)
@@ -217,6 +225,10 @@ class OnPolicyRunner:
         self.alg.learning_rate = payload['learning_rate']
         torch.set_rng_state(payload['rng']['torch'])
         self.generator.set_state(payload['rng']['generator'])
+        if payload['env'] is None:
+            raise ConfigError(str(path), 'env', 'this checkpoint has no env state (the env '
+                              'cannot save it), so training cannot resume exactly; start a new '
+                              'run with distillation.teacher_checkpoint or export it instead')
         self.env.set_state(ckpt.to_numpy(payload['env']))
         self.obs = {k: v.clone() for k, v in payload['obs'].items()}
         self.iteration = payload['iteration']
