@@ -10,7 +10,7 @@ PIP := $(BIN)/python -m pip --disable-pip-version-check
 TRAIN_CONFIG ?= config/train_ppo.yaml
 PYTEST_ARGS ?=
 
-.PHONY: venv sysdeps train test bench clean-venv
+.PHONY: venv sysdeps train test bench bench-opd clean-venv
 
 venv: $(STAMP)
 
@@ -44,6 +44,10 @@ bench: venv
 	$(PIP) install -q -r requirements-bench.txt
 	$(BIN)/python bench/env_throughput.py
 	$(BIN)/python bench/ppo_vs_sb3.py
+
+# OPD vs PPO from scratch (trains PPO with evaluations, then a distilled student): ~15 minutes.
+bench-opd: venv
+	$(BIN)/python bench/opd_vs_ppo.py
 
 clean-venv:
 	rm -rf $(VENV)

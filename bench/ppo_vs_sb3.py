@@ -221,8 +221,7 @@ def train_ours(s: Settings, section: str) -> tuple[Policy, dict[str, float]]:
     """Train with OnPolicyRunner on our vec env; the deterministic batched policy, timings."""
     start = time.perf_counter()
     env = TimedEnv(make_ours_env(s, section))
-    runner = OnPolicyRunner(ours_config(s), tempfile.mkdtemp(prefix='bench_ours_'), env=env,
-                            log=lambda _: None)
+    runner = OnPolicyRunner(ours_config(s), tempfile.mkdtemp(prefix='bench_ours_'), env=env)
     setup = time.perf_counter() - start
     collect_s = 0.0
     start = time.perf_counter()

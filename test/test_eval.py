@@ -166,7 +166,7 @@ def run_dir(tmp_path_factory):
         'env': {'num_envs': 2, 'num_threads': 1, 'episode_length_s': 1.0},
         'policy': {'actor_hidden_dims': [32, 32], 'critic_hidden_dims': [32]},
         'runner': {'num_steps_per_env': 4, 'max_iterations': 1, 'torch_threads': 1}})
-    runner = OnPolicyRunner(cfg, path, log=lambda line: None)
+    runner = OnPolicyRunner(cfg, path)
     runner.save()
     runner.close()
     return path

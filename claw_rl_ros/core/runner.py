@@ -54,11 +54,9 @@ def load_policy(path: str | Path) -> tuple[ActorCritic, TrainConfig, dict[str, A
 class OnPolicyRunner:
     """Trains a student with PPO (+ OPD) on a vec env that follows VecLocomotionEnv's contract."""
 
-    def __init__(self, cfg: TrainConfig, run_dir: str | Path, env: Any | None = None,
-                 log: Callable[[str], None] = print):
+    def __init__(self, cfg: TrainConfig, run_dir: str | Path, env: Any | None = None):
         self.cfg = cfg
         self.run_dir = Path(run_dir)
-        self.log = log
         r = cfg.runner
         torch.manual_seed(r.seed)
         if r.torch_threads:
