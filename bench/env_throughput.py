@@ -17,9 +17,9 @@ import mujoco
 import numpy as np
 
 from claw_rl_ros.core.config import from_dict
-from claw_rl_ros.core.env import VecLocomotionEnv
-from claw_rl_ros.core.env_config import EnvConfig
-from claw_rl_ros.core.physics import STATE_SPEC
+from claw_rl_ros.core.sim.env import VecLocomotionEnv
+from claw_rl_ros.core.sim.env_config import EnvConfig
+from claw_rl_ros.core.sim.physics import STATE_SPEC
 
 
 def make_env(num_envs: int) -> VecLocomotionEnv:

@@ -20,11 +20,11 @@ import csv
 from pathlib import Path
 import time
 
-from claw_rl_ros.core import checkpoint as ckpt
+from claw_rl_ros.core.learning import checkpoint as ckpt
 from claw_rl_ros.core.config import from_dict, merge, to_dict
-from claw_rl_ros.core.evaluate import evaluate, torch_policy_fn
-from claw_rl_ros.core.runner import load_policy, OnPolicyRunner
-from claw_rl_ros.core.train_config import load_train_config, TrainConfig
+from claw_rl_ros.core.deploy.evaluate import evaluate, torch_policy_fn
+from claw_rl_ros.core.learning.runner import load_policy, OnPolicyRunner
+from claw_rl_ros.core.learning.train_config import load_train_config, TrainConfig
 
 EVAL_SEED = 12345
 

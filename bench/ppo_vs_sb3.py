@@ -39,14 +39,14 @@ import numpy as np
 import torch
 
 from claw_rl_ros.core.config import from_dict, to_dict
-from claw_rl_ros.core.env import VecLocomotionEnv
-from claw_rl_ros.core.env_config import EnvConfig
-from claw_rl_ros.core.evaluate import evaluate as evaluate_claw, torch_policy_fn
-from claw_rl_ros.core.gym_env import ENV_ID as CLAW_ENV_ID, register as register_claw
-from claw_rl_ros.core.gym_vec import GymVecEnv
-from claw_rl_ros.core.robot import load_robot
-from claw_rl_ros.core.runner import OnPolicyRunner
-from claw_rl_ros.core.train_config import TrainConfig
+from claw_rl_ros.core.sim.env import VecLocomotionEnv
+from claw_rl_ros.core.sim.env_config import EnvConfig
+from claw_rl_ros.core.deploy.evaluate import evaluate as evaluate_claw, torch_policy_fn
+from claw_rl_ros.core.sim.gym_env import ENV_ID as CLAW_ENV_ID, register as register_claw
+from claw_rl_ros.core.sim.gym_vec import GymVecEnv
+from claw_rl_ros.core.sim.robot import load_robot
+from claw_rl_ros.core.learning.runner import OnPolicyRunner
+from claw_rl_ros.core.learning.train_config import TrainConfig
 
 Policy = Callable[[np.ndarray], np.ndarray]      # batched: obs [B, obs_dim] -> actions [B, A]
 ACTIVATIONS = {'tanh': torch.nn.Tanh, 'elu': torch.nn.ELU, 'relu': torch.nn.ReLU}

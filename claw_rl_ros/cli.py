@@ -14,12 +14,12 @@ from .core.config import ConfigError
 
 
 def _cmd_stand(args: argparse.Namespace) -> int:
-    from .core.demo import run_stand
+    from .core.sim.demo import run_stand
     return run_stand(robot=args.robot, seconds=args.seconds, num_envs=args.num_envs)
 
 
 def _cmd_check_urdf(args: argparse.Namespace) -> int:
-    from .core.urdf import check_urdf
+    from .core.sim.urdf import check_urdf
     model, problems = check_urdf(args.urdf)
     if problems:
         print(f'{args.urdf}: {len(problems)} problem(s)')
@@ -34,7 +34,7 @@ def _cmd_check_urdf(args: argparse.Namespace) -> int:
 
 
 def _cmd_spec(args: argparse.Namespace) -> int:
-    from .core.robot import load_robot
+    from .core.sim.robot import load_robot
     print(json.dumps(load_robot(args.robot).to_metadata(), indent=2))
     return 0
 
@@ -57,9 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
     spec.add_argument('--robot', default='claw_quadruped', help='robot name or YAML path')
     spec.set_defaults(func=_cmd_spec)
 
-    from .commands import deploy, train
+    from .commands import evaluate, export, train
     from .gateway import cli as gateway
-    for module in (train, deploy, gateway):
+    for module in (train, export, evaluate, gateway):
         module.add_parser(sub)
     return parser
 

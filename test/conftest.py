@@ -3,9 +3,9 @@
 import pytest
 
 from claw_rl_ros.core.config import from_dict, merge
-from claw_rl_ros.core.env import VecLocomotionEnv
-from claw_rl_ros.core.env_config import EnvConfig
-from claw_rl_ros.core.robot import load_robot
+from claw_rl_ros.core.sim.env import VecLocomotionEnv
+from claw_rl_ros.core.sim.env_config import EnvConfig
+from claw_rl_ros.core.sim.robot import load_robot
 
 
 @pytest.fixture(scope='session')

@@ -3,8 +3,8 @@
 import pytest
 
 from claw_rl_ros.core.config import ConfigError, from_dict, load_config
-from claw_rl_ros.core.env_config import EnvConfig
-from claw_rl_ros.core.robot import RobotConfig
+from claw_rl_ros.core.sim.env_config import EnvConfig
+from claw_rl_ros.core.sim.robot import RobotConfig
 
 
 def write(tmp_path, text, name='cfg.yaml'):

@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from claw_rl_ros.core import rewards as R
+from claw_rl_ros.core.sim import rewards as R
 from claw_rl_ros.core.math_utils import quat_rotate, quat_rotate_inverse, yaw_quat
 
 
@@ -302,8 +302,8 @@ def test_gait_rewards_match_hand_computed_values():
 def test_gait_rewards_without_a_gait_clock_are_refused(robot):
     import dataclasses
     from claw_rl_ros.core.config import ConfigError
-    from claw_rl_ros.core.env import VecLocomotionEnv
-    from claw_rl_ros.core.env_config import EnvConfig
+    from claw_rl_ros.core.sim.env import VecLocomotionEnv
+    from claw_rl_ros.core.sim.env_config import EnvConfig
     no_gait = dataclasses.replace(robot, gait_period=0.0)
     with pytest.raises(ConfigError, match='gait_contact: needs a gait clock'):
         VecLocomotionEnv(EnvConfig(num_envs=1), no_gait)

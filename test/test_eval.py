@@ -15,15 +15,15 @@ import torch
 import yaml
 
 from claw_rl_ros import cli
-from claw_rl_ros.core import render
+from claw_rl_ros.core.deploy import render
 from claw_rl_ros.core.config import from_dict
-from claw_rl_ros.core.env_config import EnvConfig
-from claw_rl_ros.core.evaluate import evaluate, torch_policy_fn
-from claw_rl_ros.core.export import export_onnx
-from claw_rl_ros.core.networks import ActorCritic
-from claw_rl_ros.core.onnx_policy import OnnxPolicy
-from claw_rl_ros.core.runner import OnPolicyRunner
-from claw_rl_ros.core.train_config import TrainConfig
+from claw_rl_ros.core.sim.env_config import EnvConfig
+from claw_rl_ros.core.deploy.evaluate import evaluate, torch_policy_fn
+from claw_rl_ros.core.deploy.export import export_onnx
+from claw_rl_ros.core.learning.networks import ActorCritic
+from claw_rl_ros.core.deploy.onnx_policy import OnnxPolicy
+from claw_rl_ros.core.learning.runner import OnPolicyRunner
+from claw_rl_ros.core.learning.train_config import TrainConfig
 
 SHORT = {'episode_length_s': 1.0, 'num_threads': 1}
 
@@ -114,8 +114,8 @@ def test_evaluate_rejects_zero_episodes(robot):
 RENDER_SCRIPT = '''
 import sys
 import numpy as np
-from claw_rl_ros.core.render import render_gait
-from claw_rl_ros.core.robot import load_robot
+from claw_rl_ros.core.deploy.render import render_gait
+from claw_rl_ros.core.sim.robot import load_robot
 rng = np.random.default_rng(0)
 robot = load_robot('claw_quadruped')
 policy = lambda obs: rng.normal(0.0, 1.0, (len(obs), robot.num_joints))

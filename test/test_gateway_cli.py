@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 from claw_rl_ros.cli import main
-from claw_rl_ros.core.robot import load_robot, METADATA_KEY
+from claw_rl_ros.core.sim.robot import load_robot, METADATA_KEY
 from gateway_server import (  # noqa: F401
     clean_env, closed_port, completion, FakeGateway, gateway, KEY, KEY_MASKED, Reply,
     server_config, STUDENT, TEACHER)

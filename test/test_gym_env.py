@@ -5,7 +5,7 @@ from gymnasium.utils.env_checker import check_env
 import numpy as np
 import pytest
 
-from claw_rl_ros.core.gym_env import ClawLocomotionGymEnv, ENV_ID, register
+from claw_rl_ros.core.sim.gym_env import ClawLocomotionGymEnv, ENV_ID, register
 
 
 def test_passes_gymnasium_check_env():
@@ -38,6 +38,6 @@ def test_privileged_observation_option_and_batch_guard():
     obs, _ = env.reset(seed=0)
     assert obs.shape == (47 + env.env.privileged_dim,)
     env.close()
-    from claw_rl_ros.core.env_config import EnvConfig
+    from claw_rl_ros.core.sim.env_config import EnvConfig
     with pytest.raises(ValueError, match='runs one world'):
         ClawLocomotionGymEnv(EnvConfig(num_envs=2))

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 import torch
 
-from claw_rl_ros.core import checkpoint as ckpt
+from claw_rl_ros.core.learning import checkpoint as ckpt
 from claw_rl_ros.core.config import from_dict
-from claw_rl_ros.core.gym_vec import GymVecEnv
-from claw_rl_ros.core.runner import OnPolicyRunner
-from claw_rl_ros.core.train_config import TrainConfig
+from claw_rl_ros.core.sim.gym_vec import GymVecEnv
+from claw_rl_ros.core.learning.runner import OnPolicyRunner
+from claw_rl_ros.core.learning.train_config import TrainConfig
 
 PENDULUM_LIMIT = 200  # Pendulum-v1's TimeLimit; its dt is 0.05 s
 

@@ -7,13 +7,14 @@ import pytest
 import torch
 
 from claw_rl_ros.core.config import from_dict
-from claw_rl_ros.core.networks import ActorCritic, EmpiricalNormalization
-from claw_rl_ros.core.opd import (alpha_at, combined_loss, compute_distillation_loss,
-                                  gaussian_kl, update_teacher_with_ema)
-from claw_rl_ros.core.ppo import PPO
-from claw_rl_ros.core.registry import PolicyRegistry
-from claw_rl_ros.core.storage import compute_gae, MiniBatch, RolloutStorage
-from claw_rl_ros.core.train_config import DistillationConfig, PPOConfig
+from claw_rl_ros.core.learning.networks import ActorCritic, EmpiricalNormalization
+from claw_rl_ros.core.learning.opd import (alpha_at, combined_loss,
+                                           compute_distillation_loss, gaussian_kl,
+                                           update_teacher_with_ema)
+from claw_rl_ros.core.learning.ppo import PPO
+from claw_rl_ros.core.learning.registry import PolicyRegistry
+from claw_rl_ros.core.learning.storage import compute_gae, MiniBatch, RolloutStorage
+from claw_rl_ros.core.learning.train_config import DistillationConfig, PPOConfig
 
 
 def small_policy(seed=0, actor_dim=3, critic_dim=5, actions=2, normalize=False):
@@ -251,7 +252,7 @@ def test_ppo_rejects_frozen_mode_without_teacher():
 
 
 def test_closed_form_log_prob_and_entropy_match_torch_normal():
-    from claw_rl_ros.core.networks import gaussian_entropy, gaussian_log_prob
+    from claw_rl_ros.core.learning.networks import gaussian_entropy, gaussian_log_prob
     g = torch.Generator().manual_seed(3)
     mean, std = torch.randn(6, 4, generator=g), torch.rand(6, 4, generator=g) + 0.05
     actions = torch.randn(6, 4, generator=g)

@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 
 from claw_rl_ros.core.config import ConfigError
-from claw_rl_ros.core.demo import hold_default_pose
-from claw_rl_ros.core.robot import load_robot, spec_from_config, RobotConfig
+from claw_rl_ros.core.sim.demo import hold_default_pose
+from claw_rl_ros.core.sim.robot import load_robot, spec_from_config, RobotConfig
 from claw_rl_ros.core.config import load_yaml, from_dict
 from claw_rl_ros.core import paths
-from claw_rl_ros.core.scene import build_model, IMU_SITE, sensor_slices
-from claw_rl_ros.core.urdf import load_urdf
+from claw_rl_ros.core.sim.scene import build_model, IMU_SITE, sensor_slices
+from claw_rl_ros.core.sim.urdf import load_urdf
 
 
 def robot_config():

@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from claw_rl_ros.cli import main
-from claw_rl_ros.core import checkpoint as ckpt
+from claw_rl_ros.core.learning import checkpoint as ckpt
 from claw_rl_ros.core.config import ConfigError, from_dict, merge
-from claw_rl_ros.core.runner import OnPolicyRunner
-from claw_rl_ros.core.train_config import TrainConfig
+from claw_rl_ros.core.learning.runner import OnPolicyRunner
+from claw_rl_ros.core.learning.train_config import TrainConfig
 
 TINY = {
     'env': {'num_envs': 16, 'episode_length_s': 2.0, 'num_threads': 1},
@@ -169,7 +169,7 @@ def test_latest_checkpoint_and_pruning(tmp_path):
 
 
 def test_privileged_teacher_distils_into_a_deployable_student(tmp_path):
-    from claw_rl_ros.core.export import export_onnx
+    from claw_rl_ros.core.deploy.export import export_onnx
     teacher_cfg = tiny_config(policy={'actor_obs_groups': ['policy', 'privileged']})
     teacher, _ = run_iterations(teacher_cfg, tmp_path / 'teacher', 2)
     assert teacher.policy.actor[0].in_features == teacher.env.obs_dim + teacher.env.privileged_dim

@@ -6,7 +6,7 @@ import pytest
 
 from claw_rl_ros.cli import main
 from claw_rl_ros.core import paths
-from claw_rl_ros.core.urdf import check_urdf, load_urdf, UrdfError
+from claw_rl_ros.core.sim.urdf import check_urdf, load_urdf, UrdfError
 
 URDF = paths.share_dir() / 'urdf' / 'claw_quadruped.urdf'
 

@@ -17,9 +17,9 @@ from typing import Any
 
 import yaml
 
-from ..core import checkpoint as ckpt
+from ..core.learning import checkpoint as ckpt
 from ..core.config import ConfigError, from_dict, load_yaml, to_dict
-from ..core.train_config import load_train_config, TrainConfig
+from ..core.learning.train_config import load_train_config, TrainConfig
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -83,8 +83,8 @@ def resolve_config(args: argparse.Namespace) -> tuple[TrainConfig, Path, Path | 
 
 
 def run_train(args: argparse.Namespace) -> int:
-    from ..core.logger import MetricsLogger, plot_learning_curve
-    from ..core.runner import OnPolicyRunner
+    from ..core.learning.logger import MetricsLogger, plot_learning_curve
+    from ..core.learning.runner import OnPolicyRunner
     cfg, run_dir, resume_from = resolve_config(args)
     run_dir.mkdir(parents=True, exist_ok=True)
     ckpt.atomic_write_bytes(run_dir / 'config.yaml',
@@ -140,9 +140,9 @@ def _log_iteration(runner, logger, iteration: int, metrics: dict) -> None:
 
 def _export_and_evaluate(runner, run_dir: Path) -> dict[str, Any]:
     """student.onnx (if the actor is deployable) and an evaluation of it."""
-    from ..core.export import export_onnx
-    from ..core.evaluate import evaluate
-    from ..core.onnx_policy import OnnxPolicy
+    from ..core.deploy.export import export_onnx
+    from ..core.deploy.evaluate import evaluate
+    from ..core.deploy.onnx_policy import OnnxPolicy
     if runner.policy.actor_obs_groups != ['policy']:
         print('actor reads privileged observations: not deployable, no student.onnx exported')
         return {}

@@ -23,7 +23,7 @@ _VECTOR_AXES = {'velocity_commands': ('vx', 'vy', 'yaw_rate')}
 def robot_metadata(robot: str = 'claw_quadruped') -> dict:
     """The robot spec (as written into exported models) from the robot config."""
     from ..core.config import ConfigError
-    from ..core.robot import load_robot
+    from ..core.sim.robot import load_robot
     try:
         return load_robot(robot).to_metadata()
     except (ConfigError, OSError) as exc:
@@ -34,7 +34,7 @@ def robot_metadata(robot: str = 'claw_quadruped') -> dict:
 
 def model_metadata(path: str | Path) -> dict:
     """The robot spec stored in an exported ONNX model's ``metadata_props``."""
-    from ..core.robot import METADATA_KEY
+    from ..core.sim.robot import METADATA_KEY
     path = Path(path)
     if not path.is_file():
         raise GatewayConfigError(f'model file {path} (--model) does not exist',
@@ -148,8 +148,8 @@ def simulate_state(meta: dict, robot: Optional[str] = None, steps: int = DEFAULT
     """The policy observation after ``steps`` zero-action control steps from a seeded reset."""
     import numpy as np
     from ..core.config import ConfigError
-    from ..core.env import VecLocomotionEnv
-    from ..core.env_config import EnvConfig
+    from ..core.sim.env import VecLocomotionEnv
+    from ..core.sim.env_config import EnvConfig
     name = robot or meta['robot']
     try:
         env = VecLocomotionEnv(EnvConfig(robot=name, num_envs=1, seed=seed, num_threads=1))
@@ -176,7 +176,7 @@ def simulate_state(meta: dict, robot: Optional[str] = None, steps: int = DEFAULT
 def summarize(meta: dict, observation: Sequence[float], source: str,
               question: str = DEFAULT_QUESTION) -> str:
     """The prompt text: robot, joints, every term unscaled with units, and the question."""
-    from ..core.observations import TERMS
+    from ..core.sim.observations import TERMS
     joints = list(meta['joint_names'])
     lines = [
         'Below is one observation of a legged robot, exactly as its control policy receives '

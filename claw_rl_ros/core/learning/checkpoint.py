@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .config import ConfigError
+from ..config import ConfigError
 
 CHECKPOINT_FORMAT = 1
 _NAME = re.compile(r'^model_(\d+)\.pt$')

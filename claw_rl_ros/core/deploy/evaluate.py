@@ -1,7 +1,8 @@
 """Evaluate a policy: one full episode in each of N parallel worlds, then summary numbers.
 
 Works with anything mapping ``obs_policy [N, obs_dim] -> actions [N, A]``: an
-:class:`~claw_rl_ros.core.onnx_policy.OnnxPolicy` or :func:`torch_policy_fn` of an ActorCritic.
+:class:`~claw_rl_ros.core.deploy.onnx_policy.OnnxPolicy` or :func:`torch_policy_fn` of an
+ActorCritic.
 A world counts only its first episode; what the env's auto-reset starts afterwards is ignored.
 """
 
@@ -15,11 +16,11 @@ from typing import Any, Callable, Optional
 import numpy as np
 import torch
 
-from .config import from_dict, merge, to_dict
-from .env import VecLocomotionEnv
-from .env_config import EnvConfig
-from .networks import ActorCritic
-from .robot import RobotSpec
+from ..config import from_dict, merge, to_dict
+from ..sim.env import VecLocomotionEnv
+from ..sim.env_config import EnvConfig
+from ..learning.networks import ActorCritic
+from ..sim.robot import RobotSpec
 
 PolicyFn = Callable[[np.ndarray], np.ndarray]
 Command = tuple[float, float, float]

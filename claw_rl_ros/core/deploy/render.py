@@ -17,12 +17,12 @@ import mujoco
 import numpy as np
 from PIL import Image
 
-from .config import from_dict
-from .env import VecLocomotionEnv
-from .env_config import EnvConfig
+from ..config import from_dict
+from ..sim.env import VecLocomotionEnv
+from ..sim.env_config import EnvConfig
 from .evaluate import fixed_command_overrides
-from .physics import STATE_SPEC
-from .robot import RobotSpec
+from ..sim.physics import STATE_SPEC
+from ..sim.robot import RobotSpec
 
 STRIP_FRAMES = 6
 INSTALL_HINT = ('install an offscreen OpenGL backend and select it before Python starts: '

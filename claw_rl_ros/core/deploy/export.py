@@ -22,12 +22,12 @@ import onnxruntime as ort
 import torch
 from torch import nn
 
-from .checkpoint import atomic_write_bytes
-from .config import ConfigError
-from .networks import ActorCritic
+from ..learning.checkpoint import atomic_write_bytes
+from ..config import ConfigError
+from ..learning.networks import ActorCritic
 from .onnx_policy import INPUT_NAME, OUTPUT_NAME, session_options
-from .robot import load_robot, METADATA_KEY, RobotSpec
-from .runner import load_policy
+from ..sim.robot import load_robot, METADATA_KEY, RobotSpec
+from ..learning.runner import load_policy
 
 EXPORT_FORMAT = 1
 MIN_OPSET = 17

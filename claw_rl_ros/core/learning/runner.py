@@ -12,8 +12,8 @@ import numpy as np
 import torch
 
 from . import checkpoint as ckpt
-from .config import ConfigError, to_dict
-from .env import VecLocomotionEnv
+from ..config import ConfigError, to_dict
+from ..sim.env import VecLocomotionEnv
 from .networks import ActorCritic
 from .opd import alpha_at
 from .ppo import PPO
@@ -43,7 +43,7 @@ def build_policy(cfg: TrainConfig, obs_dims: dict[str, int], num_actions: int) -
 
 def load_policy(path: str | Path) -> tuple[ActorCritic, TrainConfig, dict[str, Any]]:
     """An actor-critic (with its config and the checkpoint payload) from a checkpoint file."""
-    from .config import from_dict
+    from ..config import from_dict
     payload = ckpt.load_checkpoint(path)
     cfg = from_dict(TrainConfig, payload['config'], source=f'{path}:config')
     policy = build_policy(cfg, payload['obs_dims'], payload['num_actions'])

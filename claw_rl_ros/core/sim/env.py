@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from .config import ConfigError
+from ..config import ConfigError
 from .env_config import EnvConfig, GAIT_REWARDS
-from .math_utils import gravity_in_body, quat_mul, quat_rotate_inverse, yaw_quat
+from ..math_utils import gravity_in_body, quat_mul, quat_rotate_inverse, yaw_quat
 from .physics import BatchedPhysics
 from .rewards import RewardManager, RewardParams, StepData
 from .robot import load_robot, RobotSpec

@@ -7,10 +7,10 @@ import time
 
 import numpy as np
 
-from .config import from_dict
+from ..config import from_dict
 from .env import VecLocomotionEnv
 from .env_config import EnvConfig
-from .math_utils import gravity_in_body
+from ..math_utils import gravity_in_body
 
 
 @dataclass

@@ -12,7 +12,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from .math_utils import gravity_in_body
+from ..math_utils import gravity_in_body
 
 
 @dataclass

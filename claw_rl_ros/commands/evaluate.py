@@ -1,4 +1,4 @@
-"""``claw-rl export`` (checkpoint -> verified ONNX student) and ``claw-rl eval`` (ONNX -> report).
+"""``claw-rl eval``: an ONNX student evaluated (and optionally rendered) in simulation.
 
 User mistakes (missing file, corrupt model, a model for another robot spec) become a
 ConfigError: one line on stderr and exit status 2.
@@ -16,31 +16,6 @@ import sys
 from ..core.config import ConfigError
 
 
-def _cmd_export(args: argparse.Namespace) -> int:
-    from ..core import checkpoint
-    from ..core.export import export_checkpoint, ExportError
-    from ..core.onnx_policy import OnnxPolicy
-    source = args.checkpoint
-    if args.run_dir is not None:
-        source = checkpoint.latest_checkpoint(args.run_dir)
-        if source is None:
-            raise ConfigError(args.run_dir, '', 'no checkpoints/model_*.pt in this run '
-                              'directory; give --checkpoint or another --run-dir')
-    try:
-        path = export_checkpoint(source, args.out)
-    except ConfigError:
-        raise
-    except (ValueError, ExportError) as exc:
-        raise ConfigError(str(source), '', str(exc)) from None
-    model = OnnxPolicy(path)
-    print(f'exported {source} -> {path}')
-    print(f'  sha256 {model.sha256}')
-    print(f'  obs [batch, {model.obs_dim}] -> actions [batch, {model.num_actions}], '
-          f'robot {model.spec.get("robot")!r}')
-    print(f'  max abs diff onnxruntime vs torch: {model.metadata["parity_max_abs_diff"]}')
-    return 0
-
-
 def _default_gl_backend() -> None:
     """Headless and MUJOCO_GL unset: choose an offscreen backend before MuJoCo is imported."""
     if os.environ.get('MUJOCO_GL') or os.environ.get('DISPLAY') or 'mujoco' in sys.modules:
@@ -54,7 +29,7 @@ def _default_gl_backend() -> None:
 def _env_config(args: argparse.Namespace, base, robot_name: str):
     """``base`` (the --config env or the defaults) for ``robot_name``, with the eval switches."""
     from ..core.config import from_dict, merge, to_dict
-    from ..core.env_config import EnvConfig
+    from ..core.sim.env_config import EnvConfig
     overrides: dict = {'robot': robot_name}
     if args.no_randomization:
         overrides.update({'randomization': {'enabled': False}, 'noise': {'enabled': False}})
@@ -66,8 +41,8 @@ def _load_model(args: argparse.Namespace, config_robot: str | None):
 
     The robot is --robot, else the --config env's robot, else the one the model names.
     """
-    from ..core.onnx_policy import ModelError, OnnxPolicy
-    from ..core.robot import load_robot
+    from ..core.deploy.onnx_policy import ModelError, OnnxPolicy
+    from ..core.sim.robot import load_robot
     try:
         policy = OnnxPolicy(args.model)
         robot = load_robot(args.robot or config_robot or policy.spec.get('robot', ''))
@@ -80,10 +55,10 @@ def _load_model(args: argparse.Namespace, config_robot: str | None):
 def _cmd_eval(args: argparse.Namespace) -> int:
     if args.gif:
         _default_gl_backend()
-    from ..core.checkpoint import atomic_write_bytes
-    from ..core.env_config import EnvConfig
-    from ..core.evaluate import evaluate
-    from ..core.train_config import load_train_config
+    from ..core.learning.checkpoint import atomic_write_bytes
+    from ..core.sim.env_config import EnvConfig
+    from ..core.deploy.evaluate import evaluate
+    from ..core.learning.train_config import load_train_config
     if args.episodes < 1:
         raise ConfigError('--episodes', '', f'{args.episodes} is out of range; give 1 or more')
     if args.gif and Path(args.gif).suffix.lower() not in ('.gif', '.png'):
@@ -107,7 +82,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
 
 def _render(policy, robot, args: argparse.Namespace, command) -> None:
-    from ..core.render import render_gait, RenderUnavailable
+    from ..core.deploy.render import render_gait, RenderUnavailable
     try:
         path = render_gait(policy, robot, args.gif, command=command or (0.5, 0.0, 0.0),
                            seed=args.seed)
@@ -117,15 +92,7 @@ def _render(policy, robot, args: argparse.Namespace, command) -> None:
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    """Register ``export`` and ``eval`` on the claw-rl parser."""
-    export = subparsers.add_parser('export', help='export a checkpoint\'s student to ONNX '
-                                   '(normaliser and robot spec inside, parity-checked)')
-    source = export.add_mutually_exclusive_group(required=True)
-    source.add_argument('--checkpoint', help='a training checkpoint (.pt)')
-    source.add_argument('--run-dir', help='a run directory: export its latest checkpoint')
-    export.add_argument('--out', default='student.onnx', help='ONNX file to write')
-    export.set_defaults(func=_cmd_export)
-
+    """Register ``eval`` on the claw-rl parser."""
     ev = subparsers.add_parser('eval', help='evaluate an ONNX student in simulation')
     ev.add_argument('--model', required=True, help='exported .onnx student')
     ev.add_argument('--episodes', type=int, default=20, help='episodes (parallel worlds)')

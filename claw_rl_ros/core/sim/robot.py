@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from . import paths
-from .config import ConfigError, from_dict, load_yaml, param
+from .. import paths
+from ..config import ConfigError, from_dict, load_yaml, param
 from .observations import ObservationLayout
 from .urdf import load_urdf, UrdfError
 
@@ -26,7 +26,7 @@ METADATA_KEY = 'claw_rl_spec'
 class ObsTermConfig:
     """One observation term of a group."""
 
-    name: str = param('', 'term name (claw_rl_ros.core.observations.TERMS)')
+    name: str = param('', 'term name (claw_rl_ros.core.sim.observations.TERMS)')
     scale: float | list[float] = param(1.0, 'multiplier applied to the term (one or per element)')
 
 

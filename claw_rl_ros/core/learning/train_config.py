@@ -6,9 +6,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Optional
 
-from .config import ConfigError, from_dict, load_yaml, param
-from .env_config import EnvConfig
-from . import paths
+from ..config import ConfigError, from_dict, load_yaml, param
+from ..sim.env_config import EnvConfig
+from .. import paths
 
 
 @dataclass
@@ -111,7 +111,7 @@ class TrainConfig:
 
 def load_train_config(path: str | Path, overrides: dict | None = None) -> TrainConfig:
     """Read a train YAML (optionally patched by ``overrides``) into a TrainConfig."""
-    from .config import merge
+    from ..config import merge
     resolved = paths.config_path(str(path))
     data = load_yaml(resolved)
     if overrides:

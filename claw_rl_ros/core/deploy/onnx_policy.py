@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
-from .robot import METADATA_KEY, RobotSpec
+from ..sim.robot import METADATA_KEY, RobotSpec
 
 INPUT_NAME = 'obs'
 OUTPUT_NAME = 'actions'

@@ -1,0 +1,47 @@
+"""``claw-rl export``: a training checkpoint -> a verified ONNX student.
+
+User mistakes (missing file, no checkpoint, a model for another robot spec) become a
+ConfigError: one line on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from ..core.config import ConfigError
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    from ..core.learning import checkpoint
+    from ..core.deploy.export import export_checkpoint, ExportError
+    from ..core.deploy.onnx_policy import OnnxPolicy
+    source = args.checkpoint
+    if args.run_dir is not None:
+        source = checkpoint.latest_checkpoint(args.run_dir)
+        if source is None:
+            raise ConfigError(args.run_dir, '', 'no checkpoints/model_*.pt in this run '
+                              'directory; give --checkpoint or another --run-dir')
+    try:
+        path = export_checkpoint(source, args.out)
+    except ConfigError:
+        raise
+    except (ValueError, ExportError) as exc:
+        raise ConfigError(str(source), '', str(exc)) from None
+    model = OnnxPolicy(path)
+    print(f'exported {source} -> {path}')
+    print(f'  sha256 {model.sha256}')
+    print(f'  obs [batch, {model.obs_dim}] -> actions [batch, {model.num_actions}], '
+          f'robot {model.spec.get("robot")!r}')
+    print(f'  max abs diff onnxruntime vs torch: {model.metadata["parity_max_abs_diff"]}')
+    return 0
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    """Register ``export`` on the claw-rl parser."""
+    export = subparsers.add_parser('export', help='export a checkpoint\'s student to ONNX '
+                                   '(normaliser and robot spec inside, parity-checked)')
+    source = export.add_mutually_exclusive_group(required=True)
+    source.add_argument('--checkpoint', help='a training checkpoint (.pt)')
+    source.add_argument('--run-dir', help='a run directory: export its latest checkpoint')
+    export.add_argument('--out', default='student.onnx', help='ONNX file to write')
+    export.set_defaults(func=_cmd_export)
