@@ -3,7 +3,7 @@
 import pytest
 
 from claw_rl_ros.core.config import ConfigError, from_dict, load_config
-from claw_rl_ros.core.sim.env_config import EnvConfig
+from claw_rl_ros.core.sim.env_config import DEFAULT_REWARD_SCALES, EnvConfig
 from claw_rl_ros.core.sim.robot import RobotConfig
 
 
@@ -19,7 +19,7 @@ def test_loads_nested_values_and_keeps_defaults(tmp_path):
     cfg = load_config(EnvConfig, path, section='env')
     assert cfg.num_envs == 8
     # PyYAML reads 1e-3 as a string; float fields accept it as the number it is.
-    assert cfg.rewards.scales == {'torques': -1e-3}
+    assert cfg.rewards.scales == {**DEFAULT_REWARD_SCALES, 'torques': -1e-3}
     assert cfg.commands.lin_vel_x == (0.0, 1.0)
     assert cfg.episode_length_s == EnvConfig().episode_length_s
 
@@ -93,3 +93,24 @@ def test_nan_is_rejected():
 def test_robot_config_rejects_unknown_observation_term_field():
     with pytest.raises(ConfigError, match=r'observations\.policy\[0\]\.scal'):
         from_dict(RobotConfig, {'observations': {'policy': [{'name': 'joint_pos', 'scal': 1}]}})
+
+
+def test_partial_mappings_merge_into_the_defaults(tmp_path):
+    """One overridden reward scale or noise level keeps every other term (issue 7, defect 1)."""
+    path = write(tmp_path, 'env:\n  rewards:\n    scales: {termination: -5}\n'
+                           '  noise:\n    levels: {joint_vel: 0.5}\n')
+    cfg = load_config(EnvConfig, path, section='env')
+    assert cfg.rewards.scales == {**DEFAULT_REWARD_SCALES, 'termination': -5.0}
+    assert cfg.noise.levels == {**EnvConfig().noise.levels, 'joint_vel': 0.5}
+    # Defaults are not shared between instances: the merge never writes into them.
+    assert EnvConfig().rewards.scales['termination'] == DEFAULT_REWARD_SCALES['termination']
+
+
+def test_set_override_of_one_reward_scale_keeps_the_others():
+    from claw_rl_ros.commands.train import parse_overrides
+    from claw_rl_ros.core.learning.train_config import load_train_config
+    cfg = load_train_config('train_ppo.yaml',
+                            parse_overrides(['env.rewards.scales.termination=-5']))
+    assert cfg.env.rewards.scales['termination'] == -5.0
+    assert cfg.env.rewards.scales['tracking_lin_vel'] == DEFAULT_REWARD_SCALES['tracking_lin_vel']
+    assert set(cfg.env.rewards.scales) == set(DEFAULT_REWARD_SCALES)

@@ -1,7 +1,8 @@
 """Typed configuration: dataclasses loaded from YAML with strict validation.
 
 Every field is declared with :func:`param`, which carries a one-line doc and optional bounds.
-:func:`from_dict` rejects unknown keys, wrong types and out-of-range values with a
+Mappings given for a field whose default is a mapping (reward scales, noise levels) are merged
+into that default key by key, so overriding one entry keeps the others. :func:`from_dict` rejects unknown keys, wrong types and out-of-range values with a
 :class:`ConfigError` naming the file, the dotted key, the value and what is allowed.
 """
 
@@ -87,6 +88,10 @@ def from_dict(cls: type, data: Any, *, source: str = '<dict>', prefix: str = '')
     for name, value in data.items():
         field = fields[name]
         key = _join(prefix, name)
+        default = _default(field)
+        if isinstance(default, dict) and isinstance(value, dict):
+            # A partial mapping (one reward scale, one noise level) patches the defaults.
+            value = merge(default, value)
         kwargs[name] = _convert(hints[name], value, source, key)
         _check_bounds(field.metadata, kwargs[name], source, key)
     try:
@@ -132,9 +137,16 @@ def describe(cls: type, prefix: str = '') -> list[str]:
         if dataclasses.is_dataclass(tp):
             lines += describe(tp, key)
             continue
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        default = _default(f)
         lines.append(f'{key} = {default!r}  # {f.metadata.get("doc", "")}')
     return lines
+
+
+def _default(field: dataclasses.Field) -> Any:
+    """A field's default value (a fresh copy for mutable defaults), or MISSING."""
+    if field.default_factory is not dataclasses.MISSING:
+        return field.default_factory()
+    return field.default
 
 
 def _join(prefix: str, key: Any) -> str:
