@@ -87,6 +87,26 @@ def test_reward_terms_match_hand_computed_values():
     np.testing.assert_allclose(R.dof_pos_limits(s, p), [0.3, 0.0])
 
 
+def test_turn_in_place_is_moving_for_every_term():
+    """Defect 5: stand_still and the gait terms agree that a yaw-only command is "moving"."""
+    s, p = crafted_step(), params()
+    s.commands[:] = [[0.0, 0.0, 0.8], [0.0, 0.0, 0.05]]
+    assert R.is_moving(s.commands, 0.1).tolist() == [True, False]
+    s.joint_pos[:] = 0.3
+    # Turning world 0 is not penalised for leaving the default pose; standing world 1 is.
+    np.testing.assert_allclose(R.stand_still(s, p), [0.0, 12 * 0.2])
+    s.foot_air_time[0, 1] = 0.4
+    np.testing.assert_allclose(R.feet_air_time(s, p), [0.3, 0.0])
+
+
+def test_gait_clock_uses_the_same_moving_definition(make_env):
+    env = make_env(num_envs=2, randomization={'enabled': False}, noise={'enabled': False})
+    env.gait_phase[:] = 0.75
+    stance = env._desired_stance(np.array([[0.0, 0.0, 0.8], [0.0, 0.0, 0.05]]))
+    # Turning: the trot's swing feet are lifted; standing: all four feet down.
+    assert not stance[0].all() and stance[1].all()
+
+
 def test_reward_manager_scales_by_dt_clips_and_logs():
     s = crafted_step()
     manager = R.RewardManager({'tracking_lin_vel': 1.0, 'collision': -10.0, 'termination': -5.0,
@@ -251,7 +271,8 @@ def test_commands_sampled_in_range_and_resampled(make_env):
 
 def test_observation_noise_is_bounded_by_configured_levels(make_env):
     env = make_env(num_envs=16, randomization={'enabled': False},
-                   noise={'levels': {'joint_vel': 2.0}})
+                   noise={'levels': {'joint_vel': 2.0, 'base_ang_vel': 0.0,
+                                     'projected_gravity': 0.0, 'joint_pos': 0.0}})
     obs, _ = env.reset(seed=0)
     clean = env._observe(env.robot_state(), noise=False)['policy']
     diff = obs['policy'] - clean

@@ -18,7 +18,7 @@ from ..config import ConfigError
 from .env_config import EnvConfig, GAIT_REWARDS
 from ..math_utils import gravity_in_body, quat_mul, quat_rotate_inverse, yaw_quat
 from .physics import BatchedPhysics
-from .rewards import RewardManager, RewardParams, StepData
+from .rewards import is_moving, RewardManager, RewardParams, StepData
 from .robot import load_robot, RobotSpec
 from .observations import RobotState
 
@@ -250,9 +250,7 @@ class VecLocomotionEnv:
         stance = np.ones((self.num_envs, self.num_feet), dtype=bool)
         if r.gait_period > 0:
             foot_phase = (self.gait_phase[:, None] + r.gait_offsets[None, :]) % 1.0
-            moving = np.linalg.norm(commands[:, :2], axis=1) > \
-                self.cfg.rewards.moving_command_threshold
-            moving |= np.abs(commands[:, 2]) > self.cfg.rewards.moving_command_threshold
+            moving = is_moving(commands, self.cfg.rewards.moving_command_threshold)
             stance[moving] = foot_phase[moving] < r.gait_duty
         return stance
 

@@ -51,8 +51,8 @@ class RewardConfig:
     tracking_sigma: float = param(0.25, 'width of the exp tracking kernels [(m/s)^2]', gt=0)
     base_height_target: float = param(0.25, 'desired trunk height [m]', gt=0)
     feet_air_time_target: float = param(0.3, 'rewarded swing duration [s]', ge=0)
-    moving_command_threshold: float = param(0.1, 'commands slower than this mean stand [m/s]',
-                                            ge=0)
+    moving_command_threshold: float = param(0.1, 'planar [m/s] and yaw [rad/s] commands both '
+                                            'below this mean stand', ge=0)
     swing_height_target: float = param(0.05, 'foot lift rewarded by feet_clearance [m]', gt=0)
     soft_joint_limit: float = param(0.9, 'fraction of the joint range without penalty',
                                     gt=0, le=1)

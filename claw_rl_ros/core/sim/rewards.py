@@ -54,8 +54,18 @@ def _sum(x: np.ndarray) -> np.ndarray:
     return np.sum(x, axis=1)
 
 
+def is_moving(commands: np.ndarray, threshold: float) -> np.ndarray:
+    """[N, 3] commands (vx, vy, yaw rate) -> [N] bool: asked to walk or to turn.
+
+    The one definition of "moving" shared by the gait clock and every reward term, so a
+    turn-in-place command is a moving command everywhere.
+    """
+    return (np.linalg.norm(commands[:, :2], axis=1) > threshold) | \
+        (np.abs(commands[:, 2]) > threshold)
+
+
 def _moving(s: StepData, p: RewardParams) -> np.ndarray:
-    return np.linalg.norm(s.commands[:, :2], axis=1) > p.moving_command_threshold
+    return is_moving(s.commands, p.moving_command_threshold)
 
 
 def tracking_lin_vel(s: StepData, p: RewardParams) -> np.ndarray:
