@@ -62,7 +62,49 @@ def test_time_out_reward_is_bootstrapped_with_final_value():
                                                                     torch.tensor(1.0)]))
 
 
+def test_nan_final_value_of_a_world_that_did_not_time_out_stays_out_of_its_reward():
+    policy = small_policy()
+    ppo = PPO(policy, PPOConfig(gamma=0.9), DistillationConfig())
+    ppo.init_storage(1, 2, {'policy': 3, 'privileged': 2}, 2)
+    obs, final = obs_batch(2, 1), obs_batch(2, 2)
+    final['privileged'][1] = float('nan')     # world 1 terminated in a diverged state
+    ppo.act(obs)
+    ppo.process_env_step(torch.tensor([1.0, 2.0]), torch.tensor([1.0, 1.0]),
+                         torch.tensor([1.0, 0.0]), final)
+    assert torch.isfinite(ppo.storage.rewards[0]).all()
+    assert ppo.storage.rewards[0, 1] == 2.0
+
+
 # ---------------------------------------------------------------------------------------- PPO
+def test_std_floor_keeps_a_gradient_and_logs_the_std_used():
+    """Defect 4: at the floor, the entropy bonus can still raise the std; logged std == used."""
+    policy = ActorCritic(3, 5, 2, actor_hidden_dims=[8], critic_hidden_dims=[8],
+                         init_noise_std=0.01, normalize_obs=False, min_std=0.05)
+    # The parameter itself starts on the floor, so the std used equals the logged one.
+    torch.testing.assert_close(policy.log_std.detach(), torch.full((2,), math.log(0.05)))
+    mean, std = policy.action_mean_std(obs_batch(4))
+    torch.testing.assert_close(std, torch.full((4, 2), 0.05))
+    # Only the entropy bonus: its gradient must push log_std up, even on the floor.
+    std.log().sum().backward()
+    assert (policy.log_std.grad > 0).all()
+    cfg = PPOConfig(entropy_coef=1.0, value_loss_coef=0.0, schedule='fixed', learning_rate=0.1,
+                    num_mini_batches=1, num_learning_epochs=1)
+    ppo = PPO(policy, cfg, DistillationConfig())
+    ppo.init_storage(2, 4, {'policy': 3, 'privileged': 2}, 2)
+    for _ in range(2):
+        ppo.act(obs_batch(4))
+        ppo.process_env_step(torch.zeros(4), torch.zeros(4), torch.zeros(4), None)
+    ppo.compute_returns(obs_batch(4))
+    out = ppo.update()
+    assert (policy.log_std.detach() > math.log(0.05)).all()
+    assert out['action_std'] == pytest.approx(float(policy.log_std.exp().mean()))
+    # A step that would go below the floor is clamped back onto it.
+    with torch.no_grad():
+        policy.log_std.fill_(math.log(0.01))
+    policy.clamp_std_()
+    assert float(policy.log_std.exp().min()) == pytest.approx(0.05)
+
+
 def test_ppo_losses_on_a_crafted_batch():
     policy = small_policy()
     cfg = PPOConfig(clip_param=0.2, value_loss_coef=0.5, entropy_coef=0.01, schedule='fixed',

@@ -91,7 +91,7 @@ class ActorCritic(nn.Module):
                  actor_hidden_dims: list[int], critic_hidden_dims: list[int],
                  activation: str = 'elu', init_noise_std: float = 1.0,
                  normalize_obs: bool = True, actor_obs_groups: list[str] | None = None,
-                 critic_obs_groups: list[str] | None = None):
+                 critic_obs_groups: list[str] | None = None, min_std: float = 0.0):
         super().__init__()
         self.actor_obs_groups = list(actor_obs_groups or ['policy'])
         self.critic_obs_groups = list(critic_obs_groups or ['policy', 'privileged'])
@@ -102,7 +102,8 @@ class ActorCritic(nn.Module):
         self.critic_normalizer = EmpiricalNormalization(critic_dim) if normalize_obs \
             else nn.Identity()
         self.log_std = nn.Parameter(torch.full((num_actions,), math.log(init_noise_std)))
-        self.min_std = 0.0
+        self.min_std = min_std
+        self.clamp_std_()
 
     def actor_input(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
         return select_obs(obs, self.actor_obs_groups)
@@ -113,8 +114,19 @@ class ActorCritic(nn.Module):
     def action_mean_std(self, obs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         """Distribution parameters: mean [B, A], std [B, A]."""
         mean = self.actor(self.actor_normalizer(self.actor_input(obs)))
-        std = torch.exp(self.log_std).clamp_min(self.min_std).expand_as(mean)
+        std = torch.exp(self.log_std).expand_as(mean)
         return mean, std
+
+    @torch.no_grad()
+    def clamp_std_(self) -> None:
+        """Keep the std parameter itself at or above ``min_std`` (after each optimizer step).
+
+        Clamping the parameter, not the forward output, keeps the gradient alive at the floor:
+        the loss and the entropy bonus can always raise a std that sits on it, and the std the
+        actions are sampled with is exactly ``exp(log_std)``.
+        """
+        if self.min_std > 0.0:
+            self.log_std.clamp_(min=math.log(self.min_std))
 
     def act_inference(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
         """Deterministic action (the mean) [B, A]: what deployment runs."""

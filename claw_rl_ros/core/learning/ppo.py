@@ -65,7 +65,10 @@ class PPO:
         """Store the step; time-outs are bootstrapped with the value of their final state."""
         if final_obs is not None and time_outs.any():
             final_values = self.policy.evaluate(final_obs).squeeze(-1)
-            rewards = rewards + self.cfg.gamma * final_values * time_outs
+            # A select, not a product: a NaN value of a world that did not time out (a
+            # diverged world's placeholder state) must not reach its reward (NaN * 0 = NaN).
+            rewards = torch.where(time_outs > 0, rewards + self.cfg.gamma * final_values,
+                                  rewards)
         self.storage.add(rewards=rewards, dones=dones, **self._pending)
 
     @torch.no_grad()
@@ -91,6 +94,7 @@ class PPO:
         self.storage.clear()
         out = {k: v / count for k, v in sums.items()}
         out['learning_rate'] = self.learning_rate
+        # The std actions are sampled with (the parameter is kept at or above the floor).
         out['action_std'] = float(torch.exp(self.policy.log_std.detach()).mean())
         out['alpha'] = alpha
         return out
@@ -134,6 +138,7 @@ class PPO:
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.max_grad_norm, foreach=True)
         self.optimizer.step()
+        self.policy.clamp_std_()
         return {'value_loss': value_loss.item(), 'surrogate_loss': surrogate.item(),
                 'entropy': entropy.item(), 'approx_kl': approx_kl,
                 'distillation_loss': distillation.item() if distillation is not None else 0.0}

@@ -36,8 +36,8 @@ def build_policy(cfg: TrainConfig, obs_dims: dict[str, int], num_actions: int) -
         sum(obs_dims[g] for g in p.critic_obs_groups), num_actions,
         actor_hidden_dims=p.actor_hidden_dims, critic_hidden_dims=p.critic_hidden_dims,
         activation=p.activation, init_noise_std=p.init_noise_std, normalize_obs=p.normalize_obs,
-        actor_obs_groups=p.actor_obs_groups, critic_obs_groups=p.critic_obs_groups)
-    policy.min_std = p.min_noise_std
+        actor_obs_groups=p.actor_obs_groups, critic_obs_groups=p.critic_obs_groups,
+        min_std=p.min_noise_std)
     return policy
 
 
