@@ -39,7 +39,8 @@ def crafted_step():
     n, j = 2, 12
     return R.StepData(
         base_quat=np.tile([1.0, 0, 0, 0], (n, 1)),
-        base_ang_vel=np.array([[0.1, -0.2, 0.5], [0.0, 0.0, 0.0]]),
+        base_ang_vel=np.full((n, 3), np.nan),  # the IMU's reading: rewards must not use it
+        trunk_ang_vel=np.array([[0.1, -0.2, 0.5], [0.0, 0.0, 0.0]]),
         joint_pos=np.zeros((n, j)), joint_vel=np.full((n, j), 2.0),
         commands=np.array([[0.5, 0.0, 0.3], [0.0, 0.0, 0.0]]),
         last_action=np.full((n, j), 0.5),
@@ -274,7 +275,7 @@ def test_observation_noise_is_bounded_by_configured_levels(make_env):
                    noise={'levels': {'joint_vel': 2.0, 'base_ang_vel': 0.0,
                                      'projected_gravity': 0.0, 'joint_pos': 0.0}})
     obs, _ = env.reset(seed=0)
-    clean = env._observe(env.robot_state(), noise=False)['policy']
+    clean = obs['policy_noise_free']
     diff = obs['policy'] - clean
     vel = slice(21, 33)  # joint_vel block: scale 0.05 -> noise amplitude 0.1
     assert np.abs(diff[:, vel]).max() <= 0.1 + 1e-6 and np.abs(diff[:, vel]).max() > 0.05

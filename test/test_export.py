@@ -251,7 +251,8 @@ def fake_checkpoint(robot, path, spec=None):
     """A checkpoint with the fields export reads (the runner's own save is tested in eval)."""
     cfg = from_dict(TrainConfig, {'policy': {'actor_hidden_dims': [32],
                                              'critic_hidden_dims': [32]}})
-    dims = {'policy': robot.policy_obs.dim, 'privileged': robot.privileged_obs.dim}
+    dims = {'policy': robot.policy_obs.dim, 'policy_noise_free': robot.policy_obs.dim,
+            'privileged': robot.privileged_obs.dim}
     policy = build_policy(cfg, dims, robot.num_joints)
     policy.actor_normalizer.update(torch.randn(256, dims['policy']) * 2.0 + 1.0)
     save_checkpoint(path, {'config': to_dict(cfg), 'obs_dims': dims,
@@ -303,7 +304,8 @@ def test_cli_export_errors_are_one_line_exit_2(tmp_path, monkeypatch, capsys, ar
 def test_cli_export_refuses_a_privileged_checkpoint(robot, tmp_path, capsys):
     cfg = from_dict(TrainConfig, {'policy': {'actor_obs_groups': ['policy', 'privileged'],
                                              'actor_hidden_dims': [16]}})
-    dims = {'policy': robot.policy_obs.dim, 'privileged': robot.privileged_obs.dim}
+    dims = {'policy': robot.policy_obs.dim, 'policy_noise_free': robot.policy_obs.dim,
+            'privileged': robot.privileged_obs.dim}
     policy = build_policy(cfg, dims, robot.num_joints)
     save_checkpoint(tmp_path / 'teacher.pt', {
         'config': to_dict(cfg), 'obs_dims': dims, 'num_actions': robot.num_joints,

@@ -25,7 +25,9 @@ def small_policy(seed=0, actor_dim=3, critic_dim=5, actions=2, normalize=False):
 
 def obs_batch(b=16, seed=1):
     g = torch.Generator().manual_seed(seed)
-    return {'policy': torch.randn(b, 3, generator=g), 'privileged': torch.randn(b, 2, generator=g)}
+    return {'policy': torch.randn(b, 3, generator=g),
+            'policy_noise_free': torch.randn(b, 3, generator=g),
+            'privileged': torch.randn(b, 2, generator=g)}
 
 
 # ---------------------------------------------------------------------------------------- GAE
@@ -50,7 +52,7 @@ def test_gae_matches_hand_computed_example_with_termination_and_time_out():
 def test_time_out_reward_is_bootstrapped_with_final_value():
     policy = small_policy()
     ppo = PPO(policy, PPOConfig(gamma=0.9), DistillationConfig())
-    ppo.init_storage(1, 2, {'policy': 3, 'privileged': 2}, 2)
+    ppo.init_storage(1, 2, {'policy': 3, 'policy_noise_free': 3, 'privileged': 2}, 2)
     obs, final = obs_batch(2, 1), obs_batch(2, 2)
     ppo.act(obs)
     ppo.process_env_step(torch.tensor([1.0, 1.0]), torch.tensor([1.0, 1.0]),
@@ -65,7 +67,7 @@ def test_time_out_reward_is_bootstrapped_with_final_value():
 def test_nan_final_value_of_a_world_that_did_not_time_out_stays_out_of_its_reward():
     policy = small_policy()
     ppo = PPO(policy, PPOConfig(gamma=0.9), DistillationConfig())
-    ppo.init_storage(1, 2, {'policy': 3, 'privileged': 2}, 2)
+    ppo.init_storage(1, 2, {'policy': 3, 'policy_noise_free': 3, 'privileged': 2}, 2)
     obs, final = obs_batch(2, 1), obs_batch(2, 2)
     final['privileged'][1] = float('nan')     # world 1 terminated in a diverged state
     ppo.act(obs)
@@ -90,14 +92,14 @@ def test_std_floor_keeps_a_gradient_and_logs_the_std_used():
     cfg = PPOConfig(entropy_coef=1.0, value_loss_coef=0.0, schedule='fixed', learning_rate=0.1,
                     num_mini_batches=1, num_learning_epochs=1)
     ppo = PPO(policy, cfg, DistillationConfig())
-    ppo.init_storage(2, 4, {'policy': 3, 'privileged': 2}, 2)
+    ppo.init_storage(2, 4, {'policy': 3, 'policy_noise_free': 3, 'privileged': 2}, 2)
     for _ in range(2):
         ppo.act(obs_batch(4))
         ppo.process_env_step(torch.zeros(4), torch.zeros(4), torch.zeros(4), None)
     ppo.compute_returns(obs_batch(4))
     out = ppo.update()
     assert (policy.log_std.detach() > math.log(0.05)).all()
-    assert out['action_std'] == pytest.approx(float(policy.log_std.exp().mean()))
+    assert out['action_std'] == pytest.approx(float(policy.log_std.detach().exp().mean()))
     # A step that would go below the floor is clamped back onto it.
     with torch.no_grad():
         policy.log_std.fill_(math.log(0.01))

@@ -170,7 +170,7 @@ def test_latest_checkpoint_and_pruning(tmp_path):
 
 def test_privileged_teacher_distils_into_a_deployable_student(tmp_path):
     from claw_rl_ros.core.deploy.export import export_onnx
-    teacher_cfg = tiny_config(policy={'actor_obs_groups': ['policy', 'privileged']})
+    teacher_cfg = tiny_config(policy={'actor_obs_groups': ['policy_noise_free', 'privileged']})
     teacher, _ = run_iterations(teacher_cfg, tmp_path / 'teacher', 2)
     assert teacher.policy.actor[0].in_features == teacher.env.obs_dim + teacher.env.privileged_dim
     with pytest.raises(ValueError, match='privileged'):
@@ -181,7 +181,7 @@ def test_privileged_teacher_distils_into_a_deployable_student(tmp_path):
                                     'teacher_checkpoint': str(path)},
                       ppo={'schedule': 'fixed', 'learning_rate': 3e-3})
     student, metrics = run_iterations(cfg, tmp_path / 'student', 6)
-    assert student.alg.teacher.actor_obs_groups == ['policy', 'privileged']
+    assert student.alg.teacher.actor_obs_groups == ['policy_noise_free', 'privileged']
     assert student.policy.actor_obs_groups == ['policy']
     assert metrics[-1]['kl_to_teacher'] < metrics[0]['kl_to_teacher']
     export_onnx(student.policy, student.env.robot, tmp_path / 'student.onnx')

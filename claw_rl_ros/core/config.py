@@ -2,8 +2,9 @@
 
 Every field is declared with :func:`param`, which carries a one-line doc and optional bounds.
 Mappings given for a field whose default is a mapping (reward scales, noise levels) are merged
-into that default key by key, so overriding one entry keeps the others. :func:`from_dict` rejects unknown keys, wrong types and out-of-range values with a
-:class:`ConfigError` naming the file, the dotted key, the value and what is allowed.
+into that default key by key, so overriding one entry keeps the others. :func:`from_dict`
+rejects unknown keys, wrong types and out-of-range values with a :class:`ConfigError` naming the
+file, the dotted key, the value and what is allowed.
 """
 
 from __future__ import annotations

@@ -124,12 +124,6 @@ class _Tally:
         return total / self.samples if self.samples else float('nan')
 
 
-def _body_velocity(env: VecLocomotionEnv) -> np.ndarray:
-    """[N, 3] measured (vx, vy, yaw rate) in the body frame."""
-    state = env.robot_state()
-    return np.concatenate([state.base_lin_vel[:, :2], state.base_ang_vel[:, 2:]], axis=1)
-
-
 def run_episodes(env: VecLocomotionEnv, policy_fn: PolicyFn, settle_s: float) -> _Tally:
     """Step every world until its first episode has ended (at most max_episode_length steps)."""
     tally = _Tally(env.num_envs)
@@ -141,7 +135,7 @@ def run_episodes(env: VecLocomotionEnv, policy_fn: PolicyFn, settle_s: float) ->
         done = terminated | truncated
         # Worlds that just finished were reset inside step(): their velocity is gone.
         if step + 1 > settle_steps:
-            tally.track(tally.active & ~done, commands, _body_velocity(env))
+            tally.track(tally.active & ~done, commands, env.body_velocity())
         if 'episode' in extras:
             tally.finish(extras['episode'], terminated)
         if not tally.active.any():

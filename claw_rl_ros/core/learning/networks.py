@@ -94,7 +94,7 @@ class ActorCritic(nn.Module):
                  critic_obs_groups: list[str] | None = None, min_std: float = 0.0):
         super().__init__()
         self.actor_obs_groups = list(actor_obs_groups or ['policy'])
-        self.critic_obs_groups = list(critic_obs_groups or ['policy', 'privileged'])
+        self.critic_obs_groups = list(critic_obs_groups or ['policy_noise_free', 'privileged'])
         self.actor = mlp(actor_dim, actor_hidden_dims, num_actions, activation)
         self.critic = mlp(critic_dim, critic_hidden_dims, 1, activation)
         self.actor_normalizer = EmpiricalNormalization(actor_dim) if normalize_obs \

@@ -66,7 +66,7 @@ class OnPolicyRunner:
             cfg.env.seed = r.seed
             env = VecLocomotionEnv(cfg.env)
         self.env = env
-        self.obs_dims = {'policy': env.obs_dim, 'privileged': env.privileged_dim}
+        self.obs_dims = dict(env.obs_dims)
         self.policy = build_policy(cfg, self.obs_dims, env.num_actions)
         teacher = self._load_teacher() if cfg.distillation.teacher_mode == 'frozen' else None
         self.alg = PPO(self.policy, cfg.ppo, cfg.distillation, teacher, self.generator)

@@ -8,6 +8,7 @@ from typing import Literal, Optional
 
 from ..config import ConfigError, from_dict, load_yaml, param
 from ..sim.env_config import EnvConfig
+from ..sim.observations import OBS_GROUPS, POLICY, POLICY_NOISE_FREE
 from .. import paths
 
 
@@ -21,8 +22,11 @@ class PolicyConfig:
         'elu', 'hidden-layer activation')
     init_noise_std: float = param(1.0, 'initial action standard deviation', gt=0)
     min_noise_std: float = param(0.05, 'floor on the action std during training', ge=0)
-    actor_obs_groups: list[str] = param(['policy'], 'observation groups the actor reads')
-    critic_obs_groups: list[str] = param(['policy', 'privileged'], 'groups the critic reads')
+    actor_obs_groups: list[str] = param(['policy'], 'observation groups the actor reads (a '
+                                        'student: policy; a privileged teacher: '
+                                        'policy_noise_free, privileged)')
+    critic_obs_groups: list[str] = param(['policy_noise_free', 'privileged'],
+                                         'groups the critic reads (noise-free by default)')
     normalize_obs: bool = param(True, 'running mean/std observation normaliser')
 
 
@@ -101,12 +105,16 @@ class TrainConfig:
             raise ConfigError('', 'distillation.alpha_schedule_iterations', 'alpha_final is set '
                               'but the schedule has 0 iterations; give its length')
         for key in ('actor_obs_groups', 'critic_obs_groups'):
-            for group in getattr(self.policy, key):
-                if group not in ('policy', 'privileged'):
+            groups = getattr(self.policy, key)
+            for group in groups:
+                if group not in OBS_GROUPS:
                     raise ConfigError('', f'policy.{key}', f'unknown group {group!r}; use '
-                                      'policy and/or privileged')
-        if self.policy.actor_obs_groups[:1] != ['policy']:
-            raise ConfigError('', 'policy.actor_obs_groups', 'must start with policy')
+                                      f'{", ".join(OBS_GROUPS)}')
+            if len(set(groups)) != len(groups) or not groups:
+                raise ConfigError('', f'policy.{key}', f'{groups} must list each group once')
+        if self.policy.actor_obs_groups[0] not in (POLICY, POLICY_NOISE_FREE):
+            raise ConfigError('', 'policy.actor_obs_groups', 'must start with policy (a '
+                              'student) or policy_noise_free (a privileged teacher)')
 
 
 def load_train_config(path: str | Path, overrides: dict | None = None) -> TrainConfig:

@@ -1,10 +1,15 @@
 """The batched locomotion environment (rsl_rl vec-env contract, numpy batches).
 
 ``step(actions [N, J]) -> obs, reward [N], terminated [N], truncated [N], extras`` where
-``obs = {'policy': [N, obs_dim], 'privileged': [N, privileged_dim]}`` (float32). Worlds that
-finish are reset inside ``step``; ``extras['final_obs']`` holds the observation they ended in
-(for time-out bootstrapping) and ``extras['episode']`` their logs. Nothing here is specific to
-one robot: the RobotSpec (YAML + URDF) describes it.
+``obs = {'policy': [N, obs_dim], 'policy_noise_free': [N, obs_dim], 'privileged':
+[N, privileged_dim]}`` (float32; ``obs_dims`` names the sizes). The policy group is built from
+the IMU sensors and encoders exactly as the policy node builds it from sensor_msgs messages,
+plus configured noise; ``policy_noise_free`` is the same without noise (critic, teachers).
+Worlds that finish are reset inside ``step``; ``extras['final_obs']`` holds the observation they
+ended in (for time-out bootstrapping) and ``extras['episode']`` their logs. Every observation is
+built from the state the policy acts from (after resets and pushes), so a world's observation
+never depends on what other worlds did. Nothing here is specific to one robot: the RobotSpec
+(YAML + URDF) describes it.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from ..math_utils import gravity_in_body, quat_mul, quat_rotate_inverse, yaw_qua
 from .physics import BatchedPhysics
 from .rewards import is_moving, RewardManager, RewardParams, StepData
 from .robot import load_robot, RobotSpec
-from .observations import RobotState
+from .observations import POLICY, POLICY_NOISE_FREE, PRIVILEGED, RobotState
 
 
 class VecLocomotionEnv:
@@ -35,6 +40,8 @@ class VecLocomotionEnv:
         self.num_feet = f = len(r.foot_bodies)
         self.obs_dim = r.policy_obs.dim
         self.privileged_dim = r.privileged_obs.dim
+        self.obs_dims = {POLICY: self.obs_dim, POLICY_NOISE_FREE: self.obs_dim,
+                         PRIVILEGED: self.privileged_dim}
         self.dt = r.control_dt
         self.max_episode_length = int(math.ceil(cfg.episode_length_s / self.dt))
         self.physics = BatchedPhysics(r, n, num_threads=cfg.num_threads,
@@ -136,14 +143,15 @@ class VecLocomotionEnv:
         done = terminated | truncated
         if done.any():
             ids = np.flatnonzero(done)
-            extras['final_obs'] = self._observe(data, noise=False)
+            extras['final_obs'] = self._observe(data)
             extras['episode'] = self._episode_log(ids)
             self._reset_worlds(ids)
         self._resample_commands(np.flatnonzero(self.episode_step % self._resample_steps == 0))
         if self._push_steps > 0 and cfg.randomization.enabled:
             self._push(np.flatnonzero((self.episode_step % self._push_steps == 0)
                                       & (self.episode_step > 0)))
-        obs = self._observe(self.robot_state() if done.any() else data)
+        # Always from the current state: resets and pushes changed it after `data` was read.
+        obs = self._observe(self.robot_state())
         return obs, reward.astype(np.float32), terminated, truncated, extras
 
     def close(self) -> None:
@@ -183,24 +191,32 @@ class VecLocomotionEnv:
 
     # ------------------------------------------------------------------------------ internals
     def robot_state(self) -> RobotState:
-        """Observation inputs from the physics state (exact, no sensor lag)."""
+        """Observation inputs: IMU sensors, encoders, command, last action; privileged truth."""
         p = self.physics
         qpos, qvel = p.qpos, p.qvel
-        quat = qpos[:, 3:7]
+        imu_quat, imu_gyro, _ = p.imu()
         return RobotState(
-            base_quat=quat, base_ang_vel=qvel[:, 3:6].copy(),
+            base_quat=imu_quat, base_ang_vel=imu_gyro,
             joint_pos=qpos[:, p.qadr], joint_vel=qvel[:, p.vadr], commands=self.commands,
             last_action=self.actions,
-            base_lin_vel=quat_rotate_inverse(quat, qvel[:, 0:3]), base_height=qpos[:, 2].copy(),
+            base_lin_vel=quat_rotate_inverse(qpos[:, 3:7], qvel[:, 0:3]),
+            base_height=qpos[:, 2].copy(),
             foot_contact=self.foot_contact.astype(np.float64), friction=self.friction,
             added_mass=self.added_mass, com_offset=self.com_offset,
             motor_strength=self.motor_strength, gait_phase=self.gait_phase)
 
+    def body_velocity(self) -> np.ndarray:
+        """[N, 3] the trunk's true (vx, vy, yaw rate) in its body frame."""
+        qpos, qvel = self.physics.qpos, self.physics.qvel
+        # A free joint's linear velocity is in the world frame, its angular one in the body's.
+        lin = quat_rotate_inverse(qpos[:, 3:7], qvel[:, 0:3])
+        return np.concatenate([lin[:, :2], qvel[:, 5:6]], axis=1)
+
     @staticmethod
     def _tracking_error(s: StepData) -> dict[str, float]:
         # Mean absolute velocity-tracking errors over the batch (body frame).
-        err = np.abs(s.commands - np.concatenate([s.base_lin_vel[:, :2], s.base_ang_vel[:, 2:]],
-                                                 axis=1))
+        err = np.abs(s.commands - np.concatenate([s.base_lin_vel[:, :2],
+                                                  s.trunk_ang_vel[:, 2:]], axis=1))
         return {'lin_vel_x': float(err[:, 0].mean()), 'lin_vel_y': float(err[:, 1].mean()),
                 'ang_vel_yaw': float(err[:, 2].mean())}
 
@@ -225,7 +241,9 @@ class VecLocomotionEnv:
         self.feet_air_time += self.dt
         air_time = self.feet_air_time.copy()
         self.feet_air_time *= ~contact_filt
-        gravity = gravity_in_body(s.base_quat)
+        # Rewards and failures judge the trunk itself (true state), not the IMU's reading of it.
+        trunk_quat = self.physics.qpos[:, 3:7]
+        gravity = gravity_in_body(trunk_quat)
         lo, hi = self.physics.sensors.joint_torque
         torque_sq_mean = np.mean(np.square(sensordata[:, :, lo:hi]), axis=1)
         term_contact = self._contacts(sensordata, 'termination_contact', last_only=False)
@@ -237,6 +255,7 @@ class VecLocomotionEnv:
         foot_z = sensordata[:, -1, lo:hi].reshape(self.num_envs, -1, 3)[..., 2]
         return StepData(
             **vars(s), projected_gravity=gravity,
+            trunk_ang_vel=self.physics.qvel[:, 3:6].copy(),  # free joint: body-frame rates
             joint_acc=(s.joint_vel - self.last_joint_vel) / self.dt,
             joint_torque=np.sqrt(torque_sq_mean), previous_action=self.last_actions.copy(),
             foot_air_time=air_time, first_contact=first_contact,
@@ -254,14 +273,16 @@ class VecLocomotionEnv:
             stance[moving] = foot_phase[moving] < r.gait_duty
         return stance
 
-    def _observe(self, state: RobotState, noise: bool = True) -> dict[str, np.ndarray]:
+    def _observe(self, state: RobotState) -> dict[str, np.ndarray]:
         r = self.robot
-        policy = r.policy_obs.compute(state, r.default_joint_pos)
-        if noise and self.noise_vec is not None:
+        clean = r.policy_obs.compute(state, r.default_joint_pos)
+        policy = clean.copy()
+        if self.noise_vec is not None:
+            # Uniform sensor noise in [-level, level] per element, on the student's input only.
             policy += (2.0 * self.rng.random(policy.shape, dtype=np.float32) - 1.0) * \
                 self.noise_vec
         privileged = r.privileged_obs.compute(state, r.default_joint_pos)
-        return {'policy': policy, 'privileged': privileged}
+        return {POLICY: policy, POLICY_NOISE_FREE: clean, PRIVILEGED: privileged}
 
     def _episode_log(self, ids: np.ndarray) -> dict[str, np.ndarray]:
         """Per finished world: return, length [s], and each reward term's episode sum."""
@@ -308,6 +329,8 @@ class VecLocomotionEnv:
         self.episode_step[ids] = 0
         self.episode_return[ids] = 0.0
         self._resample_commands(ids)
+        # The IMU of a reset world reads its new state, not the one it ended in.
+        p.forward(ids, self.targets[ids])
 
     def _randomise(self, ids: np.ndarray) -> None:
         dr, r, rng = self.cfg.randomization, self.robot, self.rng

@@ -3,7 +3,8 @@
 ``GymVecEnv('InvertedPendulum-v5', num_envs=8)`` runs 8 copies in this process and exposes
 ``reset(seed) -> (obs, extras)`` and ``step(actions [N, A]) -> obs, reward [N] float32,
 terminated [N] bool, truncated [N] bool, extras`` with ``obs = {'policy': float32 [N, obs_dim],
-'privileged': float32 [N, 0]}``, so :class:`~.runner.OnPolicyRunner` trains on it unchanged.
+'policy_noise_free': the same array, 'privileged': float32 [N, 0]}``, so
+:class:`~claw_rl_ros.core.learning.runner.OnPolicyRunner` trains on it unchanged.
 Worlds that finish are reset inside ``step``; ``extras['final_obs']`` holds the observation they
 ended in and ``extras['episode']`` their return and length.
 
@@ -18,6 +19,8 @@ from typing import Any, Callable
 import gymnasium as gym
 import mujoco
 import numpy as np
+
+from .observations import POLICY, POLICY_NOISE_FREE, PRIVILEGED
 
 EnvSource = str | Callable[..., gym.Env]
 # What a MuJoCo world needs to continue exactly: time, qpos, qvel, act, warm start, controls...
@@ -132,6 +135,7 @@ class GymVecEnv:
             raise
         self.envs = [first] + [make_env(env, env_kwargs) for _ in range(self.num_envs - 1)]
         self.privileged_dim = 0
+        self.obs_dims = {POLICY: self.obs_dim, POLICY_NOISE_FREE: self.obs_dim, PRIVILEGED: 0}
         space = self.envs[0].action_space
         self.action_shape = space.shape
         self.action_low = np.broadcast_to(space.low, space.shape).reshape(-1).astype(np.float64)
@@ -223,7 +227,9 @@ class GymVecEnv:
 
     # ----------------------------------------------------------------------------- internals
     def _observation(self, obs: np.ndarray) -> dict[str, np.ndarray]:
-        return {'policy': obs.copy(), 'privileged': self._privileged}
+        # A Gymnasium env adds no noise of ours: the noise-free group is the same observation.
+        policy = obs.copy()
+        return {POLICY: policy, POLICY_NOISE_FREE: policy, PRIVILEGED: self._privileged}
 
     def _clip(self, actions: np.ndarray) -> np.ndarray:
         """Actions ``[N, A]`` within the action space, in its dtype; non-finite ones refused."""

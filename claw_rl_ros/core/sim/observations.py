@@ -14,12 +14,23 @@ import numpy as np
 
 from ..math_utils import gravity_in_body
 
+# Observation groups every env returns. ``policy`` is what the student (and the robot) gets,
+# with sensor noise in training; ``policy_noise_free`` holds the same terms without noise, for
+# the critic and privileged teachers (legged_gym / IsaacLab keep critic inputs uncorrupted);
+# ``privileged`` is simulation-only truth.
+POLICY, POLICY_NOISE_FREE, PRIVILEGED = 'policy', 'policy_noise_free', 'privileged'
+OBS_GROUPS = (POLICY, POLICY_NOISE_FREE, PRIVILEGED)
+
 
 @dataclass
 class RobotState:
     """What observation terms read, batched over N robots. Privileged fields may be None.
 
-    Shapes: base_quat [N, 4] (w, x, y, z), base_ang_vel [N, 3] (body frame, gyro),
+    ``base_quat`` and ``base_ang_vel`` are IMU readings (the IMU frame's orientation and its
+    gyro), in simulation from the model's IMU sensors and on the robot from sensor_msgs/Imu, so
+    both build the policy observation the same way whatever the IMU's mounting offset.
+
+    Shapes: base_quat [N, 4] (w, x, y, z), base_ang_vel [N, 3] (IMU frame, gyro),
     joint_pos / joint_vel / last_action [N, J], commands [N, 3] (vx, vy, yaw rate),
     base_lin_vel [N, 3] (body frame), base_height [N], foot_contact [N, F],
     friction / added_mass / motor_strength [N], com_offset [N, 3], gait_phase [N] in [0, 1)

@@ -144,6 +144,35 @@ class BatchedPhysics:
         self._auto_reset = np.abs(self.state[:, 0] - expected_time) > 1e-6
         return self.sensordata
 
+    def imu(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The IMU site's readings after the last physics step, as a sensor_msgs/Imu carries them.
+
+        Returns (orientation [N, 4] w, x, y, z of the IMU frame in the world, angular velocity
+        [N, 3] rad/s in the IMU frame, linear acceleration [N, 3] m/s^2 in the IMU frame,
+        gravity included as an accelerometer measures it). MuJoCo evaluates sensors at the start
+        of a physics step, so they trail the state by one physics step (sim_dt), like a sensor's
+        own latency; the sim node publishes these same numbers.
+        """
+        s, last = self.sensors, self.sensordata[:, -1]
+        return (last[:, slice(*s.framequat)].copy(), last[:, slice(*s.gyro)].copy(),
+                last[:, slice(*s.accelerometer)].copy())
+
+    def forward(self, ids: np.ndarray, targets: np.ndarray) -> None:
+        """Recompute the sensors of worlds ``ids`` at their current state (after a reset).
+
+        Args:
+            ids: [K] world indices.
+            targets: [K, J] joint position targets the actuators hold in those worlds.
+        """
+        data = self._datas[0]
+        for k, i in enumerate(ids):
+            model = self.models[i]
+            mujoco.mj_setState(model, data, self.state[i], STATE_SPEC)
+            # Actuators are in robot joint order (scene.build_spec), as in step().
+            data.ctrl[:] = targets[k]
+            mujoco.mj_forward(model, data)
+            self.sensordata[i, -1] = data.sensordata
+
     def diverged(self, max_joint_vel: float) -> np.ndarray:
         """[N] bool: worlds MuJoCo had to reset, or whose state/sensors are non-finite, or whose
         joints spin faster than max_joint_vel."""

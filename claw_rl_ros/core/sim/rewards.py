@@ -19,12 +19,15 @@ class StepData(RobotState):
     """Everything reward terms read for one control step, batched over N worlds.
 
     Beyond RobotState (whose last_action is the action just applied, as the policy sees it):
-    projected_gravity [N, 3], joint_acc / joint_torque / previous_action [N, J],
-    foot_air_time [N, F] (seconds in the air before this step's touchdown), first_contact
-    [N, F] (touchdown this step), penalised_contact [N, P], terminated [N] (bool).
+    projected_gravity [N, 3] and trunk_ang_vel [N, 3] (the trunk's true gravity direction and
+    angular velocity in its body frame: rewards judge the trunk, not the IMU), joint_acc /
+    joint_torque / previous_action [N, J], foot_air_time [N, F] (seconds in the air before this
+    step's touchdown), first_contact [N, F] (touchdown this step), penalised_contact [N, P],
+    terminated [N] (bool).
     """
 
     projected_gravity: Optional[np.ndarray] = None
+    trunk_ang_vel: Optional[np.ndarray] = None
     joint_acc: Optional[np.ndarray] = None
     joint_torque: Optional[np.ndarray] = None
     previous_action: Optional[np.ndarray] = None
@@ -75,7 +78,7 @@ def tracking_lin_vel(s: StepData, p: RewardParams) -> np.ndarray:
 
 def tracking_ang_vel(s: StepData, p: RewardParams) -> np.ndarray:
     """exp(-(w_cmd - w_z)^2 / sigma): follow the commanded yaw rate."""
-    return np.exp(-np.square(s.commands[:, 2] - s.base_ang_vel[:, 2]) / p.tracking_sigma)
+    return np.exp(-np.square(s.commands[:, 2] - s.trunk_ang_vel[:, 2]) / p.tracking_sigma)
 
 
 def lin_vel_z(s: StepData, p: RewardParams) -> np.ndarray:
@@ -85,7 +88,7 @@ def lin_vel_z(s: StepData, p: RewardParams) -> np.ndarray:
 
 def ang_vel_xy(s: StepData, p: RewardParams) -> np.ndarray:
     """Roll and pitch rates squared."""
-    return _sum(np.square(s.base_ang_vel[:, :2]))
+    return _sum(np.square(s.trunk_ang_vel[:, :2]))
 
 
 def orientation(s: StepData, p: RewardParams) -> np.ndarray:
