@@ -63,6 +63,19 @@ def test_parity_over_1000_random_observations(policy, model_path):
     assert np.abs(onnx_out).max() > 1e-2  # a non-trivial function
 
 
+def test_action_clipping_is_in_the_graph_and_the_metadata(policy, robot, tmp_path):
+    """The trained action range travels with the model: clipped inside, recorded in the spec."""
+    path = export_onnx(policy, robot, tmp_path / 'clipped.onnx', action_clip=0.05)
+    model = OnnxPolicy(path, robot)
+    assert model.action_clip == 0.05
+    obs = (np.random.default_rng(2).standard_normal((500, 47)) * 3.0).astype(np.float32)
+    raw = torch_actions(policy, obs)
+    assert np.abs(raw).max() > 0.05                       # the clip is active on this data
+    np.testing.assert_allclose(model(obs), np.clip(raw, -0.05, 0.05), atol=1e-6)
+    with pytest.raises(ValueError, match='action_clip'):
+        export_onnx(policy, robot, tmp_path / 'bad.onnx', action_clip=0.0)
+
+
 def test_graph_names_opset_checker_and_metadata(model_path, robot):
     model = onnx.load(str(model_path))
     onnx.checker.check_model(model)
@@ -74,7 +87,7 @@ def test_graph_names_opset_checker_and_metadata(model_path, robot):
     assert dims == [['batch', 47], ['batch', 12]]
     props = {p.key: p.value for p in model.metadata_props}
     spec = json.loads(props[METADATA_KEY])
-    assert spec == json.loads(json.dumps(robot.to_metadata()))
+    assert spec == json.loads(json.dumps({**robot.to_metadata(), 'action_clip': 10.0}))
     assert robot.mismatches(spec) == []
     assert [t['name'] for t in spec['observation']] == robot.policy_obs.names
     assert spec['joint_names'] == robot.joint_names and spec['obs_dim'] == 47

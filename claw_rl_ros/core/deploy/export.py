@@ -1,8 +1,10 @@
 """Export the student's deterministic action to ONNX, with the normaliser and the robot spec.
 
-The graph is ``actions [batch, A] = actor(normalise(obs [batch, obs_dim]))``, exactly
-``ActorCritic.act_inference`` on the ``policy`` observation group; the metadata holds the robot
-spec (joints, pose, gains, limits, observation layout) that deployment checks. The file is
+The graph is ``actions [batch, A] = clip(actor(normalise(obs [batch, obs_dim])), +-action_clip)``:
+``ActorCritic.act_inference`` on the ``policy`` observation group, clipped as the env clips the
+actions it trained with (``env.clip_actions``), so every consumer of the file gets the trained
+action range; the metadata holds the robot spec (joints, pose, gains, limits, observation
+layout) plus ``action_clip``, which deployment checks. The file is
 written only after ``onnx.checker`` and a torch/onnxruntime parity check pass, and atomically.
 """
 
@@ -26,12 +28,14 @@ from ..learning.checkpoint import atomic_write_bytes
 from ..config import ConfigError
 from ..learning.networks import ActorCritic
 from .onnx_policy import INPUT_NAME, OUTPUT_NAME, session_options
+from ..sim.env_config import EnvConfig
 from ..sim.robot import load_robot, METADATA_KEY, RobotSpec
 from ..learning.runner import load_policy
 
 EXPORT_FORMAT = 1
 MIN_OPSET = 17
 PARITY_TOLERANCE = 1e-5
+DEFAULT_ACTION_CLIP = EnvConfig().clip_actions
 RESERVED_KEYS = (METADATA_KEY, 'claw_rl_format', 'exported_at', 'parity_max_abs_diff')
 
 
@@ -40,14 +44,20 @@ class ExportError(RuntimeError):
 
 
 class _DeployedActor(nn.Module):
-    """``obs [B, obs_dim] -> act_inference({'policy': obs}) [B, A]`` as a one-input module."""
+    """``obs [B, obs_dim] -> clip(act_inference({'policy': obs}), +-clip) [B, A]``."""
 
-    def __init__(self, policy: ActorCritic):
+    def __init__(self, policy: ActorCritic, action_clip: float):
         super().__init__()
         self.policy = policy
+        self.action_clip = float(action_clip)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.policy.act_inference({'policy': obs})
+        return deployed_action(self.policy, obs, self.action_clip)
+
+
+def deployed_action(policy: ActorCritic, obs: torch.Tensor, action_clip: float) -> torch.Tensor:
+    """What the exported graph computes: [B, obs_dim] -> [B, A] clipped deterministic action."""
+    return policy.act_inference({'policy': obs}).clamp(-action_clip, action_clip)
 
 
 def _check_exportable(policy: ActorCritic, robot: RobotSpec) -> None:
@@ -68,9 +78,16 @@ def _check_exportable(policy: ActorCritic, robot: RobotSpec) -> None:
                          f'{robot.name!r} has {robot.num_joints} joints')
 
 
-def _graph_bytes(policy: ActorCritic, obs_dim: int, opset: int) -> bytes:
-    """TorchScript-based export (the dynamo exporter needs onnxscript) with a dynamic batch."""
-    module = _DeployedActor(copy.deepcopy(policy).cpu().float()).eval()
+def _graph_bytes(policy: ActorCritic, obs_dim: int, opset: int, action_clip: float) -> bytes:
+    """TorchScript-based export with a dynamic batch.
+
+    torch 2.13 deprecates this exporter in favour of ``dynamo=True``, which needs the
+    onnxscript package and ships its own graph rewriting; the TorchScript path is pinned here
+    (``dynamo=False``) because it needs no extra dependency and every file it writes is still
+    checked by ``onnx.checker`` and a 1,000-sample onnxruntime-vs-torch parity test before it
+    is written, so a change of behaviour cannot reach a robot unnoticed.
+    """
+    module = _DeployedActor(copy.deepcopy(policy).cpu().float(), action_clip).eval()
     buffer = io.BytesIO()
     with warnings.catch_warnings():
         warnings.simplefilter('ignore', DeprecationWarning)
@@ -81,13 +98,14 @@ def _graph_bytes(policy: ActorCritic, obs_dim: int, opset: int) -> bytes:
     return buffer.getvalue()
 
 
-def _metadata(robot: RobotSpec, extra: dict[str, Any] | None) -> dict[str, str]:
+def _metadata(robot: RobotSpec, extra: dict[str, Any] | None,
+              action_clip: float) -> dict[str, str]:
     """metadata_props: the spec and format as JSON strings, plus extras (each JSON-encoded)."""
     extra = dict(extra or {})
     clash = [k for k in extra if k in RESERVED_KEYS]
     if clash:
         raise ValueError(f'extra_metadata may not set {clash}: reserved for the exporter')
-    props = {METADATA_KEY: json.dumps(robot.to_metadata()),
+    props = {METADATA_KEY: json.dumps({**robot.to_metadata(), 'action_clip': action_clip}),
              'claw_rl_format': str(EXPORT_FORMAT),
              'exported_at': datetime.now(timezone.utc).isoformat(timespec='seconds')}
     props.update({str(k): json.dumps(v) for k, v in extra.items()})
@@ -109,8 +127,8 @@ def random_observations(obs_dim: int, num_samples: int, seed: int) -> np.ndarray
 
 
 def verify_onnx(policy: ActorCritic, model: str | Path | bytes, num_samples: int = 1000,
-                seed: int = 0) -> float:
-    """Max abs difference between onnxruntime and ``act_inference`` on random observations."""
+                seed: int = 0, action_clip: float = float('inf')) -> float:
+    """Max abs difference between onnxruntime and :func:`deployed_action` on random obs."""
     source = model if isinstance(model, bytes) else str(model)
     session = ort.InferenceSession(source, session_options(),
                                    providers=['CPUExecutionProvider'])
@@ -118,28 +136,33 @@ def verify_onnx(policy: ActorCritic, model: str | Path | bytes, num_samples: int
     obs = random_observations(obs_dim, num_samples, seed)
     onnx_actions = session.run([OUTPUT_NAME], {INPUT_NAME: obs})[0]
     with torch.no_grad():
-        torch_actions = policy.act_inference({'policy': torch.from_numpy(obs)}).numpy()
+        torch_actions = deployed_action(policy, torch.from_numpy(obs), action_clip).numpy()
     return float(np.abs(onnx_actions - torch_actions).max())
 
 
 def export_onnx(policy: ActorCritic, robot: RobotSpec, path: str | Path, *, opset: int = 17,
-                extra_metadata: dict[str, Any] | None = None) -> Path:
+                extra_metadata: dict[str, Any] | None = None,
+                action_clip: float = DEFAULT_ACTION_CLIP) -> Path:
     """Write ``policy``'s deterministic action as ONNX to ``path`` (atomically); returns it.
 
-    Input ``obs`` [batch, obs_dim], output ``actions`` [batch, A], normaliser inside the graph,
-    robot spec in the metadata. Raises ValueError for a policy that cannot be deployed and
+    Input ``obs`` [batch, obs_dim], output ``actions`` [batch, A] clipped to +-action_clip (the
+    env's ``clip_actions`` during training), normaliser inside the graph, robot spec and
+    ``action_clip`` in the metadata. Raises ValueError for a policy that cannot be deployed and
     :class:`ExportError` when onnxruntime and torch disagree by ``PARITY_TOLERANCE`` or more.
     """
     if opset < MIN_OPSET:
         raise ValueError(f'opset {opset} is too old; use {MIN_OPSET} or newer')
     _check_exportable(policy, robot)
-    model = onnx.load_from_string(_graph_bytes(policy, robot.policy_obs.dim, opset))
+    if not action_clip > 0:
+        raise ValueError(f'action_clip {action_clip!r} must be > 0 (env.clip_actions)')
+    model = onnx.load_from_string(_graph_bytes(policy, robot.policy_obs.dim, opset,
+                                               action_clip))
     model.producer_name = 'claw_rl_ros'
     model.doc_string = f'{robot.name} student policy: actions = actor(normalise(obs))'
-    props = _metadata(robot, extra_metadata)
+    props = _metadata(robot, extra_metadata, action_clip)
     _set_metadata(model, props)
     onnx.checker.check_model(model)
-    diff = verify_onnx(policy, model.SerializeToString())
+    diff = verify_onnx(policy, model.SerializeToString(), action_clip=action_clip)
     if not diff < PARITY_TOLERANCE:
         raise ExportError(f'onnxruntime and torch disagree by {diff:.3g} (tolerance '
                           f'{PARITY_TOLERANCE:g}); the model was not written')
@@ -160,4 +183,5 @@ def export_checkpoint(checkpoint_path: str | Path, out_path: str | Path) -> Path
                           'since this checkpoint was trained: ' + '; '.join(problems))
     extra = {'checkpoint': Path(checkpoint_path).name, 'iteration': payload.get('iteration'),
              'total_steps': payload.get('total_steps'), 'algorithm': cfg.algorithm}
-    return export_onnx(policy, robot, out_path, extra_metadata=extra)
+    return export_onnx(policy, robot, out_path, extra_metadata=extra,
+                       action_clip=cfg.env.clip_actions)

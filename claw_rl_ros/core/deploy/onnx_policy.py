@@ -53,8 +53,9 @@ class OnnxPolicy:
     """``actions = policy(obs)``: [obs_dim] -> [A] or [N, obs_dim] -> [N, A], float32.
 
     Attributes: ``spec`` (the robot spec dict from the metadata), ``metadata`` (all metadata
-    strings), ``obs_dim``, ``num_actions``, ``sha256`` (hex digest of the model bytes, the
-    model's version name), ``name`` (path or ``<model bytes>``).
+    strings), ``obs_dim``, ``num_actions``, ``action_clip`` (the trained action range),
+    ``sha256`` (hex digest of the model bytes, the model's version name), ``name`` (path or
+    ``<model bytes>``).
     """
 
     def __init__(self, source: str | Path | bytes, robot: RobotSpec | None = None):
@@ -70,6 +71,9 @@ class OnnxPolicy:
         self.spec = self._read_spec()
         self.obs_dim = int(self.spec['obs_dim'])
         self.num_actions = int(self.spec['action_dim'])
+        # The action range the model was trained with (clipped inside the graph); None for
+        # models exported before it was recorded.
+        self.action_clip = self.spec.get('action_clip')
         self._check_io()
         if robot is not None:
             self.check_robot(robot)

@@ -73,7 +73,7 @@ class RunnerConfig:
     max_iterations: int = param(1000, 'training iterations', ge=1)
     time_budget_s: float = param(0.0, 'stop after this wall time (0 = no limit)', ge=0)
     save_interval: int = param(50, 'iterations between checkpoints', ge=1)
-    keep_checkpoints: int = param(3, 'newest checkpoints kept (besides the last)', ge=1)
+    keep_checkpoints: int = param(3, 'newest checkpoints kept, the last one included', ge=1)
     seed: int = param(1, 'seed of torch, numpy and the env', ge=0)
     torch_threads: int = param(0, 'torch intra-op threads (0 = cores)', ge=0)
     run_dir: str = param('runs', 'parent folder of run directories')
