@@ -123,9 +123,16 @@ def secrets_in(data: Mapping[str, Any], env: Mapping[str, str]) -> list[str]:
 
 
 def url_secrets(url: str) -> list[str]:
-    """The user and password, and the ?query and #fragment values of a URL, raw and decoded."""
-    netloc, tail = re.match(r'(?:[^:/?#]*://)?([^/?#]*)[^?#]*(.*)', url.strip(), re.S).groups()
-    raw = netloc.rpartition('@')[0].split(':', 1) if '@' in netloc else []
+    """The user:password (or lone user) and the ?query and #fragment values of a URL.
+
+    Raw and decoded. A value may itself hold ``&`` or ``=`` (a key pasted unencoded), so every
+    rest of the query after a separator is a secret too.
+    """
+    rest = url.strip().split('://', 1)[-1]
+    user = rest.rpartition('@')[0]  # the last @: a password may hold / ? or # unencoded
+    raw = [user, user.partition(':')[2] or user] if user else []
+    tail = re.match(r'[^?#]*(.*)', rest, re.S)[1]
+    raw += [tail[m.end():] for m in re.finditer('[?#=&;]', tail)]
     raw += [p.partition('=')[2] or p for p in re.split('[?#&;]', tail)]
     return [v for r in raw for v in (r, unquote_plus(r))]
 
