@@ -8,20 +8,19 @@ never a traceback, and the key only ever appears masked.
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
 from http import HTTPStatus
 import itertools
 import logging
 import shutil
 import sys
 import textwrap
-from typing import Optional, TextIO, TYPE_CHECKING
+from typing import Optional, TextIO, TYPE_CHECKING, Union
 
 from .config import CONFIG_ENV_VAR, GatewayConfig, KEY_ENV_VARS, load_gateway_config
 from .errors import GatewayError, Redactor, show
 
 if TYPE_CHECKING:
-    from .client import GatewayClient
+    from .client import ChatReply, GatewayClient
 
 DEFAULT_PROMPT = ('In one sentence: what does a quadruped robot need to sense to keep its '
                   'balance while walking?')
@@ -38,21 +37,8 @@ The key: {KEY_ENV_VARS[0]} wins over {KEY_ENV_VARS[1]}, which wins over api_key 
 exit status: 0 both answered, 1 a call failed, 2 configuration problem.'''
 
 
-@dataclass
-class CallResult:
-    """The outcome of one model call: a reply or an error."""
-
-    role: str
-    model: str
-    content: Optional[str] = None
-    status: Optional[int] = None
-    latency_s: Optional[float] = None
-    attempts: int = 0
-    error: Optional[GatewayError] = None
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None and self.content is not None
+# One model's outcome: its reply, or the error that ended the call.
+Outcome = Union['ChatReply', GatewayError]
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -132,12 +118,11 @@ def _check(args: argparse.Namespace, output: 'Output') -> int:
     _print_header(output, config, prompt, prompt_source, args.show_prompt)
     results = run_both(config, prompt, output)
     print_results(output, results, full=args.full)
-    for result in results:
-        if result.error is not None:
-            _print_error(output, result.error, f'{result.role} ({result.model}) failed: ')
-    failed = [r.role for r in results if not r.ok]
-    output.print('result: ' + ('both models answered' if not failed
-                               else f'{" and ".join(failed)} failed'))
+    failed = [(role, model, o) for role, model, o in results if isinstance(o, GatewayError)]
+    for role, model, error in failed:
+        _print_error(output, error, f'{role} ({model}) failed: ')
+    output.print('result: ' + (' and '.join(r for r, _, _ in failed) + ' failed' if failed
+                               else 'both models answered'))
     return 1 if failed else 0
 
 
@@ -207,8 +192,9 @@ def build_prompt(args: argparse.Namespace) -> tuple[str, str]:
     return question, 'text prompt'
 
 
-def run_both(config: GatewayConfig, prompt: str, output: Output) -> list[CallResult]:
-    """Ask the teacher, then the student; every failure becomes a CallResult error."""
+def run_both(config: GatewayConfig, prompt: str,
+             output: Output) -> list[tuple[str, str, Outcome]]:
+    """Ask the teacher, then the student: (role, model id, outcome) for each."""
     from .client import GatewayClient
 
     def on_retry(model: str, status: int, attempt: int, delay: float) -> None:
@@ -216,23 +202,19 @@ def run_both(config: GatewayConfig, prompt: str, output: Output) -> list[CallRes
                      f'{config.max_attempts} in {delay:.2f} s', err=True)
 
     with GatewayClient(config, on_retry=on_retry) as client:
-        return [call_model(client, role, model, prompt) for role, model in
+        return [(role, model, call_model(client, role, model, prompt)) for role, model in
                 (('teacher', config.teacher_model), ('student', config.student_model))]
 
 
-def call_model(client: 'GatewayClient', role: str, model: str, prompt: str) -> CallResult:
-    """One chat call turned into a CallResult (no exception escapes)."""
+def call_model(client: 'GatewayClient', role: str, model: str, prompt: str) -> Outcome:
+    """One chat call; every failure comes back as a GatewayError (none escapes)."""
     try:
-        reply = client.chat(model, prompt, role=f'{role}_model')
+        return client.chat(model, prompt, role=f'{role}_model')
     except GatewayError as exc:
-        return CallResult(role, model, status=exc.status, latency_s=exc.latency_s,
-                          attempts=exc.attempts, error=exc)
+        return exc
     except Exception as exc:  # noqa: BLE001 - a bug must not print a traceback
-        return CallResult(role, model, error=GatewayError(
-            f'{model}: unexpected {type(exc).__name__}: {exc}',
-            'please report this as a claw-rl bug'))
-    return CallResult(role, model, content=reply.content, status=reply.status,
-                      latency_s=reply.latency_s, attempts=reply.attempts)
+        return GatewayError(f'{model}: unexpected {type(exc).__name__}: {exc}',
+                            'please report this as a claw-rl bug')
 
 
 # ----------------------------------------------------------------------------------- output
@@ -258,47 +240,38 @@ def _print_header(output: Output, config: GatewayConfig, prompt: str, prompt_sou
     output.print()
 
 
-def _status_text(result: CallResult) -> str:
-    if result.status is None:
-        return 'no HTTP answer'
+def _cells(outcome: Outcome, full: bool) -> list[str]:
+    """The status, latency and answer cells of one outcome."""
+    status, latency = outcome.status, outcome.latency_s
     try:
-        phrase = HTTPStatus(result.status).phrase
+        phrase = HTTPStatus(status).phrase
     except ValueError:
         phrase = ''
-    return f'{result.status} {phrase}'.strip()
-
-
-def _latency_text(result: CallResult) -> str:
-    if result.latency_s is None:
-        return '-'
-    text = f'{result.latency_s * 1000:.0f} ms'
-    return f'{text} ({result.attempts} attempts)' if result.attempts > 1 else text
-
-
-def _answer_text(result: CallResult, full: bool) -> str:
-    if result.error is not None:
-        return f'FAILED: {type(result.error).__name__} (details below)'
-    text = result.content or ''
+    cells = ['no HTTP answer' if status is None else f'{status} {phrase}'.strip(),
+             '-' if latency is None else f'{latency * 1000:.0f} ms'
+             + (f' ({outcome.attempts} attempts)' if outcome.attempts > 1 else '')]
+    if isinstance(outcome, GatewayError):
+        return cells + [f'FAILED: {type(outcome).__name__} (details below)']
+    text = outcome.content
     if not full and len(text) > ANSWER_LIMIT:
-        text = text[:ANSWER_LIMIT].rstrip() + f' ... [{len(result.content)} chars; --full]'
-    return text
+        text = text[:ANSWER_LIMIT].rstrip() + f' ... [{len(outcome.content)} chars; --full]'
+    return cells + [text]
 
 
-def print_results(output: Output, results: list[CallResult], full: bool = False,
+def print_results(output: Output, results: list[tuple[str, str, Outcome]], full: bool = False,
                   width: Optional[int] = None) -> None:
     """Two aligned columns: role, model id, HTTP status, latency and answer."""
     width = width or max(80, min(160, shutil.get_terminal_size((100, 24)).columns))
     column = (width - _LABEL_WIDTH - 3) // 2
-    rows = [('', [r.role for r in results]), ('model', [r.model for r in results]),
-            ('status', [_status_text(r) for r in results]),
-            ('latency', [_latency_text(r) for r in results]),
-            ('answer', [_answer_text(r, full) for r in results])]
-    for label, cells in rows:
+    cells = [_cells(outcome, full) for _, _, outcome in results]
+    rows = [('', [r[0] for r in results]), ('model', [r[1] for r in results])]
+    rows += [(label, [c[i] for c in cells]) for i, label in
+             enumerate(('status', 'latency', 'answer'))]
+    for label, texts in rows:
         # cleaned before wrapping, so that no secret is cut in two and escapes stay whole
-        wrapped = [_wrap(output.clean(cell), column) for cell in cells]
+        wrapped = [_wrap(output.clean(text), column) for text in texts]
         for index, parts in enumerate(itertools.zip_longest(*wrapped, fillvalue='')):
-            name = label if index == 0 else ''
-            output.print((f'{name:<{_LABEL_WIDTH}}'
+            output.print((f'{label if index == 0 else "":<{_LABEL_WIDTH}}'
                           + ' | '.join(f'{p:<{column}}' for p in parts)).rstrip())
     output.print()
 
