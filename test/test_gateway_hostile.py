@@ -268,12 +268,17 @@ def test_8b_streamed_answer_is_read_not_called_a_web_page(capsys, gateway, tmp_p
               {'choices': [], 'usage': {'total_tokens': 9}}, '[DONE]']
     gateway.queue(Reply(200, sse(*chunks), {'Content-Type': 'text/event-stream'}),
                   model=TEACHER)
+    status, out, err = check(capsys, '--config', config(tmp_path, gateway))
+    assert status == 0 and 'Four legs, standing.' in out and 'web page' not in err
+    assert all(r.body['stream'] is False for r in gateway.requests)
+
+
+def test_8b_an_error_event_in_a_stream_is_reported(capsys, gateway, tmp_path):
     gateway.queue(Reply(200, sse({'error': {'message': 'stream failed upstream'}}),
                         {'Content-Type': 'text/event-stream'}), model=STUDENT)
     status, out, err = check(capsys, '--config', config(tmp_path, gateway))
-    assert status == 1 and 'Four legs, standing.' in out and 'web page' not in err
-    assert 'stream failed upstream' in err
-    assert all(r.body['stream'] is False for r in gateway.requests)
+    assert status == 1 and 'gateway says: stream failed upstream' in err
+    assert 'web page' not in err and 'result: student failed' in out
 
 
 def test_8c_latency_counts_every_attempt_and_wait(capsys, gateway, tmp_path):
