@@ -13,8 +13,8 @@ import sys
 from claw_rl_ros.cli import main
 from claw_rl_ros.core.sim.robot import load_robot, METADATA_KEY
 from gateway_server import (  # noqa: F401
-    clean_env, closed_port, completion, FakeGateway, gateway, KEY, KEY_MASKED, Reply,
-    server_config, STUDENT, TEACHER)
+    assert_no_key, clean_env, closed_port, completion, FakeGateway, gateway, KEY, KEY_MASKED,
+    Reply, server_config, STUDENT, TEACHER)
 import pytest
 
 
@@ -23,7 +23,7 @@ def check(capsys, *argv: str) -> tuple[int, str, str]:
     status = main(['gateway', 'check', *argv])
     out, err = capsys.readouterr()
     assert 'Traceback' not in out + err
-    assert KEY not in out + err and 'RAWKEY' not in out + err
+    assert_no_key(out, err)
     return status, out, err
 
 
