@@ -115,6 +115,7 @@ def test_clear_text_http_to_another_host_warns(base, warns):
     ('https://gw test/v1', 'contains a space'), ('https://gw.test/my v1', 'contains a space'),
     ('https:///v1', 'no host name'), ('https://user:pw@gw.test/v1', 'user credentials'),
     ('https://gw.test/v1?key=1', '?query'), ('https://gw.test:99999/v1', 'invalid port'),
+    ('https://[::1/v1', 'invalid port or [IPv6] host'), ('http://gw.test:0/v1', 'invalid port'),
     ('https://<your-gateway-host>/v1', 'placeholder'), (42, 'must be a string'),
 ])
 def test_bad_base_url_is_rejected_with_its_own_message(base, words):

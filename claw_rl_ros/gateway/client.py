@@ -163,20 +163,17 @@ class GatewayClient:
             except GatewayError as exc:
                 exc.latency_s, exc.attempts = time.monotonic() - start, attempt
                 raise
-            if _retryable(answer.status) and attempt < cfg.max_attempts:
-                delay = self._retry_delay(answer, attempt)
+            if (answer.status == 429 or 500 <= answer.status < 600) and attempt < cfg.max_attempts:
+                # Retry-After (seconds or HTTP date) when given, else exponential backoff
+                after = parse_retry_after(answer.headers.get('Retry-After'))
+                delay = min(cfg.retry_backoff * 2 ** (attempt - 1) if after is None else after,
+                            self._retry_after_cap)
                 if self._on_retry is not None:
                     self._on_retry(model, answer.status, attempt + 1, delay)
                 self._sleep(delay)
                 continue
             return self._finish(answer, model, role, time.monotonic() - start, attempt)
         raise AssertionError('unreachable: the last attempt always returns or raises')
-
-    def _retry_delay(self, answer: Answer, attempt: int) -> float:
-        """Retry-After (seconds or HTTP date) when given, else exponential backoff; capped."""
-        after = parse_retry_after(answer.headers.get('Retry-After'))
-        backoff = self.config.retry_backoff * 2 ** (attempt - 1)
-        return min(backoff if after is None else after, self._retry_after_cap)
 
     # ----------------------------------------------------------------------------- transport
     def _attempt(self, payload: dict, model: str) -> Answer:
@@ -387,10 +384,6 @@ _BALANCE_HINT = ('the gateway speaks of balance, quota or billing: top up or che
 
 
 # ---------------------------------------------------------------------------------- helpers
-def _retryable(status: int) -> bool:
-    return status == 429 or 500 <= status <= 599
-
-
 def parse_retry_after(value: Optional[str]) -> Optional[float]:
     """Seconds from a Retry-After header (delta seconds or HTTP date); None if absent/bad."""
     if not value:

@@ -157,31 +157,27 @@ def normalize_base_url(url: Any, source: str = '<arguments>') -> tuple[str, list
     if text != url:
         warnings.append(f'{where} had surrounding whitespace; it was stripped')
     _reject_placeholder(text, 'base_url', source)
-    if any(ch.isspace() for ch in text):
-        raise GatewayConfigError(f'{where} contains a space: {text!r}',
-                                 'remove the spaces (URLs cannot contain them)')
-    parts = urlsplit(text)
-    if parts.scheme not in ('http', 'https'):
-        if '://' not in text:
-            raise GatewayConfigError(f'{where} has no scheme: {text!r}',
-                                     f'write it as "https://{text}"')
-        raise GatewayConfigError(f'{where} uses the scheme {parts.scheme!r}: {text!r}',
-                                 'use an http:// or https:// URL')
-    if not parts.hostname:
-        raise GatewayConfigError(f'{where} has no host name: {text!r}',
-                                 'write it as "https://<gateway host>/v1"')
-    if parts.username or parts.password:
-        raise GatewayConfigError(f'{where} contains user credentials (user:password@)',
-                                 'remove them from the URL; put the key in CLAW_LLM_API_KEY')
-    if parts.query or parts.fragment:
-        raise GatewayConfigError(f'{where} contains a ?query or #fragment: {text!r}',
-                                 'give only scheme, host and path, e.g. '
-                                 '"https://gateway.example.com/v1"')
     try:
-        parts.port
-    except ValueError:
-        raise GatewayConfigError(f'{where} has an invalid port: {text!r}',
-                                 'use a number from 1 to 65535 after the colon') from None
+        parts = urlsplit(text)
+        port_ok = parts.port is None or parts.port > 0
+    except ValueError:  # an invalid port or a broken [IPv6] host
+        parts, port_ok = urlsplit('invalid://'), False
+    root = '"https://<gateway host>/v1"'
+    for failed, problem, hint in (
+            (any(ch.isspace() for ch in text), f'contains a space: {text!r}',
+             'remove the spaces (URLs cannot contain them)'),
+            ('://' not in text, f'has no scheme: {text!r}', f'write it as "https://{text}"'),
+            (parts.scheme not in ('http', 'https', 'invalid'),
+             f'uses the scheme {parts.scheme!r}: {text!r}', 'use an http:// or https:// URL'),
+            (not port_ok, f'has an invalid port or [IPv6] host: {text!r}',
+             f'write it as {root}, a port from 1 to 65535 after a colon'),
+            (not parts.hostname, f'has no host name: {text!r}', f'write it as {root}'),
+            (parts.username or parts.password, 'contains user credentials (user:password@)',
+             'remove them from the URL; put the key in CLAW_LLM_API_KEY'),
+            (parts.query or parts.fragment, f'contains a ?query or #fragment: {text!r}',
+             f'give only scheme, host and path, e.g. {root}')):
+        if failed:
+            raise GatewayConfigError(f'{where} {problem}', hint)
     if parts.scheme == 'http' and not _is_loopback(parts.hostname):
         warnings.append(f'{where} is http:// to {parts.hostname}: the key would cross the '
                         'network unencrypted; use https:// unless this is a trusted link')
