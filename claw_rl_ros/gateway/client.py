@@ -367,7 +367,7 @@ class GatewayClient:
                 f'{model}: {reason} (rate limited) after {info["attempts"]} attempt(s){says}',
                 'wait and run again, lower the request rate, or check the quota/balance of the '
                 f'key; retries are set by max_attempts and retry_backoff in {cfg.source}', **info)
-        if status >= 500:
+        if 500 <= status < 600:
             return GatewayServerError(
                 f'{model}: {reason} (server error) after {info["attempts"]} attempt(s){says}',
                 'the gateway or the provider behind it failed; try again later, try another '
