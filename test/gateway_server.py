@@ -3,18 +3,24 @@
 The server listens on 127.0.0.1 (port 0), records every request (path, headers, JSON body) and
 answers like a real gateway: 401 for a wrong key (echoing the key it got, so masking is tested),
 404 ``model_not_found`` for unknown models, a chat completion otherwise. Tests queue canned
-replies (429, 5xx, non-JSON, stalls, ...) per model.
+replies (429, 5xx, non-JSON, stalls, dripped or cut bodies, raw header lines, ...) per model.
+It also answers requests sent to it as an HTTP proxy (absolute URLs), for hosts other than
+127.0.0.1 without leaving the loopback interface. :func:`assert_no_key` is the leak oracle.
 """
 
 from __future__ import annotations
 
+import base64
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import json
 from pathlib import Path
+import re
 import socket
+import struct
 import threading
 from typing import Any, Optional
+from urllib.parse import unquote_plus, urlsplit
 
 import pytest
 
@@ -31,12 +37,21 @@ ENV_VARS = ('CLAW_LLM_API_KEY', 'TAOTOKEN_API_KEY', 'CLAW_LLM_CONFIG', 'NO_PROXY
 
 @dataclass
 class Reply:
-    """A canned answer: status, JSON (dict/list) or raw text body, headers, stall."""
+    """A canned answer.
+
+    ``body``: JSON (dict/list), text, raw bytes, or a function of the :class:`Recorded` request
+    returning one of those. ``drip``: seconds between single body bytes. ``cut``: send only
+    that many body bytes, then reset the connection. ``raw_headers``: header lines sent as is.
+    """
 
     status: int = 200
     body: Any = None
     headers: dict = field(default_factory=dict)
     stall: bool = False
+    drip: float = 0.0
+    cut: Optional[int] = None
+    raw_headers: tuple = ()
+    reason: Optional[str] = None
 
 
 @dataclass
@@ -47,6 +62,7 @@ class Recorded:
     path: str
     headers: dict
     body: Any
+    target: str = ''
 
 
 def completion(model: str, content: str) -> dict:
@@ -63,11 +79,12 @@ class FakeGateway:
     def __init__(self, key: str = KEY, models: tuple[str, ...] = (TEACHER, STUDENT)):
         self.key = key
         self.models = set(models)
+        self.chat_path = CHAT_PATH
         self.requests: list[Recorded] = []
         self.queued: dict[Optional[str], list[Reply]] = {}
         self.release = threading.Event()
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(('127.0.0.1', 0), _handler(self))
+        self._server = _Server(('127.0.0.1', 0), _handler(self))
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, args=(0.02,),
                                         daemon=True)
@@ -101,7 +118,7 @@ class FakeGateway:
             for name in (model, None):
                 if self.queued.get(name):
                     return self.queued[name].pop(0)
-        if request.path != CHAT_PATH:
+        if request.path != self.chat_path:
             return Reply(404, {'error': {'message': f'Invalid URL (POST {request.path})',
                                          'type': 'invalid_request_error'}})
         auth = request.headers.get('authorization', '')
@@ -130,35 +147,77 @@ def _handler(gateway: FakeGateway) -> type:
                 body = json.loads(raw) if raw else None
             except ValueError:
                 body = raw.decode('latin-1')
-            request = Recorded('POST', self.path, {k.lower(): v for k, v in self.headers.items()},
-                               body)
+            request = Recorded('POST', urlsplit(self.path).path,
+                               {k.lower(): v for k, v in self.headers.items()}, body, self.path)
             gateway.requests.append(request)
-            self._send(gateway.answer(request))
+            self._send(gateway.answer(request), request)
 
         do_GET = do_POST  # noqa: N815
 
-        def _send(self, reply: Reply) -> None:
+        def _send(self, reply: Reply, request: Recorded) -> None:
             if reply.stall:
                 gateway.release.wait(10)
                 return
-            if isinstance(reply.body, (dict, list)):
-                data = json.dumps(reply.body).encode()
-                ctype = 'application/json'
+            body = reply.body(request) if callable(reply.body) else reply.body
+            if isinstance(body, (dict, list)):
+                data, ctype = json.dumps(body).encode(), 'application/json'
+            elif isinstance(body, bytes):
+                data, ctype = body, 'application/octet-stream'
             else:
-                data = (reply.body or '').encode()
+                data = (body or '').encode('utf-8', 'surrogatepass')
                 ctype = 'text/html; charset=utf-8'
-            self.send_response(reply.status)
+            self.send_response(reply.status, reply.reason)
             headers = {'Content-Type': ctype, **reply.headers}
             for name, value in headers.items():
                 self.send_header(name, value)
             self.send_header('Content-Length', str(len(data)))
+            for line in reply.raw_headers:
+                self._headers_buffer.append(line.encode('utf-8') + b'\r\n')
             self.end_headers()
-            self.wfile.write(data)
+            data = data if reply.cut is None else data[:reply.cut]
+            step = 1 if reply.drip else len(data) or 1
+            for start in range(0, len(data), step):
+                self.wfile.write(data[start:start + step])
+                if reply.drip and gateway.release.wait(reply.drip):
+                    return
+            if reply.cut is not None:  # reset (RST), not a clean close
+                self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                           struct.pack('ii', 1, 0))
+                self.connection.close()
+                self.close_connection = True
 
         def log_message(self, *args: Any) -> None:
             pass
 
     return Handler
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """Clients that hang up (a deadline, a cap) are expected: no traceback on stderr."""
+
+
+def assert_no_key(*texts: str, key: str = KEY) -> None:
+    """Assert no text holds ``key`` in any form.
+
+    Checked: any 8 characters of the middle its masked form hides, raw or URL-decoded, and
+    inside any base64 token (standard or URL-safe alphabet, any alignment).
+    """
+    middle = key[3:-4]
+    windows = [middle[i:i + 8] for i in range(len(middle) - 7)]
+    for text in texts:
+        for variant in (text, unquote_plus(text), text.replace('\\', '')):
+            found = [w for w in windows if w in variant]
+            assert not found, f'key fragment {found[0]!r} in output:\n{text}'
+        for token in re.findall(r'[A-Za-z0-9+/_-]{12,}', text):
+            token = token.replace('-', '+').replace('_', '/')
+            for shift in range(4):
+                part = token[shift:][:(len(token) - shift) // 4 * 4]
+                decoded = base64.b64decode(part).decode('latin-1')
+                found = [w for w in windows if w in decoded]
+                assert not found, f'key fragment {found[0]!r} base64-encoded in:\n{text}'
 
 
 def closed_port() -> int:

@@ -49,7 +49,7 @@ def test_both_models_answer_and_request_is_exact(gateway):
         assert request.method == 'POST' and request.path == CHAT_PATH
         assert request.headers['authorization'] == f'Bearer {KEY}'
         assert request.headers['content-type'] == 'application/json'
-        assert request.body == {'model': model, 'temperature': 0.3,
+        assert request.body == {'model': model, 'temperature': 0.3, 'stream': False,
                                 'messages': [{'role': 'user', 'content': 'same prompt'}]}
 
 
@@ -189,10 +189,17 @@ def test_parse_retry_after(value, seconds):
 
 # --------------------------------------------------------------------------- malformed bodies
 def test_body_without_choices_prints_the_gateway_message(gateway):
-    gateway.queue(Reply(200, {'error': {'message': 'insufficient balance', 'code': 'quota'}}))
+    gateway.queue(Reply(200, {'error': {'message': 'upstream said no', 'code': 'E42'}}))
     error = failure(make_client(gateway.url), cls=GatewayResponseError)
     assert 'no "choices"' in error.message and "KeyError: 'choices'" in error.message
-    assert 'insufficient balance' in error.message and 'teacher_model' in error.hint
+    assert 'upstream said no | E42' in error.message and 'model id' in error.hint
+
+
+def test_body_without_choices_about_balance_blames_the_balance(gateway):
+    gateway.queue(Reply(200, {'error': {'message': 'insufficient balance', 'code': 'quota'}}))
+    error = failure(make_client(gateway.url), cls=GatewayRateLimitError)
+    assert 'insufficient balance' in error.message and 'top up' in error.hint
+    assert 'teacher_model' not in error.hint and 'model id is not the problem' in error.hint
 
 
 def test_body_without_choices_about_the_model_is_a_model_error(gateway):
@@ -252,8 +259,8 @@ def test_read_timeout_says_which_timeout_and_how_to_raise_it(gateway):
     sleeps = []
     client = make_client(gateway.url, sleeps=sleeps, timeout=0.3)
     error = failure(client, cls=GatewayTimeoutError)
-    assert 'read timeout' in error.message and 'within 0.3 s' in error.message
-    assert '"timeout" setting of <arguments>' in error.message
+    assert 'timeout: no answer from 127.0.0.1' in error.message
+    assert 'within 0.3 s' in error.message and '"timeout" setting of <arguments>' in error.message
     assert '"timeout": 300' in error.hint and '--timeout 300' in error.hint
     assert 0.25 < error.latency_s < 3
     assert len(gateway.requests) == 1 and sleeps == []

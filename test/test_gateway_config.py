@@ -77,11 +77,36 @@ def test_chat_url_has_exactly_one_v1(base, url):
     assert url.count('/v1') == 1 and '//' not in url.split('://', 1)[1]
 
 
-def test_base_url_warnings_for_pasted_endpoint_and_whitespace():
+def test_base_url_whitespace_warns_and_pasted_endpoint_is_accepted():
     root, warnings = normalize_base_url(' https://gw.test/v1/chat/completions', 'f.json')
     assert root == 'https://gw.test/v1'
-    assert any('full endpoint' in w for w in warnings)
-    assert any('whitespace' in w for w in warnings)
+    assert [w for w in warnings if 'whitespace' in w] == warnings and len(warnings) == 1
+
+
+@pytest.mark.parametrize('base, url', [
+    ('https://gw.test/api/paas/v4', 'https://gw.test/api/paas/v4/chat/completions'),
+    ('https://gw.test/api/paas/v4/', 'https://gw.test/api/paas/v4/chat/completions'),
+    ('https://gw.test/v1beta/openai/', 'https://gw.test/v1beta/openai/chat/completions'),
+    ('https://gw.test/openai/v2', 'https://gw.test/openai/v2/chat/completions'),
+    ('https://gw.test/chat/completions', 'https://gw.test/chat/completions'),
+    ('https://gw.test/api/paas/v4/chat/completions',
+     'https://gw.test/api/paas/v4/chat/completions'),
+    ('https://gw.test/v1x2', 'https://gw.test/v1x2/chat/completions'),
+    ('https://gw.test/version', 'https://gw.test/version/v1/chat/completions'),
+    ('https://gw.test/openai', 'https://gw.test/openai/v1/chat/completions'),
+])
+def test_a_version_root_or_full_endpoint_is_used_as_given(base, url):
+    assert chat_completions_url(base) == url
+
+
+@pytest.mark.parametrize('base, warns', [
+    ('http://gw.example.com/v1', True), ('http://10.0.0.5:8000/v1', True),
+    ('http://127.0.0.1:8000/v1', False), ('http://localhost/v1', False),
+    ('http://[::1]:8080', False), ('http://my.localhost/v1', False),
+    ('https://gw.example.com/v1', False)])
+def test_clear_text_http_to_another_host_warns(base, warns):
+    _, warnings = normalize_base_url(base, 'f.json')
+    assert any('unencrypted' in w for w in warnings) is warns
 
 
 @pytest.mark.parametrize('base, words', [
@@ -90,6 +115,7 @@ def test_base_url_warnings_for_pasted_endpoint_and_whitespace():
     ('https://gw test/v1', 'contains a space'), ('https://gw.test/my v1', 'contains a space'),
     ('https:///v1', 'no host name'), ('https://user:pw@gw.test/v1', 'user credentials'),
     ('https://gw.test/v1?key=1', '?query'), ('https://gw.test:99999/v1', 'invalid port'),
+    ('https://[::1/v1', 'invalid port or [IPv6] host'), ('http://gw.test:0/v1', 'invalid port'),
     ('https://<your-gateway-host>/v1', 'placeholder'), (42, 'must be a string'),
 ])
 def test_bad_base_url_is_rejected_with_its_own_message(base, words):

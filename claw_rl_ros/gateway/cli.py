@@ -8,19 +8,19 @@ never a traceback, and the key only ever appears masked.
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
 from http import HTTPStatus
 import itertools
+import logging
 import shutil
 import sys
 import textwrap
-from typing import Optional, TextIO, TYPE_CHECKING
+from typing import Optional, TextIO, TYPE_CHECKING, Union
 
 from .config import CONFIG_ENV_VAR, GatewayConfig, KEY_ENV_VARS, load_gateway_config
-from .errors import GatewayError, redact
+from .errors import GatewayError, Redactor, show
 
 if TYPE_CHECKING:
-    from .client import GatewayClient
+    from .client import ChatReply, GatewayClient
 
 DEFAULT_PROMPT = ('In one sentence: what does a quadruped robot need to sense to keep its '
                   'balance while walking?')
@@ -37,21 +37,8 @@ The key: {KEY_ENV_VARS[0]} wins over {KEY_ENV_VARS[1]}, which wins over api_key 
 exit status: 0 both answered, 1 a call failed, 2 configuration problem.'''
 
 
-@dataclass
-class CallResult:
-    """The outcome of one model call: a reply or an error."""
-
-    role: str
-    model: str
-    content: Optional[str] = None
-    status: Optional[int] = None
-    latency_s: Optional[float] = None
-    attempts: int = 0
-    error: Optional[GatewayError] = None
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None and self.content is not None
+# One model's outcome: its reply, or the error that ended the call.
+Outcome = Union['ChatReply', GatewayError]
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -88,7 +75,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     check.add_argument('--teacher', metavar='MODEL_ID', help='override teacher_model')
     check.add_argument('--student', metavar='MODEL_ID', help='override student_model')
     check.add_argument('--timeout', type=float, metavar='SECONDS',
-                       help='override timeout (connect and read, seconds)')
+                       help='override timeout (seconds per attempt: connect, wait and body)')
     check.add_argument('--full', action='store_true',
                        help=f'print whole answers (default: cut at {ANSWER_LIMIT} characters)')
     check.add_argument('--show-prompt', action='store_true', help='print the prompt sent')
@@ -97,32 +84,85 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run_check(args: argparse.Namespace, out: Optional[TextIO] = None,
               err: Optional[TextIO] = None) -> int:
-    """The ``gateway check`` command; returns the exit status."""
-    out = sys.stdout if out is None else out
-    err = sys.stderr if err is None else err
-    secrets: list[str] = []
+    """The ``gateway check`` command; returns the exit status.
+
+    Everything it prints, log records and warnings included, goes through one :class:`Output`.
+    """
+    output = Output(sys.stdout if out is None else out, sys.stderr if err is None else err)
+    handler, root = _LogLines(output), logging.getLogger()
+    root.addHandler(handler)
+    logging.captureWarnings(True)
     try:
-        config = load_gateway_config(args.config)
-        secrets.append(config.api_key)
+        return _check(args, output)
+    except Exception as exc:  # noqa: BLE001 - a bug must not print a traceback with secrets
+        _print_error(output, GatewayError(f'unexpected {type(exc).__name__}: {exc}',
+                                          'please report this as a claw-rl bug'))
+        return 1
+    finally:
+        logging.captureWarnings(False)
+        root.removeHandler(handler)
+
+
+def _check(args: argparse.Namespace, output: 'Output') -> int:
+    try:
+        config = load_gateway_config(args.config, learn=output.learn)
+        output.learn(config.api_key)
         config = config.with_overrides(teacher_model=args.teacher, student_model=args.student,
                                        timeout=args.timeout)
         prompt, prompt_source = build_prompt(args)
     except GatewayError as exc:
-        _print_error(err, exc.redacted(secrets))
+        _print_error(output, exc)
         return exc.exit_code
     for warning in config.warnings:
-        print(f'{_PREFIX}: warning: {warning}', file=err)
-    _print_header(out, config, prompt, prompt_source, args.show_prompt)
-    out.flush()
-    results = run_both(config, prompt, err)
-    print_results(out, results, full=args.full)
-    for result in results:
-        if result.error is not None:
-            _print_error(err, result.error, f'{result.role} ({result.model}) failed: ')
-    failed = [r.role for r in results if not r.ok]
-    print('result: ' + ('both models answered' if not failed
-                        else f'{" and ".join(failed)} failed'), file=out)
+        output.print(f'{_PREFIX}: warning: {warning}', err=True)
+    _print_header(output, config, prompt, prompt_source, args.show_prompt)
+    results = run_both(config, prompt, output)
+    print_results(output, results, full=args.full)
+    failed = [(role, model, o) for role, model, o in results if isinstance(o, GatewayError)]
+    for role, model, error in failed:
+        _print_error(output, error, f'{role} ({model}) failed: ')
+    output.print('result: ' + (' and '.join(r for r, _, _ in failed) + ' failed' if failed
+                               else 'both models answered'))
     return 1 if failed else 0
+
+
+class Output:
+    """The one way out: every line is masked and made safe for a terminal before it is written.
+
+    It learns secrets (keys, URL credentials and query values) as soon as they are read, before
+    any validation can print; :meth:`clean` masks every form of them, then escapes control
+    characters and lone surrogates; :meth:`print` writes in the stream's encoding, never failing.
+    """
+
+    def __init__(self, out: TextIO, err: TextIO):
+        self.out, self.err = out, err
+        self.redact = Redactor()
+        self.learn = self.redact.learn
+
+    def clean(self, text: object) -> str:
+        return show(self.redact(str(text)))
+
+    def print(self, text: object = '', err: bool = False) -> None:
+        stream = self.err if err else self.out
+        encoding = getattr(stream, 'encoding', None) or 'utf-8'
+        stream.write(self.clean(text).encode(encoding, 'backslashreplace').decode(encoding)
+                     + '\n')
+        stream.flush()
+
+
+class _LogLines(logging.Handler):
+    """Log records (e.g. urllib3 on a malformed header) as one masked line, no traceback."""
+
+    def __init__(self, output: Output):
+        super().__init__(logging.WARNING)
+        self.output = output
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self.output.print(f'{_PREFIX}: {record.levelname.lower()}: {record.getMessage()}',
+                              err=True)
+        except Exception:  # noqa: BLE001 - logging must never break the command
+            pass
 
 
 def build_prompt(args: argparse.Namespace) -> tuple[str, str]:
@@ -152,42 +192,33 @@ def build_prompt(args: argparse.Namespace) -> tuple[str, str]:
     return question, 'text prompt'
 
 
-def run_both(config: GatewayConfig, prompt: str, err: TextIO) -> list[CallResult]:
-    """Ask the teacher, then the student; every failure becomes a CallResult error."""
+def run_both(config: GatewayConfig, prompt: str,
+             output: Output) -> list[tuple[str, str, Outcome]]:
+    """Ask the teacher, then the student: (role, model id, outcome) for each."""
     from .client import GatewayClient
 
     def on_retry(model: str, status: int, attempt: int, delay: float) -> None:
-        print(f'{_PREFIX}: {model}: HTTP {status}, retry {attempt}/{config.max_attempts} in '
-              f'{delay:.2f} s', file=err)
+        output.print(f'{_PREFIX}: {model}: HTTP {status}, retry {attempt}/'
+                     f'{config.max_attempts} in {delay:.2f} s', err=True)
 
-    results = []
     with GatewayClient(config, on_retry=on_retry) as client:
-        for role, model in (('teacher', config.teacher_model),
-                            ('student', config.student_model)):
-            results.append(call_model(client, role, model, prompt))
-    return results
+        return [(role, model, call_model(client, role, model, prompt)) for role, model in
+                (('teacher', config.teacher_model), ('student', config.student_model))]
 
 
-def call_model(client: 'GatewayClient', role: str, model: str, prompt: str) -> CallResult:
-    """One chat call turned into a CallResult (no exception escapes, none keeps the key)."""
-    error: Optional[GatewayError] = None
+def call_model(client: 'GatewayClient', role: str, model: str, prompt: str) -> Outcome:
+    """One chat call; every failure comes back as a GatewayError (none escapes)."""
     try:
-        reply = client.chat(model, prompt, role=f'{role}_model')
+        return client.chat(model, prompt, role=f'{role}_model')
     except GatewayError as exc:
-        error = exc
-    except Exception as exc:  # noqa: BLE001 - a bug must not print a traceback with secrets
-        error = GatewayError(redact(f'{model}: unexpected {type(exc).__name__}: {exc}',
-                                    [client.config.api_key]),
-                             'please report this as a claw-rl bug')
-    if error is not None:
-        return CallResult(role, model, status=error.status, latency_s=error.latency_s,
-                          attempts=error.attempts, error=error)
-    return CallResult(role, model, content=reply.content, status=reply.status,
-                      latency_s=reply.latency_s, attempts=reply.attempts)
+        return exc
+    except Exception as exc:  # noqa: BLE001 - a bug must not print a traceback
+        return GatewayError(f'{model}: unexpected {type(exc).__name__}: {exc}',
+                            'please report this as a claw-rl bug')
 
 
 # ----------------------------------------------------------------------------------- output
-def _print_header(out: TextIO, config: GatewayConfig, prompt: str, prompt_source: str,
+def _print_header(output: Output, config: GatewayConfig, prompt: str, prompt_source: str,
                   show_prompt: bool) -> None:
     first = prompt.strip().splitlines()[0] if prompt.strip() else ''
     lines = prompt.count('\n') + 1
@@ -196,58 +227,53 @@ def _print_header(out: TextIO, config: GatewayConfig, prompt: str, prompt_source
         else ''
     rows = [('endpoint', f'POST {config.chat_url}'), ('config', config.source),
             ('key', f'{config.masked_key} (from {config.key_source})'),
-            ('timeout', f'{config.timeout:g} s'), ('prompt', f'{prompt_source}{extra}')]
+            ('timeout', f'{config.timeout:g} s per attempt (connect, wait and body); '
+                        f'{config.max_attempts} attempts and the waits between them: at most '
+                        f'{config.worst_case_s:g} s per model'),
+            ('prompt', f'{prompt_source}{extra}')]
     for label, value in rows:
-        print(f'{label:<{_LABEL_WIDTH}}{value}', file=out)
+        output.print(f'{label:<{_LABEL_WIDTH}}{value}')
     if show_prompt:
-        print(textwrap.indent(prompt, '  | '), file=out)
+        output.print(textwrap.indent(prompt, '  | '))
     else:
-        print(f'{"":<{_LABEL_WIDTH}}{shown!r}', file=out)
-    print(file=out)
+        output.print(f'{"":<{_LABEL_WIDTH}}{shown!r}')
+    output.print()
 
 
-def _status_text(result: CallResult) -> str:
-    if result.status is None:
-        return 'no HTTP answer'
+def _cells(outcome: Outcome, full: bool) -> list[str]:
+    """The status, latency and answer cells of one outcome."""
+    status, latency = outcome.status, outcome.latency_s
     try:
-        phrase = HTTPStatus(result.status).phrase
+        phrase = HTTPStatus(status).phrase
     except ValueError:
         phrase = ''
-    return f'{result.status} {phrase}'.strip()
-
-
-def _latency_text(result: CallResult) -> str:
-    if result.latency_s is None:
-        return '-'
-    text = f'{result.latency_s * 1000:.0f} ms'
-    return f'{text} (attempt {result.attempts})' if result.attempts > 1 else text
-
-
-def _answer_text(result: CallResult, full: bool) -> str:
-    if result.error is not None:
-        return f'FAILED: {type(result.error).__name__} (details below)'
-    text = result.content or ''
+    cells = ['no HTTP answer' if status is None else f'{status} {phrase}'.strip(),
+             '-' if latency is None else f'{latency * 1000:.0f} ms'
+             + (f' ({outcome.attempts} attempts)' if outcome.attempts > 1 else '')]
+    if isinstance(outcome, GatewayError):
+        return cells + [f'FAILED: {type(outcome).__name__} (details below)']
+    text = outcome.content
     if not full and len(text) > ANSWER_LIMIT:
-        text = text[:ANSWER_LIMIT].rstrip() + f' ... [{len(result.content)} chars; --full]'
-    return text
+        text = text[:ANSWER_LIMIT].rstrip() + f' ... [{len(outcome.content)} chars; --full]'
+    return cells + [text]
 
 
-def print_results(out: TextIO, results: list[CallResult], full: bool = False,
+def print_results(output: Output, results: list[tuple[str, str, Outcome]], full: bool = False,
                   width: Optional[int] = None) -> None:
     """Two aligned columns: role, model id, HTTP status, latency and answer."""
     width = width or max(80, min(160, shutil.get_terminal_size((100, 24)).columns))
     column = (width - _LABEL_WIDTH - 3) // 2
-    rows = [('', [r.role for r in results]), ('model', [r.model for r in results]),
-            ('status', [_status_text(r) for r in results]),
-            ('latency', [_latency_text(r) for r in results]),
-            ('answer', [_answer_text(r, full) for r in results])]
-    for label, cells in rows:
-        wrapped = [_wrap(cell, column) for cell in cells]
+    cells = [_cells(outcome, full) for _, _, outcome in results]
+    rows = [('', [r[0] for r in results]), ('model', [r[1] for r in results])]
+    rows += [(label, [c[i] for c in cells]) for i, label in
+             enumerate(('status', 'latency', 'answer'))]
+    for label, texts in rows:
+        # cleaned before wrapping, so that no secret is cut in two and escapes stay whole
+        wrapped = [_wrap(output.clean(text), column) for text in texts]
         for index, parts in enumerate(itertools.zip_longest(*wrapped, fillvalue='')):
-            name = label if index == 0 else ''
-            line = f'{name:<{_LABEL_WIDTH}}' + ' | '.join(f'{p:<{column}}' for p in parts)
-            print(line.rstrip(), file=out)
-    print(file=out)
+            output.print((f'{label if index == 0 else "":<{_LABEL_WIDTH}}'
+                          + ' | '.join(f'{p:<{column}}' for p in parts)).rstrip())
+    output.print()
 
 
 def _wrap(text: str, width: int) -> list[str]:
@@ -258,7 +284,7 @@ def _wrap(text: str, width: int) -> list[str]:
     return lines
 
 
-def _print_error(err: TextIO, exc: GatewayError, prefix: str = '') -> None:
-    print(f'{_PREFIX}: error: {prefix}{exc.message}', file=err)
+def _print_error(output: Output, exc: GatewayError, prefix: str = '') -> None:
+    output.print(f'{_PREFIX}: error: {prefix}{exc.message}', err=True)
     if exc.hint:
-        print(f'  fix: {exc.hint}', file=err)
+        output.print(f'  fix: {exc.hint}', err=True)

@@ -1,25 +1,31 @@
 """A small, provider-neutral client for an OpenAI-compatible chat-completions gateway.
 
-One endpoint (``POST {base_url}/v1/chat/completions``), one key (``Authorization: Bearer``),
-bounded retries for 429/5xx, and errors that name the cause and the fix. Every error message is
-redacted before it is raised, and no requests exception (whose request object holds the headers)
-is chained to the errors raised here.
+One endpoint (``POST {chat_url}``), one key (``Authorization: Bearer``), bounded retries for
+429/5xx, and errors that name the cause and the fix. Each attempt is bounded as a whole:
+``timeout`` covers connecting, waiting and reading the body (the exchange runs in a worker
+thread that is given up at the deadline), and the body is read in chunks, decompressed by us
+and refused past ``max_body_bytes``. Every error is redacted before it is raised, and no
+requests exception (whose request object holds the headers) is chained to it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
+import json
 import logging
 import os
 import re
+import threading
 import time
 from typing import Any, Callable, Mapping, Optional
 from urllib.parse import urlsplit
+import zlib
 
 import requests
+import urllib3
 
-from .config import GatewayConfig
+from .config import GatewayConfig, PROXY_VARS, RETRY_WAIT_CAP
 from .errors import (
     GatewayAuthError, GatewayConnectionError, GatewayError, GatewayHTTPError,
     GatewayModelError, GatewayProxyError, GatewayRateLimitError, GatewayResponseError,
@@ -27,14 +33,17 @@ from .errors import (
 
 logger = logging.getLogger(__name__)
 
-# Proxy variables requests reads (lower case wins over upper case, as in urllib).
-PROXY_VARS = ('https_proxy', 'HTTPS_PROXY', 'http_proxy', 'HTTP_PROXY', 'all_proxy', 'ALL_PROXY')
-RETRY_AFTER_CAP = 30.0
+_CHUNK = 64 << 10
+# Only this much of a non-JSON body is searched for an HTML <title>.
+_TITLE_WINDOW = 64 << 10
 _EXCERPT = 300
+_ENCODINGS = {'': None, 'identity': None, 'gzip': 47, 'x-gzip': 47, 'deflate': 47}
 _UNKNOWN_MODEL = re.compile(
     r'model_not_found|model[_ ]?(?:id )?not[_ ]found|(?:unknown|invalid|unsupported|no such)'
     r'[ _]model|model\b[^.;\n]{0,80}?\b(?:does not exist|not found|not exist|is not available|'
     r'is not supported|unavailable|not allowed)', re.IGNORECASE)
+_NO_BALANCE = re.compile(r'balance|quota|credit|billing|insufficient.fund|payment|arrear',
+                         re.IGNORECASE)
 
 # Called before each retry with (model, status, next attempt, delay in seconds).
 RetryHook = Callable[[str, int, int, float], None]
@@ -42,7 +51,10 @@ RetryHook = Callable[[str, int, int, float], None]
 
 @dataclass(frozen=True)
 class ChatReply:
-    """A successful chat completion: the text plus HTTP status, latency and attempts used."""
+    """A successful chat completion: the text plus HTTP status, latency and attempts used.
+
+    ``latency_s`` runs from the first attempt to the answer, retries and their waits included.
+    """
 
     model: str
     content: str
@@ -50,6 +62,33 @@ class ChatReply:
     latency_s: float
     attempts: int
     finish_reason: Optional[str] = None
+
+
+@dataclass
+class Answer:
+    """One HTTP answer as read: status, headers, decoded body (at most ``max_body_bytes``)."""
+
+    status: Optional[int] = None
+    reason: str = ''
+    headers: Mapping[str, str] = field(default_factory=dict)
+    body: bytes = b''
+    received: int = 0
+    cancelled: bool = False
+
+    def text(self, limit: Optional[int] = None) -> str:
+        """The body (or its first ``limit`` bytes) as text, in the declared charset."""
+        found = re.search(r'charset="?([\w.:-]+)', self.headers.get('Content-Type', ''))
+        try:
+            return self.body[:limit].decode(found[1] if found else 'utf-8', 'replace')
+        except LookupError:
+            return self.body[:limit].decode('utf-8', 'replace')
+
+    def json(self) -> Any:
+        """The body as JSON, or None (also for hostile nesting)."""
+        try:
+            return json.loads(self.body)
+        except (ValueError, RecursionError):
+            return None
 
 
 class BearerAuth(requests.auth.AuthBase):
@@ -72,7 +111,7 @@ class GatewayClient:
     def __init__(self, config: GatewayConfig, *, session: Optional[requests.Session] = None,
                  sleep: Callable[[float], None] = time.sleep,
                  on_retry: Optional[RetryHook] = None,
-                 retry_after_cap: float = RETRY_AFTER_CAP):
+                 retry_after_cap: float = RETRY_WAIT_CAP):
         self.config = config
         self._session = session if session is not None else requests.Session()
         self._owns_session = session is None
@@ -114,83 +153,191 @@ class GatewayClient:
             raise GatewayModelError(f'no model id given for {role or "this request"}',
                                     f'set {role or "the model id"} in {cfg.source}')
         payload = {'model': model, 'messages': [{'role': 'user', 'content': prompt}],
-                   'temperature': cfg.temperature}
+                   'temperature': cfg.temperature, 'stream': False}
+        start = time.monotonic()
         for attempt in range(1, cfg.max_attempts + 1):
             logger.debug('POST %s model=%s attempt %d/%d', cfg.chat_url, model, attempt,
                          cfg.max_attempts)
-            start = time.monotonic()
-            response, failure = self._post(payload, model, attempt)
-            latency = time.monotonic() - start
-            if failure is not None:
-                failure.latency_s = latency
-                raise failure
-            status = response.status_code
-            logger.debug('model=%s HTTP %d in %.0f ms', model, status, latency * 1000)
-            if _retryable(status) and attempt < cfg.max_attempts:
-                delay = self._retry_delay(response, attempt)
-                response.close()
-                logger.info('model=%s HTTP %d; retry %d/%d in %.2f s', model, status,
-                            attempt + 1, cfg.max_attempts, delay)
+            try:
+                answer = self._attempt(payload, model)
+            except GatewayError as exc:
+                exc.latency_s, exc.attempts = time.monotonic() - start, attempt
+                raise
+            if (answer.status == 429 or 500 <= answer.status < 600) and attempt < cfg.max_attempts:
+                # Retry-After (seconds or HTTP date) when given, else exponential backoff
+                after = parse_retry_after(answer.headers.get('Retry-After'))
+                delay = min(cfg.retry_backoff * 2 ** (attempt - 1) if after is None else after,
+                            self._retry_after_cap)
                 if self._on_retry is not None:
-                    self._on_retry(model, status, attempt + 1, delay)
+                    self._on_retry(model, answer.status, attempt + 1, delay)
                 self._sleep(delay)
                 continue
-            return self._finish(response, model, role, latency, attempt)
+            return self._finish(answer, model, role, time.monotonic() - start, attempt)
         raise AssertionError('unreachable: the last attempt always returns or raises')
 
     # ----------------------------------------------------------------------------- transport
-    def _post(self, payload: dict, model: str,
-              attempt: int) -> tuple[Optional[requests.Response], Optional[GatewayError]]:
-        """POST once; a transport failure comes back as an error (no exception chaining)."""
-        cfg = self.config
-        try:
-            response = self._session.post(
-                cfg.chat_url, json=payload, auth=self._auth, timeout=cfg.timeout,
-                allow_redirects=False, headers={'Accept': 'application/json'})
-        except (requests.RequestException, ValueError) as exc:
-            # ValueError: urllib3 rejects some proxy URLs without wrapping the error.
-            error = transport_error(exc, cfg, model)
-            error.attempts = attempt
-            return None, error
-        return response, None
+    def _attempt(self, payload: dict, model: str) -> Answer:
+        """One POST, bounded as a whole by ``timeout`` (connect, wait, body) and by size."""
+        answer, failure = Answer(), []
+        deadline = time.monotonic() + self.config.timeout
 
-    def _retry_delay(self, response: requests.Response, attempt: int) -> float:
-        """Retry-After (seconds or HTTP date, capped) when given, else exponential backoff."""
-        after = parse_retry_after(response.headers.get('Retry-After'))
-        if after is not None:
-            return min(after, self._retry_after_cap)
-        return self.config.retry_backoff * 2 ** (attempt - 1)
+        def work() -> None:
+            try:
+                self._exchange(payload, model, answer, deadline)
+            except BaseException as exc:  # noqa: BLE001 - handed to the calling thread
+                failure.append(exc)
+
+        worker = threading.Thread(target=work, name='gateway-request', daemon=True)
+        worker.start()
+        worker.join(max(0.0, deadline - time.monotonic()) + 0.05)
+        if worker.is_alive():
+            answer.cancelled = True  # the worker stops at its next chunk or socket timeout
+            raise self._timeout_error(model, answer)
+        if not failure:
+            return answer
+        if isinstance(failure[0], GatewayError):
+            raise failure[0]
+        if isinstance(failure[0], requests.exceptions.Timeout):
+            raise self._timeout_error(model, answer)
+        raise transport_error(failure[0], self.config, model)
+
+    def _exchange(self, payload: dict, model: str, answer: Answer, deadline: float) -> None:
+        """POST and read the body chunk by chunk, filling ``answer`` (runs in the worker)."""
+        cfg = self.config
+        left = max(deadline - time.monotonic(), 0.001)
+        response = self._session.post(
+            cfg.chat_url, json=payload, auth=self._auth, timeout=(left, left), stream=True,
+            allow_redirects=False,
+            headers={'Accept': 'application/json', 'Accept-Encoding': 'gzip, deflate'})
+        with response:
+            answer.status, answer.reason = response.status_code, response.reason or ''
+            answer.headers = response.headers
+            said = f'{model}: HTTP {answer.status}'
+            encoding = answer.headers.get('Content-Encoding', '').strip().lower()
+            if encoding not in _ENCODINGS:
+                raise GatewayResponseError(
+                    f'{said} with an unsupported Content-Encoding {encoding!r}',
+                    'the gateway must answer uncompressed, gzip or deflate (claw-rl asks for '
+                    'those)', status=answer.status)
+            inflate = zlib.decompressobj(_ENCODINGS[encoding]) if _ENCODINGS[encoding] else None
+            chunks, size = [], 0
+            try:
+                while chunk := response.raw.read1(_CHUNK, decode_content=False):
+                    if answer.cancelled or time.monotonic() > deadline:
+                        raise requests.exceptions.ReadTimeout()
+                    answer.received += len(chunk)
+                    room = cfg.max_body_bytes - size
+                    # at most one byte past the cap is ever decompressed
+                    chunk = inflate.decompress(chunk, room + 1) if inflate else chunk
+                    if len(chunk) > room:
+                        raise GatewayResponseError(
+                            f'{said}: the answer is larger than {cfg.max_body_bytes} bytes '
+                            f'({"after decompressing " if inflate else ""}'
+                            f'{answer.received} bytes received); reading stopped there',
+                            'check that base_url points at a chat-completions API; if such '
+                            f'answers are expected, raise "max_body_bytes" in {cfg.source}',
+                            status=answer.status)
+                    chunks.append(chunk)
+                    size += len(chunk)
+            except (requests.exceptions.Timeout, urllib3.exceptions.TimeoutError, TimeoutError):
+                raise requests.exceptions.ReadTimeout() from None
+            except zlib.error:
+                raise GatewayResponseError(f'{said}: the {encoding} body cannot be decompressed',
+                                           'the gateway sent a broken compressed body; run '
+                                           'again or report it to the gateway operator',
+                                           status=answer.status) from None
+            except (OSError, urllib3.exceptions.HTTPError) as exc:
+                raise GatewayConnectionError(
+                    f'{said} came, then the connection broke after {answer.received} bytes of '
+                    f'the body ({_reason(str(exc))})',
+                    'the gateway (or a proxy on the way) dropped the answer midway; run again, '
+                    'and if it repeats check the gateway status', status=answer.status) from None
+            answer.body = b''.join(chunks)
+
+    def _timeout_error(self, model: str, answer: Answer) -> GatewayTimeoutError:
+        cfg = self.config
+        used = _proxy_for(cfg.chat_url)
+        via = f' through {used[0]}={used[1]}' if used else ''
+        got = (f'HTTP {answer.status} came but the body was still arriving ({answer.received} '
+               'bytes)' if answer.status else f'no answer from {_where(cfg)}{via}')
+        return GatewayTimeoutError(
+            f'{model}: timeout: {got} within {cfg.timeout:g} s (the "timeout" setting of '
+            f'{cfg.source} bounds connecting, waiting and reading the body together)',
+            f'large models can take minutes to answer: raise "timeout" in {cfg.source} (now '
+            f'{cfg.timeout:g} s, default 120 s), e.g. "timeout": 300, or pass --timeout 300; '
+            'if no connection is made, check the network, VPN and firewall; timeouts are not '
+            'retried', status=answer.status)
 
     # ------------------------------------------------------------------------------ replies
-    def _finish(self, response: requests.Response, model: str, role: Optional[str],
-                latency: float, attempts: int) -> ChatReply:
-        status = response.status_code
+    def _finish(self, answer: Answer, model: str, role: Optional[str], latency: float,
+                attempts: int) -> ChatReply:
+        cfg = self.config
+        status = answer.status
+        info = {'status': status, 'latency_s': latency, 'attempts': attempts}
         if 300 <= status < 400:
-            location = response.headers.get('Location', '(no Location header)')
+            location = answer.headers.get('Location', '(no Location header)')
             raise GatewayHTTPError(
-                f'{model}: HTTP {status} redirect from {self.config.chat_url} to {location}',
+                f'{model}: HTTP {status} redirect from {cfg.chat_url} to {location}',
                 'set base_url to the address the gateway redirects to (often https:// instead '
                 'of http://); claw-rl does not follow redirects, which would drop the key or '
-                'turn the POST into a GET', status=status, latency_s=latency, attempts=attempts)
-        failed = False
-        try:
-            response.raise_for_status()
-        except requests.HTTPError:
-            failed = True
-        if failed:
-            raise self._status_error(response, model, role, latency, attempts)
-        return self._parse(response, model, role, latency, attempts)
+                'turn the POST into a GET', **info)
+        if not 200 <= status < 300:
+            raise self._status_error(answer, model, role, info)
+        body = answer.json()
+        if body is None and (b'data:' in answer.body[:_CHUNK]
+                             or 'event-stream' in answer.headers.get('Content-Type', '')):
+            body = fold_events(answer.text())
+        if body is None:
+            raise GatewayResponseError(
+                f'{model}: HTTP {status} but the body is not JSON '
+                f'({answer.headers.get("Content-Type", "no Content-Type")}: '
+                f'{body_excerpt(answer)})',
+                f'base_url ({cfg.base_url}) probably points at a web page or another API; use '
+                'the API root your gateway documents for the OpenAI SDK', **info)
+        if not isinstance(body, dict):
+            raise GatewayResponseError(
+                f'{model}: HTTP {status} but the JSON body is a {type(body).__name__}, not an '
+                'object', 'check base_url: it must point at an OpenAI-compatible API', **info)
+        choices = body.get('choices')
+        if choices is None:
+            said = error_message(body) or _shorten(_compact_json(body))
+            role_key = f'{role} in {cfg.source}' if role else 'the model id'
+            cls, hint = GatewayResponseError, ('read the gateway message: a wrong model id or '
+                                               'an empty balance are the usual causes')
+            if mentions_unknown_model(said):
+                cls, hint = GatewayModelError, f'check {role_key}: the gateway does not know it'
+            elif _NO_BALANCE.search(said):
+                cls, hint = GatewayRateLimitError, _BALANCE_HINT
+            raise cls(
+                f'{model}: HTTP {status} but the answer has no "choices" (what a bare '
+                f"['choices'] read reports as KeyError: 'choices'); gateway says: {said}",
+                hint, **info)
+        if not isinstance(choices, list) or not choices:
+            raise GatewayResponseError(
+                f'{model}: HTTP {status} but "choices" is {_shorten(repr(choices), 80)}',
+                'the gateway returned no completion; try again or try another model', **info)
+        first = choices[0] if isinstance(choices[0], dict) else {}
+        message = first.get('message')
+        content = _text(message.get('content')) if isinstance(message, dict) else None
+        finish = first.get('finish_reason')
+        if content is None:
+            raise GatewayResponseError(
+                f'{model}: HTTP {status} but choices[0].message.content is missing or empty '
+                f'(finish_reason={finish!r})',
+                'the model returned no text (a refusal, a tool call or a length limit); try '
+                'another prompt or model', **info)
+        return ChatReply(model=model, content=content, status=status, latency_s=latency,
+                         attempts=attempts, finish_reason=finish)
 
-    def _status_error(self, response: requests.Response, model: str, role: Optional[str],
-                      latency: float, attempts: int) -> GatewayError:
+    def _status_error(self, answer: Answer, model: str, role: Optional[str],
+                      info: dict) -> GatewayError:
         """Turn an HTTP error status into an error naming the cause and the fix."""
         cfg = self.config
-        status = response.status_code
-        said = gateway_message(response)
+        status = answer.status
+        said = gateway_message(answer)
         says = f'; gateway says: {said}' if said else ''
-        reason = f'HTTP {status} {response.reason or ""}'.strip()
+        reason = f'HTTP {status} {answer.reason}'.strip()
         role_key = f'{role} in {cfg.source}' if role else f'the model id in {cfg.source}'
-        info = {'status': status, 'latency_s': latency, 'attempts': attempts}
         if status in (401, 403):
             what = ('rejected the key' if status == 401
                     else f'accepted the key but refused model {model!r}')
@@ -211,74 +358,32 @@ class GatewayClient:
             return GatewayModelError(
                 f'{model}: {reason} for {cfg.chat_url}: no such endpoint (or no model '
                 f'{model!r}){says}',
-                f'check base_url in {cfg.source}: it must be the OpenAI-compatible API root '
-                f'(claw-rl appends /v1/chat/completions); if it is right, check {role_key}',
-                **info)
+                f'check base_url in {cfg.source}: give the API root the gateway documents for '
+                'the OpenAI SDK (a path ending in a version such as /v1, /v4 or /v1beta/openai '
+                'is used as given, any other gets /v1), or the full .../chat/completions URL; '
+                f'if it is right, check {role_key}', **info)
         if status == 429:
             return GatewayRateLimitError(
-                f'{model}: {reason} (rate limited) after {attempts} attempt(s){says}',
+                f'{model}: {reason} (rate limited) after {info["attempts"]} attempt(s){says}',
                 'wait and run again, lower the request rate, or check the quota/balance of the '
                 f'key; retries are set by max_attempts and retry_backoff in {cfg.source}', **info)
-        if status >= 500:
+        if 500 <= status < 600:
             return GatewayServerError(
-                f'{model}: {reason} (server error) after {attempts} attempt(s){says}',
+                f'{model}: {reason} (server error) after {info["attempts"]} attempt(s){says}',
                 'the gateway or the provider behind it failed; try again later, try another '
                 f'model id, or raise max_attempts in {cfg.source}', **info)
+        if status == 402 or _NO_BALANCE.search(said):
+            return GatewayRateLimitError(f'{model}: {reason}{says}', _BALANCE_HINT, **info)
         return GatewayHTTPError(f'{model}: {reason}{says}',
                                 'read the gateway message; check the request fields it names '
                                 f'(model id, temperature in {cfg.source})', **info)
 
-    def _parse(self, response: requests.Response, model: str, role: Optional[str],
-               latency: float, attempts: int) -> ChatReply:
-        """A checked read of ``choices[0].message.content``."""
-        cfg = self.config
-        status = response.status_code
-        info = {'status': status, 'latency_s': latency, 'attempts': attempts}
-        body = _json_or_none(response)
-        if body is None:
-            raise GatewayResponseError(
-                f'{model}: HTTP {status} but the body is not JSON '
-                f'({response.headers.get("Content-Type", "no Content-Type")}: '
-                f'{body_excerpt(response)})',
-                f'base_url ({cfg.base_url}) probably points at a web page or another API; use '
-                'the API root your gateway documents for the OpenAI SDK', **info)
-        if not isinstance(body, dict):
-            raise GatewayResponseError(
-                f'{model}: HTTP {status} but the JSON body is a {type(body).__name__}, not an '
-                'object', 'check base_url: it must point at an OpenAI-compatible API', **info)
-        choices = body.get('choices')
-        if choices is None:
-            said = error_message(body) or _shorten(_compact_json(body))
-            role_key = f'{role} in {cfg.source}' if role else 'the model id'
-            cls = GatewayModelError if mentions_unknown_model(said) else GatewayResponseError
-            raise cls(
-                f'{model}: HTTP {status} but the answer has no "choices" (what a bare '
-                f"['choices'] read reports as KeyError: 'choices'); gateway says: {said}",
-                f'check {role_key} (an unknown model id is the usual cause) and the gateway '
-                'message above', **info)
-        if not isinstance(choices, list) or not choices:
-            raise GatewayResponseError(
-                f'{model}: HTTP {status} but "choices" is {_shorten(repr(choices), 80)}',
-                'the gateway returned no completion; try again or try another model', **info)
-        first = choices[0] if isinstance(choices[0], dict) else {}
-        message = first.get('message')
-        content = _text(message.get('content')) if isinstance(message, dict) else None
-        finish = first.get('finish_reason')
-        if content is None:
-            raise GatewayResponseError(
-                f'{model}: HTTP {status} but choices[0].message.content is missing or empty '
-                f'(finish_reason={finish!r})',
-                'the model returned no text (a refusal, a tool call or a length limit); try '
-                'another prompt or model', **info)
-        return ChatReply(model=model, content=content, status=status, latency_s=latency,
-                         attempts=attempts, finish_reason=finish)
+
+_BALANCE_HINT = ('the gateway speaks of balance, quota or billing: top up or check the plan of '
+                 'the key in the gateway console (the model id is not the problem)')
 
 
 # ---------------------------------------------------------------------------------- helpers
-def _retryable(status: int) -> bool:
-    return status == 429 or 500 <= status <= 599
-
-
 def parse_retry_after(value: Optional[str]) -> Optional[float]:
     """Seconds from a Retry-After header (delta seconds or HTTP date); None if absent/bad."""
     if not value:
@@ -288,22 +393,35 @@ def parse_retry_after(value: Optional[str]) -> Optional[float]:
         seconds = float(value)
     except ValueError:
         try:
-            moment = parsedate_to_datetime(value)
-        except (TypeError, ValueError, IndexError):
+            seconds = parsedate_to_datetime(value).timestamp() - time.time()
+        except (TypeError, ValueError, IndexError, AttributeError):
             return None
-        if moment is None:
-            return None
-        seconds = moment.timestamp() - time.time()
-    if seconds != seconds:
-        return None
-    return max(0.0, seconds)
+    return None if seconds != seconds else max(0.0, seconds)
 
 
-def _json_or_none(response: requests.Response) -> Any:
-    try:
-        return response.json()
-    except ValueError:
+def fold_events(text: str) -> Optional[dict]:
+    """A streamed (``text/event-stream``) answer as one chat-completion body (or its error)."""
+    parts, finish, seen = [], None, False
+    for line in text.splitlines():
+        data = line[5:].strip() if line.startswith('data:') else '[DONE]'
+        try:
+            event = json.loads(data) if data != '[DONE]' else None
+        except (ValueError, RecursionError):
+            event = None
+        if not isinstance(event, dict):
+            continue
+        if not isinstance(event.get('choices'), list):
+            return event  # an error event
+        seen = True
+        for choice in event['choices'][:1]:
+            choice = choice if isinstance(choice, dict) else {}
+            delta = choice.get('delta') or choice.get('message') or {}
+            content = delta.get('content') if isinstance(delta, dict) else None
+            parts.append(content if isinstance(content, str) else '')
+            finish = choice.get('finish_reason') or finish
+    if not seen:
         return None
+    return {'choices': [{'message': {'content': ''.join(parts)}, 'finish_reason': finish}]}
 
 
 def _text(content: Any) -> Optional[str]:
@@ -336,22 +454,27 @@ def error_message(body: Any) -> str:
     return ''
 
 
-def gateway_message(response: requests.Response) -> str:
+def gateway_message(answer: Answer) -> str:
     """What the gateway said in an error answer: its JSON error message or a text excerpt."""
-    body = _json_or_none(response)
+    body = answer.json()
     if body is not None:
         return error_message(body) or _shorten(_compact_json(body))
-    return body_excerpt(response)
+    return body_excerpt(answer)
 
 
-def body_excerpt(response: requests.Response) -> str:
-    """A short, one-line view of a non-JSON body (the <title> of an HTML page)."""
-    text = response.text or ''
-    title = re.search(r'<title[^>]*>(.*?)</title>', text, re.IGNORECASE | re.DOTALL)
-    if title:
-        return f'HTML page titled {_shorten(" ".join(title.group(1).split()), 120)!r}'
-    text = ' '.join(text.split())
-    return repr(_shorten(text, 160)) if text else '(empty body)'
+def body_excerpt(answer: Answer) -> str:
+    """A short, one-line view of a non-JSON body: the <title> of an HTML page, or its start.
+
+    Only the first 64 KiB are searched, with plain ``find`` calls (linear time).
+    """
+    text = answer.text(_TITLE_WINDOW)
+    lower = text.lower()
+    start = lower.find('>', lower.find('<title') + 1) if '<title' in lower else -1
+    end = lower.find('</title', start) if start >= 0 else -1
+    if end >= 0:
+        return f'HTML page titled {_shorten(text[start + 1:end], 120)!r}'
+    text = _shorten(text[:4 * _EXCERPT], 160)
+    return repr(text) if text else '(empty body)'
 
 
 def mentions_unknown_model(text: str) -> bool:
@@ -360,10 +483,9 @@ def mentions_unknown_model(text: str) -> bool:
 
 
 def _compact_json(value: Any) -> str:
-    import json
     try:
         return json.dumps(value, ensure_ascii=False, separators=(',', ':'))
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):
         return repr(value)
 
 
@@ -389,68 +511,47 @@ def sanitize_proxy(value: str) -> str:
         return '<unparsable proxy URL>'
     if not host:
         return '<unparsable proxy URL>'
-    scheme = parts.scheme if '://' in text else ''
     shown = f'[{host}]' if ':' in host else host
     shown = f'{shown}:{port}' if port else shown
-    return f'{scheme}://{shown}' if scheme else shown
+    return f'{parts.scheme}://{shown}' if '://' in text else shown
 
 
-def _proxy_for(url: str, env: Optional[Mapping[str, str]] = None) -> Optional[tuple[str, str]]:
+def _proxy_for(url: str) -> Optional[tuple[str, str]]:
     """The proxy variable requests uses for ``url`` (lower case first, then ALL_PROXY)."""
-    env = os.environ if env is None else env
     scheme = urlsplit(url).scheme
     for name in (f'{scheme}_proxy', f'{scheme.upper()}_PROXY', 'all_proxy', 'ALL_PROXY'):
-        if env.get(name):
-            return name, sanitize_proxy(env[name])
+        if os.environ.get(name):
+            return name, sanitize_proxy(os.environ[name])
     return None
+
+
+def _where(config: GatewayConfig) -> str:
+    parts = urlsplit(config.chat_url)
+    return f'{parts.hostname}:{parts.port or (443 if parts.scheme == "https" else 80)}'
 
 
 def _proxy_error(config: GatewayConfig, model: str, detail: str) -> GatewayProxyError:
     settings = proxy_settings()
     used = _proxy_for(config.chat_url)
-    if used:
-        named = f'{used[0]}={used[1]}'
-    elif settings:
-        named = ', '.join(f'{n}={v}' for n, v in settings)
-    else:
-        named = 'a proxy from the system settings'
+    named = (f'{used[0]}={used[1]}' if used else ', '.join(f'{n}={v}' for n, v in settings)
+             or 'a proxy from the system settings')
     others = [n for n, _ in settings if not used or n != used[0]]
     also = f' (also set: {", ".join(others)})' if others else ''
     same = [n for n, _ in settings if used and n.lower() == used[0].lower()]
     names = ' '.join(same or [n for n, _ in settings]) or 'HTTPS_PROXY'
-    host = urlsplit(config.chat_url).hostname
     hint = (f'the proxy variable is probably stale: start that proxy, or unset it (unset '
-            f'{names}), or exempt the gateway with NO_PROXY={host}')
+            f'{names}), or exempt the gateway with NO_PROXY={urlsplit(config.chat_url).hostname}')
     if 'socks' in detail.lower():
-        hint = ('a socks:// proxy needs PySocks (pip install "requests[socks]"); or ' + hint)
+        hint = 'a socks:// proxy needs PySocks (pip install "requests[socks]"); or ' + hint
     return GatewayProxyError(
         f'{model}: the proxy could not be used: {named} is set{also} and {detail}', hint)
 
 
-def transport_error(exc: Exception, config: GatewayConfig,
-                    model: str) -> GatewayError:
-    """Map a requests exception to an error that names the cause and the fix."""
-    parts = urlsplit(config.chat_url)
-    port = parts.port or (443 if parts.scheme == 'https' else 80)
-    where = f'{parts.hostname}:{port}'
-    text = str(exc)
-    timeout = f'{config.timeout:g} s'
-    timeout_hint = (f'raise "timeout" in {config.source} (now {timeout}, default 120 s), e.g. '
-                    '"timeout": 300, or pass --timeout 300')
+def transport_error(exc: BaseException, config: GatewayConfig, model: str) -> GatewayError:
+    """Map a failure before any HTTP answer to an error that names the cause and the fix."""
+    where, text = _where(config), str(exc)
     if isinstance(exc, requests.exceptions.ProxyError):
         return _proxy_error(config, model, f'connecting through it failed ({_reason(text)})')
-    if isinstance(exc, requests.exceptions.ConnectTimeout):
-        proxies = proxy_settings()
-        via = f' (through {proxies[0][0]}={proxies[0][1]})' if proxies else ''
-        return GatewayTimeoutError(
-            f'{model}: connect timeout: no connection to {where}{via} within {timeout}',
-            'check the network, VPN, firewall and the host in base_url; if the network is just '
-            f'slow, {timeout_hint}')
-    if isinstance(exc, requests.exceptions.ReadTimeout):
-        return GatewayTimeoutError(
-            f'{model}: read timeout: {where} sent no answer within {timeout} (the "timeout" '
-            f'setting of {config.source})',
-            f'large models can take minutes to answer: {timeout_hint}; timeouts are not retried')
     if isinstance(exc, requests.exceptions.SSLError):
         return GatewayConnectionError(
             f'{model}: TLS failed with {where} ({_reason(text)})',
@@ -461,20 +562,20 @@ def transport_error(exc: Exception, config: GatewayConfig,
         or not isinstance(exc, requests.RequestException) or 'proxy' in text.lower()
     if proxy_problem and proxy_settings():
         return _proxy_error(config, model, f'requests cannot use it ({_reason(text)})')
+    lowered = text.lower()
+    if isinstance(exc, requests.exceptions.ConnectionError) and 'refused' in lowered:
+        return GatewayConnectionError(
+            f'{model}: connection refused by {where}: nothing accepts connections there',
+            f'check host and port of base_url in {config.source} and that the gateway '
+            'is running and reachable from this machine')
+    if any(s in lowered for s in ('name or service not known', 'failed to resolve',
+                                  'nodename nor servname', 'getaddrinfo failed',
+                                  'temporary failure in name resolution',
+                                  'no address associated')):
+        return GatewayConnectionError(
+            f'{model}: the host name {urlsplit(config.chat_url).hostname!r} could not be '
+            'resolved', f'check the spelling of base_url in {config.source}, and DNS/VPN')
     if isinstance(exc, requests.exceptions.ConnectionError):
-        lowered = text.lower()
-        if 'refused' in lowered:
-            return GatewayConnectionError(
-                f'{model}: connection refused by {where}: nothing accepts connections there',
-                f'check host and port of base_url in {config.source} and that the gateway '
-                'is running and reachable from this machine')
-        if any(s in lowered for s in ('name or service not known', 'failed to resolve',
-                                      'nodename nor servname', 'getaddrinfo failed',
-                                      'temporary failure in name resolution',
-                                      'no address associated')):
-            return GatewayConnectionError(
-                f'{model}: the host name {parts.hostname!r} could not be resolved',
-                f'check the spelling of base_url in {config.source}, and DNS/VPN')
         return GatewayConnectionError(
             f'{model}: the connection to {where} failed ({_reason(text)})',
             'check base_url (scheme http vs https, host, port) and the network')

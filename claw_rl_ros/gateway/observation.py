@@ -36,57 +36,53 @@ def model_metadata(path: str | Path) -> dict:
     """The robot spec stored in an exported ONNX model's ``metadata_props``."""
     from ..core.sim.robot import METADATA_KEY
     path = Path(path)
+    again = 'export the model again with claw-rl export'
     if not path.is_file():
         raise GatewayConfigError(f'model file {path} (--model) does not exist',
                                  'pass the path of an exported .onnx model, or drop --model to '
                                  'use the robot config')
     try:
         import onnx
+        props = {p.key: p.value for p in onnx.load(str(path), load_external_data=False)
+                 .metadata_props}
     except ImportError:
         raise GatewayConfigError('reading --model needs the onnx package, which is not '
                                  'installed', 'pip install -r requirements.txt') from None
-    try:
-        model = onnx.load(str(path), load_external_data=False)
     except Exception as exc:  # noqa: BLE001 - onnx raises several types for a bad file
         raise GatewayConfigError(f'{path} is not a readable ONNX model ({type(exc).__name__})',
                                  'pass a model written by claw-rl export') from None
-    props = {p.key: p.value for p in model.metadata_props}
     if METADATA_KEY not in props:
         raise GatewayConfigError(f'{path} has no {METADATA_KEY!r} metadata entry',
-                                 'export the model with claw-rl export, or drop --model to use '
-                                 'the robot config')
+                                 f'{again}, or drop --model to use the robot config')
     try:
-        meta = json.loads(props[METADATA_KEY])
+        return check_metadata(json.loads(props[METADATA_KEY]), str(path))
     except json.JSONDecodeError as exc:
         raise GatewayConfigError(f'{path}: metadata {METADATA_KEY!r} is not valid JSON '
-                                 f'({exc.msg})', 'export the model again') from None
-    return check_metadata(meta, str(path))
+                                 f'({exc.msg})', again) from None
 
 
 def check_metadata(meta: Any, source: str) -> dict:
     """Validate the parts of a spec the summary uses: robot, joints, observation layout."""
+    def bad(problem: str) -> GatewayConfigError:
+        return GatewayConfigError(f'{source}: {problem}', 'export the model again with this '
+                                  'version of claw-rl')
     if not isinstance(meta, dict):
-        raise GatewayConfigError(f'{source}: robot spec is not a JSON object',
-                                 'export the model again')
-    for key in ('robot', 'joint_names', 'observation', 'obs_dim'):
-        if key not in meta:
-            raise GatewayConfigError(f'{source}: robot spec has no {key!r}',
-                                     'export the model again with this version of claw-rl')
+        raise bad('robot spec is not a JSON object')
+    missing = [k for k in ('robot', 'joint_names', 'observation', 'obs_dim') if k not in meta]
+    if missing:
+        raise bad(f'robot spec has no {missing[0]!r}')
     terms = meta['observation']
     if not isinstance(terms, list) or not terms:
-        raise GatewayConfigError(f'{source}: robot spec has an empty observation layout',
-                                 'export the model again')
+        raise bad('robot spec has an empty observation layout')
     for term in terms:
-        ok = isinstance(term, dict) and isinstance(term.get('name'), str) \
-            and isinstance(term.get('size'), int) and isinstance(term.get('scale'), list) \
-            and len(term['scale']) == term['size']
-        if not ok:
-            raise GatewayConfigError(f'{source}: observation term {term!r} is malformed',
-                                     'export the model again')
+        if not (isinstance(term, dict) and isinstance(term.get('name'), str)
+                and isinstance(term.get('size'), int) and isinstance(term.get('scale'), list)
+                and len(term['scale']) == term['size']):
+            raise bad(f'observation term {term!r} is malformed')
     total = sum(t['size'] for t in terms)
     if total != meta['obs_dim']:
-        raise GatewayConfigError(f'{source}: observation terms add up to {total} values but '
-                                 f'obs_dim is {meta["obs_dim"]}', 'export the model again')
+        raise bad(f'observation terms add up to {total} values but obs_dim is '
+                  f'{meta["obs_dim"]}')
     return meta
 
 
