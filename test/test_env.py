@@ -321,14 +321,19 @@ def test_gait_rewards_match_hand_computed_values():
     np.testing.assert_allclose(R.feet_clearance(s, p), [(1.0 + 0.2) / 2, 0.0])
 
 
-def test_gait_rewards_without_a_gait_clock_are_refused(robot):
+def test_gait_rewards_switch_off_with_a_notice_without_a_gait_clock(robot):
     import dataclasses
-    from claw_rl_ros.core.config import ConfigError
-    from claw_rl_ros.core.sim.env import VecLocomotionEnv
+    from claw_rl_ros.core.sim.env import GaitRewardsOff, VecLocomotionEnv
     from claw_rl_ros.core.sim.env_config import EnvConfig
     no_gait = dataclasses.replace(robot, gait_period=0.0)
-    with pytest.raises(ConfigError, match='gait_contact: needs a gait clock'):
-        VecLocomotionEnv(EnvConfig(num_envs=1), no_gait)
+    with pytest.warns(GaitRewardsOff, match='gait_contact, feet_clearance are switched off'):
+        env = VecLocomotionEnv(EnvConfig(num_envs=1), no_gait)
+    try:
+        assert 'gait_contact' not in env.reward_manager.scales
+        assert 'tracking_lin_vel' in env.reward_manager.scales
+        env.step(np.zeros((1, 12)))
+    finally:
+        env.close()
 
 
 def test_foot_heights_are_zero_standing_and_positive_when_lifted(make_env):

@@ -16,16 +16,25 @@ from __future__ import annotations
 
 import math
 from typing import Any
+import warnings
 
 import numpy as np
 
-from ..config import ConfigError
 from .env_config import EnvConfig, GAIT_REWARDS
 from ..math_utils import gravity_in_body, quat_mul, quat_rotate_inverse, yaw_quat
 from .physics import BatchedPhysics
 from .rewards import is_moving, RewardManager, RewardParams, StepData
 from .robot import load_robot, RobotSpec
 from .observations import POLICY, POLICY_NOISE_FREE, PRIVILEGED, RobotState
+
+
+class GaitRewardsOff(UserWarning):
+    """Gait reward terms were switched off because the robot has no gait clock."""
+
+
+def _first(override: Any, robot_value: Any) -> Any:
+    """The env config's value where it sets one, else the robot's."""
+    return robot_value if override is None else override
 
 
 class VecLocomotionEnv:
@@ -49,12 +58,16 @@ class VecLocomotionEnv:
                                       solver_ls_iterations=cfg.solver_ls_iterations)
         self.rng = np.random.default_rng(cfg.seed)
 
+        scales = dict(cfg.rewards.scales)
         if r.gait_period == 0:
-            for name in GAIT_REWARDS:
-                if cfg.rewards.scales.get(name, 0.0) != 0.0:
-                    raise ConfigError('env', f'rewards.scales.{name}', f'needs a gait clock but '
-                                      f'robot {r.name!r} has none; set the scale to 0 or add '
-                                      'gait: {period_s, duty, offsets} to the robot YAML')
+            off = [name for name in GAIT_REWARDS if scales.get(name, 0.0) != 0.0]
+            if off:
+                warnings.warn(f'robot {r.name!r} has no gait clock: reward terms '
+                              f'{", ".join(off)} are switched off (add gait: {{period_s, duty, '
+                              'offsets}} to the robot YAML to use them)', GaitRewardsOff,
+                              stacklevel=2)
+                for name in off:
+                    scales[name] = 0.0
         lat = cfg.randomization.action_latency_substeps
         if lat[1] >= r.decimation:
             raise ValueError(f'randomization.action_latency_substeps {list(lat)} must stay below '
@@ -63,15 +76,20 @@ class VecLocomotionEnv:
         self._push_steps = round(cfg.randomization.push_interval_s / self.dt)
         half_range = 0.5 * (r.joint_upper - r.joint_lower) * cfg.rewards.soft_joint_limit
         mid = 0.5 * (r.joint_upper + r.joint_lower)
+        # Robot-sized constants: the env config may override the robot's.
+        rw, dr = cfg.rewards, cfg.randomization
+        self.min_base_height = _first(cfg.termination.min_base_height, r.min_base_height)
+        self.payload_range = _first(dr.added_mass, r.payload_range)
+        self.com_offset_range = _first(dr.com_offset, r.com_offset_range)
         self.reward_manager = RewardManager(
-            cfg.rewards.scales, RewardParams(
+            scales, RewardParams(
                 tracking_sigma=cfg.rewards.tracking_sigma,
-                base_height_target=cfg.rewards.base_height_target,
+                base_height_target=_first(rw.base_height_target, r.base_height_target),
                 feet_air_time_target=cfg.rewards.feet_air_time_target,
                 moving_command_threshold=cfg.rewards.moving_command_threshold,
                 default_joint_pos=r.default_joint_pos,
                 soft_joint_lower=mid - half_range, soft_joint_upper=mid + half_range,
-                swing_height_target=cfg.rewards.swing_height_target),
+                swing_height_target=_first(rw.swing_height_target, r.swing_height)),
             self.dt, n, cfg.rewards.only_positive)
         noise = cfg.noise
         self.noise_vec = (r.policy_obs.term_vector(noise.levels) * r.policy_obs.scale
@@ -248,7 +266,7 @@ class VecLocomotionEnv:
         torque_sq_mean = np.mean(np.square(sensordata[:, :, lo:hi]), axis=1)
         term_contact = self._contacts(sensordata, 'termination_contact', last_only=False)
         tilted = gravity[:, 2] > -math.cos(cfg.termination.max_tilt)
-        low = s.base_height < cfg.termination.min_base_height
+        low = s.base_height < self.min_base_height
         terminated = term_contact.any(axis=1) | tilted | low | diverged
         s.foot_contact = contact.astype(np.float64)
         lo, hi = self.physics.sensors.foot_pos
@@ -337,9 +355,9 @@ class VecLocomotionEnv:
         k = len(ids)
         if dr.enabled:
             self.friction[ids] = rng.uniform(*dr.friction, k)
-            self.added_mass[ids] = rng.uniform(*dr.added_mass, k)
+            self.added_mass[ids] = rng.uniform(*self.payload_range, k)
             self.mass_scale[ids] = rng.uniform(*dr.link_mass_scale, k)
-            self.com_offset[ids] = rng.uniform(*dr.com_offset, (k, 3))
+            self.com_offset[ids] = rng.uniform(*self.com_offset_range, (k, 3))
             self.motor_strength[ids] = rng.uniform(*dr.motor_strength, k)
             self.latency[ids] = rng.integers(dr.action_latency_substeps[0],
                                              dr.action_latency_substeps[1] + 1, k)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 from ..config import ConfigError, param
 
@@ -49,11 +50,14 @@ class RewardConfig:
 
     scales: dict[str, float] = param(DEFAULT_REWARD_SCALES, 'term name -> scale (0 disables)')
     tracking_sigma: float = param(0.25, 'width of the exp tracking kernels [(m/s)^2]', gt=0)
-    base_height_target: float = param(0.25, 'desired trunk height [m]', gt=0)
+    base_height_target: Optional[float] = param(None, 'desired trunk height [m] (None: the '
+                                                      "robot's)", gt=0)
     feet_air_time_target: float = param(0.3, 'rewarded swing duration [s]', ge=0)
     moving_command_threshold: float = param(0.1, 'planar [m/s] and yaw [rad/s] commands both '
                                             'below this mean stand', ge=0)
-    swing_height_target: float = param(0.05, 'foot lift rewarded by feet_clearance [m]', gt=0)
+    swing_height_target: Optional[float] = param(None, 'foot lift rewarded by feet_clearance '
+                                                       "[m] (None: the robot's swing_height)",
+                                                 gt=0)
     soft_joint_limit: float = param(0.9, 'fraction of the joint range without penalty',
                                     gt=0, le=1)
     only_positive: bool = param(True, 'clip the total reward at 0 (termination excepted)')
@@ -65,7 +69,8 @@ class TerminationConfig:
 
     max_tilt: float = param(1.0, 'trunk tilt from upright that ends an episode [rad]', gt=0,
                             le=3.2)
-    min_base_height: float = param(0.08, 'trunk height below which the episode ends [m]', ge=0)
+    min_base_height: Optional[float] = param(None, 'trunk height below which the episode ends '
+                                                   "[m] (None: the robot's)", ge=0)
     contact_force: float = param(1.0, 'contact force that counts as a contact [N]', ge=0)
     max_joint_vel: float = param(200.0, 'joint speed treated as a diverged simulation [rad/s]',
                                  gt=0)
@@ -78,12 +83,13 @@ class RandomizationConfig:
     enabled: bool = param(True, 'master switch for everything below')
     friction: tuple[float, float] = param((0.4, 1.25), 'ground friction range', ge=0.01,
                                           ordered=True)
-    added_mass: tuple[float, float] = param((-0.5, 1.5), 'payload on the trunk [kg]',
-                                            ordered=True)
+    added_mass: Optional[tuple[float, float]] = param(None, 'payload on the trunk [kg] (None: '
+                                                      "the robot's payload_range)", ordered=True)
     link_mass_scale: tuple[float, float] = param((0.9, 1.1), 'every link mass x this', gt=0,
                                                  ordered=True)
-    com_offset: tuple[float, float] = param((-0.03, 0.03), 'trunk CoM shift per axis [m]',
-                                            ordered=True)
+    com_offset: Optional[tuple[float, float]] = param(None, 'trunk CoM shift per axis [m] '
+                                                      "(None: the robot's com_offset_range)",
+                                                      ordered=True)
     motor_strength: tuple[float, float] = param((0.9, 1.1), 'PD gains x this', gt=0,
                                                 ordered=True)
     push_interval_s: float = param(8.0, 'seconds between random pushes (0 = no pushes)', ge=0)

@@ -15,7 +15,8 @@ from mujoco import rollout
 import numpy as np
 
 from .robot import RobotSpec
-from .scene import build_model, FLOOR, joint_addresses, sensor_slices, standing_qpos
+from .scene import (build_model, FLOOR, joint_addresses, lowest_foot_points, sensor_slices,
+                    standing_qpos)
 
 STATE_SPEC = mujoco.mjtState.mjSTATE_FULLPHYSICS
 CTRL_SPEC = int(mujoco.mjtState.mjSTATE_CTRL)
@@ -83,14 +84,8 @@ class BatchedPhysics:
         d = mujoco.MjData(m)
         d.qpos[:] = self.standing_qpos
         mujoco.mj_kinematics(m, d)
-        out = []
-        for foot in self.robot.foot_bodies:
-            body = m.body(foot).id
-            geoms = [g for g in range(m.ngeom)
-                     if m.geom_bodyid[g] == body and m.geom_conaffinity[g]]
-            lowest = min(d.geom_xpos[g, 2] - m.geom_rbound[g] for g in geoms)
-            out.append(d.xpos[body, 2] - lowest)
-        return np.asarray(out)
+        feet = [m.body(foot).id for foot in self.robot.foot_bodies]
+        return d.xpos[feet, 2] - lowest_foot_points(m, d, self.robot)
 
     @property
     def qpos(self) -> np.ndarray:

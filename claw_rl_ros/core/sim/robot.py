@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 
@@ -65,13 +65,26 @@ class RobotConfig:
     armature: float = param(0.01, 'reflected rotor inertia per joint [kg m^2]', ge=0)
     sim_dt: float = param(0.005, 'physics step [s]', gt=0, le=0.02)
     decimation: int = param(4, 'physics steps per control step', ge=1, le=50)
-    init_base_height: float = param(0.3, 'trunk height at reset [m]', gt=0)
+    init_base_height: Optional[float] = param(None, 'trunk height at reset [m] (default: the '
+                                                    'standing height + 2 cm)', gt=0)
     foot_friction: float = param(1.0, 'nominal sliding friction of foot geoms', gt=0)
     penalised_contact_bodies: list[str] = param([], 'links whose ground contact is penalised')
     termination_contact_bodies: list[str] = param([], 'links whose ground contact ends an '
                                                       'episode')
     observations: ObservationConfig = param(ObservationConfig(), 'observation groups')
     gait: GaitConfig = param(GaitConfig(), 'gait clock (period 0 = none)')
+    # Robot-sized constants of rewards, failures and randomisation; each defaults to a value
+    # derived from the URDF (standing height H at the default pose, total mass M).
+    base_height_target: Optional[float] = param(None, 'trunk height rewarded by base_height '
+                                                      '[m] (default: H)', gt=0)
+    swing_height: Optional[float] = param(None, 'foot lift rewarded by feet_clearance [m] '
+                                                '(default: 0.2 H)', gt=0)
+    min_base_height: Optional[float] = param(None, 'trunk height below which an episode fails '
+                                                   '[m] (default: 0.3 H)', ge=0)
+    payload_range: Optional[tuple[float, float]] = param(
+        None, 'randomised trunk payload [kg] (default: [-0.05 M, 0.15 M])', ordered=True)
+    com_offset_range: Optional[tuple[float, float]] = param(
+        None, 'randomised trunk CoM shift per axis [m] (default: +-0.12 H)', ordered=True)
 
 
 @dataclass
@@ -102,6 +115,12 @@ class RobotSpec:
     policy_obs: ObservationLayout
     privileged_obs: ObservationLayout
     total_mass: float
+    standing_height: float = 0.0
+    base_height_target: float = 0.0
+    swing_height: float = 0.0
+    min_base_height: float = 0.0
+    payload_range: tuple[float, float] = (0.0, 0.0)
+    com_offset_range: tuple[float, float] = (0.0, 0.0)
     gait_period: float = 0.0
     gait_duty: float = 0.5
     gait_offsets: np.ndarray = field(default_factory=lambda: np.zeros(0))
@@ -181,6 +200,12 @@ def load_robot(name_or_path: str | Path = 'claw_quadruped') -> RobotSpec:
     path = Path(name_or_path)
     if path.suffix not in ('.yaml', '.yml'):
         path = paths.config_path(f'robots/{name_or_path}.yaml')
+        if not path.is_file():
+            known = sorted(p.stem for p in path.parent.glob('*.yaml'))
+            raise ConfigError('robot', str(name_or_path), f'no robot of that name in '
+                              f'{path.parent} (have: {", ".join(known) or "none"}); for a robot '
+                              'outside the package pass the path of its YAML, e.g. --robot '
+                              'path/to/my_robot.yaml')
     else:
         path = paths.config_path(str(name_or_path))
     source = str(path)
@@ -190,9 +215,26 @@ def load_robot(name_or_path: str | Path = 'claw_quadruped') -> RobotSpec:
     return spec_from_config(cfg, source)
 
 
+def resolve_model_file(model_file: str, source: str) -> Path:
+    """The URDF a robot YAML names: absolute, or relative to the YAML's own folder, the
+    package's share folder, or the working directory (the first that exists)."""
+    if not model_file:
+        raise ConfigError(source, 'model_file', 'empty; give the URDF path (relative to this '
+                          'YAML file or absolute)')
+    path = Path(model_file).expanduser()
+    candidates = [path] if path.is_absolute() else [
+        Path(source).parent / path, paths.share_dir() / path, Path.cwd() / path]
+    for candidate in candidates:
+        if candidate.is_file():
+            return candidate.resolve()
+    raise ConfigError(source, 'model_file', f'file not found: {model_file!r} (looked at '
+                      f'{", ".join(str(c) for c in candidates)}); give a path relative to the '
+                      'robot YAML or an absolute one')
+
+
 def spec_from_config(cfg: RobotConfig, source: str = '<robot config>') -> RobotSpec:
     """Validate a RobotConfig against its URDF and resolve it into a RobotSpec."""
-    model_path = paths.resolve(cfg.model_file)
+    model_path = resolve_model_file(cfg.model_file, source)
     try:
         urdf = load_urdf(model_path)
     except UrdfError as exc:
@@ -242,7 +284,7 @@ def spec_from_config(cfg: RobotConfig, source: str = '<robot config>') -> RobotS
                           'gait.period_s > 0')
     if policy.dim == 0:
         raise ConfigError(source, 'observations.policy', 'empty; list the policy terms')
-    return RobotSpec(
+    spec = RobotSpec(
         name=cfg.name or urdf.name, model_path=model_path, base_body=cfg.base_body,
         imu_body=cfg.imu_body, foot_bodies=list(cfg.foot_bodies), joint_names=list(joints),
         default_joint_pos=q0, joint_lower=lower, joint_upper=upper,
@@ -251,10 +293,29 @@ def spec_from_config(cfg: RobotConfig, source: str = '<robot config>') -> RobotS
         kp=_per_joint(cfg.stiffness, joints, 'stiffness', source),
         kd=_per_joint(cfg.damping, joints, 'damping', source),
         action_scale=cfg.action_scale, armature=cfg.armature, sim_dt=cfg.sim_dt,
-        decimation=cfg.decimation, init_base_height=cfg.init_base_height,
+        decimation=cfg.decimation, init_base_height=cfg.init_base_height or 0.0,
         foot_friction=cfg.foot_friction,
         penalised_contact_bodies=list(cfg.penalised_contact_bodies),
         termination_contact_bodies=list(cfg.termination_contact_bodies),
         policy_obs=policy, privileged_obs=privileged, total_mass=urdf.total_mass,
         gait_period=gait.period_s, gait_duty=gait.duty,
         gait_offsets=np.asarray(gait.offsets, dtype=np.float64), source={'config': source})
+    return _resolve_sizes(spec, cfg, source)
+
+
+def _resolve_sizes(spec: RobotSpec, cfg: RobotConfig, source: str) -> RobotSpec:
+    """Fill the robot-sized constants the YAML leaves out from the URDF's geometry and mass."""
+    from .scene import standing_height  # scene builds on RobotSpec: import at use
+    h = spec.standing_height = standing_height(spec)
+    m = spec.total_mass
+    if not h > 0:
+        raise ConfigError(source, 'foot_bodies', f'the feet are not below the trunk at the '
+                          f'default pose (standing height {h:.3f} m); check foot_bodies and '
+                          'default_joint_pos')
+    spec.init_base_height = cfg.init_base_height or h + 0.02
+    spec.base_height_target = cfg.base_height_target or h
+    spec.swing_height = cfg.swing_height or 0.2 * h
+    spec.min_base_height = cfg.min_base_height if cfg.min_base_height is not None else 0.3 * h
+    spec.payload_range = tuple(cfg.payload_range or (-0.05 * m, 0.15 * m))
+    spec.com_offset_range = tuple(cfg.com_offset_range or (-0.12 * h, 0.12 * h))
+    return spec

@@ -10,6 +10,8 @@ The PD law runs inside MuJoCo at the physics rate as a position actuator::
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
+import xml.etree.ElementTree as ET
 
 import mujoco
 import numpy as np
@@ -46,10 +48,68 @@ def _add_contact_sensor(spec: mujoco.MjSpec, body: str, group: str) -> None:
     sensor.intprm[0:3] = [CONTACT_DATA, REDUCE_NETFORCE, 1]
 
 
+def scene_urdf(path: Path) -> str:
+    """The URDF's text with the MuJoCo compiler settings a simulation scene needs.
+
+    MuJoCo's URDF defaults drop visual geoms (meshes and the floor texture look lost) and fuse
+    every link hanging on a fixed joint into its parent (an IMU or foot link that sensors sit
+    on disappears). Whatever the file's own ``<mujoco><compiler>`` block says, visuals are kept
+    and static links are not fused, and every mesh file is resolved to an absolute path
+    (:func:`resolve_mesh`), so any URDF loads the same way from any working directory.
+    """
+    root = ET.fromstring(path.read_text())
+    block = root.find('mujoco')
+    if block is None:
+        block = ET.SubElement(root, 'mujoco')
+    compiler = block.find('compiler')
+    if compiler is None:
+        compiler = ET.SubElement(block, 'compiler')
+    compiler.set('discardvisual', 'false')
+    compiler.set('fusestatic', 'false')
+    compiler.set('strippath', 'false')
+    meshdir = path.parent / compiler.attrib.pop('meshdir', '.')
+    for mesh in root.iter('mesh'):
+        if mesh.get('filename'):
+            mesh.set('filename', str(resolve_mesh(mesh.get('filename'), path, meshdir)))
+    return ET.tostring(root, encoding='unicode')
+
+
+def resolve_mesh(filename: str, urdf: Path, meshdir: Path) -> Path:
+    """An absolute mesh path for a URDF ``<mesh filename>``.
+
+    ``package://PKG/REL`` is looked up in PKG's ament share folder when ROS knows it, then
+    next to the URDF and in its parent folders (a package's ``urdf/`` and ``meshes/`` sit side
+    by side); ``file://`` and absolute paths are taken as they are; other relative paths are
+    taken from the ``meshdir`` of the URDF's ``<mujoco><compiler>`` block, else its folder.
+    """
+    if filename.startswith('file://'):
+        filename = filename[len('file://'):]
+    if filename.startswith('package://'):
+        package, _, rel = filename[len('package://'):].partition('/')
+        roots = [*_ament_share(package), urdf.parent, urdf.parent.parent,
+                 urdf.parent.parent.parent]
+        candidates = [root / rel for root in roots]
+    else:
+        candidates = [Path(filename) if Path(filename).is_absolute() else meshdir / filename]
+    for candidate in candidates:
+        if candidate.is_file():
+            return candidate.resolve()
+    raise ValueError(f'{urdf}: mesh {filename!r} not found (looked at '
+                     f'{", ".join(str(c) for c in candidates)})')
+
+
+def _ament_share(package: str) -> list[Path]:
+    try:
+        from ament_index_python.packages import get_package_share_directory
+        return [Path(get_package_share_directory(package))]
+    except Exception:  # noqa: BLE001 - no ROS, or the package is not installed
+        return []
+
+
 def build_spec(robot: RobotSpec, *, solver_iterations: int = 4,
                solver_ls_iterations: int = 6) -> mujoco.MjSpec:
     """The robot on a flat floor, ready to compile."""
-    spec = mujoco.MjSpec.from_file(str(robot.model_path))
+    spec = mujoco.MjSpec.from_string(scene_urdf(Path(robot.model_path)))
     spec.option.timestep = robot.sim_dt
     spec.option.integrator = mujoco.mjtIntegrator.mjINT_IMPLICITFAST
     spec.option.iterations = solver_iterations
@@ -57,7 +117,7 @@ def build_spec(robot: RobotSpec, *, solver_iterations: int = 4,
     spec.option.cone = mujoco.mjtCone.mjCONE_PYRAMIDAL
 
     base = spec.body(robot.base_body)
-    base.pos = [0.0, 0.0, robot.init_base_height]
+    base.pos = [0.0, 0.0, robot.init_base_height]  # 0 while the standing height is computed
     base.add_freejoint(name=ROOT_JOINT)
 
     # Floor: its priority makes its friction the contact friction (randomised per world); a
@@ -115,6 +175,31 @@ def build_spec(robot: RobotSpec, *, solver_iterations: int = 4,
 def build_model(robot: RobotSpec, **solver) -> mujoco.MjModel:
     """Compile the scene; see :func:`build_spec`."""
     return build_spec(robot, **solver).compile()
+
+
+def lowest_foot_points(model: mujoco.MjModel, data: mujoco.MjData,
+                       robot: RobotSpec) -> np.ndarray:
+    """[F] world height of each foot body's lowest collision point (after kinematics)."""
+    out = []
+    for foot in robot.foot_bodies:
+        body = model.body(foot).id
+        geoms = [g for g in range(model.ngeom)
+                 if model.geom_bodyid[g] == body and model.geom_conaffinity[g]]
+        if not geoms:
+            raise ValueError(f'foot body {foot!r} has no collision geometry')
+        out.append(min(data.geom_xpos[g, 2] - model.geom_rbound[g] for g in geoms))
+    return np.asarray(out)
+
+
+def standing_height(robot: RobotSpec) -> float:
+    """Height [m] of the trunk origin above the ground when the robot stands on its feet at
+    the default pose (upright): what robot-sized defaults are derived from."""
+    model = build_model(robot)
+    data = mujoco.MjData(model)
+    data.qpos[:] = standing_qpos(model, robot)
+    data.qpos[2] = 0.0
+    mujoco.mj_kinematics(model, data)
+    return float(-lowest_foot_points(model, data, robot).min())
 
 
 def sensor_slices(robot: RobotSpec) -> SensorSlices:
