@@ -79,7 +79,8 @@ class NodeProcess:
 
     @property
     def log(self) -> str:
-        self._log.flush()
+        if not self._log.closed:
+            self._log.flush()
         return self.log_path.read_text()
 
     def alive(self) -> bool:

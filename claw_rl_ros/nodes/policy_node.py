@@ -59,7 +59,8 @@ class PolicyNode(Node):
         self.create_subscription(Twist, 'cmd_vel', self.on_cmd_vel, 10)
         self.create_subscription(UInt8MultiArray, 'policy/model', self.on_model, LATCHED_QOS)
         self.add_on_set_parameters_callback(self.on_set_parameters)
-        self.create_timer(robot.control_dt, self.on_watchdog)
+        # Watchdog on the steady clock (compares stamps with the node's, maybe simulated, time).
+        steady_timer(self, robot.control_dt, self.on_watchdog)
         steady_timer(self, 1.0, self.publish_diagnostics)
         self.publish_version()
         self.get_logger().info(f'serving model {self.ctrl.version} for {robot.name!r}, '
