@@ -187,8 +187,77 @@ def transport(model: Path) -> dict:
     return {'model_bytes': len(data), 'uint8_topic_ms': topic, 'byte_array_param_ms': param}
 
 
-def compare_walk(bench: Bench, robot, student: Path) -> None:
-    print('walk comparison not implemented yet')
+def compare_walk(bench: Bench, robot, student: Path, episodes: int, seconds: float) -> None:
+    """Tracking error and falls at 0.5 m/s: realtime ROS loop vs in-process evaluation."""
+    from geometry_msgs.msg import Twist
+    from nav_msgs.msg import Odometry
+    from std_srvs.srv import Trigger
+    from claw_rl_ros.core.config import from_dict
+    from claw_rl_ros.core.deploy.evaluate import evaluate
+    from claw_rl_ros.core.deploy.onnx_policy import OnnxPolicy
+    from claw_rl_ros.core.sim.env_config import EnvConfig
+    from claw_rl_ros.nodes.ros_io import SENSOR_QOS, to_sec
+    cfg = from_dict(EnvConfig, {'episode_length_s': seconds, 'randomization': {'enabled': False},
+                                'noise': {'enabled': False}}, source='bench')
+    offline = evaluate(OnnxPolicy(student, robot), cfg, robot, episodes=episodes,
+                       command=(0.5, 0.0, 0.0))
+    bench.probe.subscribe('odom', Odometry, SENSOR_QOS)
+    sim = bench.node('sim_node', {'mode': 'realtime', 'reset_on_fall': True})
+    policy = bench.node('policy_node', {'use_sim_time': True, 'model_path': str(student)})
+    cmd = Twist()
+    cmd.linear.x = 0.5
+    errors, falls = [], 0
+    try:
+        bench.status('sim_node', lambda v: v['command_timed_out'] == 'False')
+        for _ in range(episodes):
+            bench.probe.publish('cmd_vel', cmd)
+            bench.probe.call(Trigger, '/sim_node/reset', Trigger.Request())
+            before = int(bench.status('sim_node')['falls'])
+            start = bench.probe.count('odom')
+            t0 = to_sec(bench.probe.wait_for('odom', start=start).header.stamp)
+            bench.probe.wait_for('odom', lambda m: to_sec(m.header.stamp) > t0 + seconds,
+                                 timeout=seconds * 5, start=start)
+            bench.probe.publish('cmd_vel', cmd)
+            after = int(bench.status('sim_node', lambda v: float(v['sim_time_s']) >
+                                     t0 + seconds)['falls'])
+            fell = after > before
+            falls += fell
+            for m in bench.probe.since('odom', start):
+                if to_sec(m.header.stamp) > t0 + offline.settle_s and not fell:
+                    v = m.twist.twist
+                    errors.append([abs(0.5 - v.linear.x), abs(v.linear.y), abs(v.angular.z)])
+    finally:
+        policy.stop(), sim.stop()
+    err = np.mean(errors, axis=0) if errors else [float('nan')] * 3
+    print(f'walk at 0.5 m/s, {episodes} x {seconds:g} s: ROS realtime loop tracking error vx '
+          f'{err[0]:.3f} m/s, vy {err[1]:.3f}, yaw {err[2]:.3f}, falls {falls}/{episodes} | '
+          f'in-process eval vx {offline.tracking_error_vx:.3f} m/s, vy '
+          f'{offline.tracking_error_vy:.3f}, yaw {offline.tracking_error_yaw:.3f}, falls '
+          f'{offline.falls}/{episodes}', flush=True)
+
+
+def control_numbers(bench: Bench, models: list[Path], args) -> None:
+    """Parts 1-3 of the module docstring, printed as they are measured."""
+    moved = transport(models[0])
+    pp = bench.ping_pong(args.lockstep_seconds)
+    ls = bench.lockstep(models[0], args.lockstep_seconds)
+    print(f'lockstep: {ls:.0f} control steps/s vs bare rclpy ping-pong {pp:.0f} round '
+          f'trips/s: {100 * ls / pp:.0f} % (target >= 80 %)', flush=True)
+    print(f'swap transport ({moved["model_bytes"]} B): uint8[] topic '
+          f'{moved["uint8_topic_ms"]:.2f} ms vs BYTE_ARRAY parameter '
+          f'{moved["byte_array_param_ms"]:.1f} ms to serialise '
+          f'({moved["byte_array_param_ms"] / moved["uint8_topic_ms"]:.0f}x)', flush=True)
+    rt = bench.realtime(models, args.seconds, args.swaps)
+    sim, pol, swaps = rt['sim'], rt['policy'], rt['swaps']
+    reply = [s['request_to_reply_ms'] for s in swaps]
+    version = [s['request_to_version_ms'] for s in swaps]
+    print(f'realtime {args.seconds:g} s at 50 Hz, {len(swaps)} swaps: joint_states -> '
+          f'command latency p50 {sim["command_latency_p50_ms"]} ms, p99 '
+          f'{sim["command_latency_p99_ms"]} ms (policy compute p50 '
+          f'{pol["latency_p50_ms"]} ms, p99 {pol["latency_p99_ms"]} ms); missed ticks '
+          f'{rt["missed_ticks"]}; swap active after request: max {max(reply):.1f} ms '
+          f'(reply), max {max(version):.1f} ms (version topic), median '
+          f'{np.median(version):.1f} ms; model {pol["model_version"]}', flush=True)
 
 
 def main() -> None:
@@ -198,6 +267,9 @@ def main() -> None:
     parser.add_argument('--lockstep-seconds', type=float, default=10.0)
     parser.add_argument('--swaps', type=int, default=10)
     parser.add_argument('--student', type=Path, default=STUDENT)
+    parser.add_argument('--walk-episodes', type=int, default=10)
+    parser.add_argument('--walk-seconds', type=float, default=10.0)
+    parser.add_argument('--only-walk', action='store_true', help='skip parts 1-3')
     args = parser.parse_args()
     if args.role:
         return ping_pong(args.role, args.lockstep_seconds if args.role == 'ping' else 0)
@@ -209,28 +281,10 @@ def main() -> None:
         models = [good_model(robot, tmp / f'{k}.onnx', seed=k, hidden=(256, 256, 256))
                   for k in range(2)]
         bench = Bench(tmp)
-        moved = transport(models[0])
-        pp = bench.ping_pong(args.lockstep_seconds)
-        ls = bench.lockstep(models[0], args.lockstep_seconds)
-        print(f'lockstep: {ls:.0f} control steps/s vs bare rclpy ping-pong {pp:.0f} round '
-              f'trips/s: {100 * ls / pp:.0f} % (target >= 80 %)', flush=True)
-        print(f'swap transport ({moved["model_bytes"]} B): uint8[] topic '
-              f'{moved["uint8_topic_ms"]:.2f} ms vs BYTE_ARRAY parameter '
-              f'{moved["byte_array_param_ms"]:.1f} ms to serialise '
-              f'({moved["byte_array_param_ms"] / moved["uint8_topic_ms"]:.0f}x)', flush=True)
-        rt = bench.realtime(models, args.seconds, args.swaps)
-        sim, pol, swaps = rt['sim'], rt['policy'], rt['swaps']
-        reply = [s['request_to_reply_ms'] for s in swaps]
-        version = [s['request_to_version_ms'] for s in swaps]
-        print(f'realtime {args.seconds:g} s at 50 Hz, {len(swaps)} swaps: joint_states -> '
-              f'command latency p50 {sim["command_latency_p50_ms"]} ms, p99 '
-              f'{sim["command_latency_p99_ms"]} ms (policy compute p50 '
-              f'{pol["latency_p50_ms"]} ms, p99 {pol["latency_p99_ms"]} ms); missed ticks '
-              f'{rt["missed_ticks"]}; swap active after request: max {max(reply):.1f} ms '
-              f'(reply), max {max(version):.1f} ms (version topic), median '
-              f'{np.median(version):.1f} ms; model {pol["model_version"]}', flush=True)
+        if not args.only_walk:
+            control_numbers(bench, models, args)
         if args.student.is_file():
-            compare_walk(bench, robot, args.student)
+            compare_walk(bench, robot, args.student, args.walk_episodes, args.walk_seconds)
         else:
             print(f'walk check skipped: {args.student} does not exist', flush=True)
         bench.probe.close()
