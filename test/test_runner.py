@@ -207,3 +207,31 @@ def test_sigterm_to_the_runner_stops_the_graph(ros_env, tmp_path):
     assert '[up] stubborn stopped (killed by SIGINT)' in runner.text
     assert 'sending SIGTERM' not in runner.text
     assert all(gone(pid) for pid in runner.pids().values())
+
+
+def test_a_closed_output_does_not_orphan_the_nodes(ros_env, tmp_path):
+    """``claw-rl up ... | head`` : the reader goes away, Ctrl-C still stops every node."""
+    (tmp_path / 'stubborn.py').write_text('IGNORE_SIGINT = False\n' + STUBBORN)
+    (tmp_path / 'driver.py').write_text(DRIVER)
+    read_fd, write_fd = os.pipe()
+    proc = subprocess.Popen([sys.executable, str(tmp_path / 'driver.py')], cwd=tmp_path,
+                            env={**ros_env, 'PYTHONPATH': str(tmp_path)}, stdout=write_fd,
+                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    os.close(write_fd)
+    pid = None
+    try:
+        with os.fdopen(read_fd, 'r') as out:
+            for line in out:  # the runner's first lines, up to the node's 'ready'
+                match = STARTED.match(line)
+                pid = int(match[2]) if match else pid
+                if line.startswith('[stubborn] ready'):
+                    break
+        # The reader is gone: the runner's next writes hit a closed pipe.
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        if pid and not gone(pid):
+            os.kill(pid, signal.SIGKILL)
+    assert pid is not None and gone(pid)

@@ -90,9 +90,15 @@ class GraphRunner:
         self.emit('up', text)
 
     def emit(self, label: str, line: str) -> None:
+        """One prefixed line; a closed output (``| head`` ended) drops lines, never the nodes."""
         with self._lock:
-            self.out.write(f'[{label}] {line.rstrip()}\n')
-            self.out.flush()
+            if self.out is None:
+                return
+            try:
+                self.out.write(f'[{label}] {line.rstrip()}\n')
+                self.out.flush()
+            except (BrokenPipeError, ValueError, OSError):
+                self.out = None
 
     def _relay(self, label: str, stream: IO[bytes]) -> None:
         for raw in iter(stream.readline, b''):
@@ -188,7 +194,10 @@ class GraphRunner:
         handlers = self._install_handlers()
         try:
             with tempfile.TemporaryDirectory(prefix='claw_rl_up_') as tmp:
-                return self._run(Path(tmp))
+                try:
+                    return self._run(Path(tmp))
+                finally:
+                    self.shutdown()  # whatever ended the loop, no node outlives the runner
         finally:
             for sig, handler in handlers.items():
                 signal.signal(sig, handler)
