@@ -162,8 +162,8 @@ def test_controller_safety_contract(robot, models):
                                  ({'names': robot.joint_names[:-1] + ['x']}, 'unknown_joint', 1)):
         np.testing.assert_array_equal(feed.tick(**kwargs), robot.default_joint_pos)
         assert ctrl.drops[cause] == count
-    out = ctrl.on_joint_state(feed.t - 1.0, robot.joint_names, robot.default_joint_pos,
-                              np.zeros(12), feed.t)
+    out = ctrl.on_joint_state(feed.t + DT, robot.joint_names, robot.default_joint_pos,
+                              np.zeros(12), feed.t + 1.0)  # newer than the last, but old
     np.testing.assert_array_equal(out, robot.default_joint_pos)
     assert ctrl.drops['stale'] == 1
     assert ctrl.holds['bad_input'] == 3
@@ -185,6 +185,18 @@ def test_controller_waits_for_the_imu_of_the_same_tick(robot, models):
     out = ctrl.on_imu(t + 2 * DT, [0, 0, 0, 0], [0, 0, 0], t + 2 * DT)
     np.testing.assert_array_equal(out, robot.default_joint_pos)
     assert ctrl.drops['bad_imu'] == 1 and ctrl.ticks == 2
+
+
+def test_a_state_is_answered_once(robot, models):
+    """A re-sent or out-of-order state gets no second command (lockstep safety)."""
+    ctrl = PolicyController(robot)
+    ctrl.load_path(models['a'])
+    feed = Feed(ctrl, robot)
+    assert feed.tick() is not None
+    again = ctrl.on_joint_state(feed.t, robot.joint_names, robot.default_joint_pos,
+                                np.zeros(12), feed.t)
+    assert again is None and ctrl.drops['stale'] == 1
+    assert feed.tick() is not None
 
 
 def test_watchdog_holds_the_default_pose_on_stale_state(robot, models):
@@ -235,10 +247,13 @@ def test_hot_swap_activates_by_hash_and_rejects_keep_the_old_model(robot, models
     assert reason is None
     assert ctrl.activate(sha_b[:10]) == sha_b[:12] != version_a
     assert ctrl.last_swap == f'ok {sha_b[:12]}'
-    # Same state, new weights: a different command.
-    feed.t -= DT
-    ctrl.assembler.reset()
-    assert np.abs(feed.tick() - out_a).max() > 1e-3
+    # Same observation, new weights: the command of model b, not of model a.
+    obs = ctrl.assembler.observe(robot.default_joint_pos, np.zeros(12),
+                                 np.array([1.0, 0, 0, 0]), np.zeros(3))
+    out_b = feed.tick()
+    target = {k: robot.action_to_target(OnnxPolicy(models[k])(obs)[None])[0] for k in 'ab'}
+    np.testing.assert_allclose(out_b, target['b'], atol=1e-6)
+    assert np.abs(out_b - target['a']).max() > 1e-3 and out_a is not None
 
 
 def test_model_cache_is_bounded(robot, models):

@@ -37,6 +37,8 @@ def test_lockstep_steps_once_per_command_and_services_work(loop, probe, robot): 
     # (0: the start-up state re-sent before the policy joined; 2: a best-effort message the
     # probe missed under load).
     assert set(steps) <= {0.0, 1.0, 2.0} and steps.count(1.0) >= 0.95 * len(steps)
+    refused = probe.call(Trigger, '/sim_node/step', Trigger.Request())
+    assert not refused.success and 'pause first' in refused.message
     assert probe.call(SetBool, '/sim_node/pause', SetBool.Request(data=True)).success
     paused_at = probe.count('/clock')
     before = clock(probe)

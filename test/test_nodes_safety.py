@@ -74,9 +74,10 @@ def test_bad_state_never_reaches_joint_commands(policy, probe, robot):  # noqa: 
     diag = status(probe, 'policy_node', lambda v: int(v['dropped_non_finite']) >= 1 and
                   int(v['dropped_unknown_joint']) == 1 and int(v['dropped_missing_joint']) == 1
                   and int(v['dropped_wrong_length']) == 1 and int(v['dropped_stale']) >= 1)
-    assert int(diag['holds_bad_input']) >= 5
+    # (a stale state older than the last answered one gets no command at all)
+    assert int(diag['holds_bad_input']) >= 4
     after = probe.since('joint_commands', start)
-    assert len(after) >= 5
+    assert len(after) >= 4
     assert all(np.array_equal(m.data, q0) for m in after)  # only the default pose
     # Then silence: the watchdog keeps holding the default pose.
     start = probe.count('joint_commands')

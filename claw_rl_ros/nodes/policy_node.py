@@ -126,7 +126,9 @@ class PolicyNode(Node):
 
     def publish_diagnostics(self) -> None:
         now = time.perf_counter()
-        fields = {'state_rate_hz': self.state_rate.rate(now),
+        use_sim_time = self.get_parameter('use_sim_time').value
+        fields = {'mode': 'sim_time' if use_sim_time else 'wall_time',
+                  'state_rate_hz': self.state_rate.rate(now),
                   'command_rate_hz': self.cmd_rate.rate(now), **self.latency.summary('latency'),
                   **self.ctrl.diagnostics()}
         level = 'ok' if self.ctrl.policy is not None else 'warn'

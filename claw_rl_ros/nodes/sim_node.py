@@ -6,7 +6,8 @@ Publishes ``joint_states``, ``imu`` (the model's imu-site sensors), ``odom`` (gr
 Modes: ``realtime`` (steady-clock timer at the control rate; a command older than
 ``command_timeout_s`` -> default pose hold) and ``lockstep`` (one control step per command
 answering the last published state; the state is re-sent after ``command_timeout_s`` without
-an answer, so a late policy can join). Stamps are sim time when ``publish_clock`` is on.
+an answer, so a late policy can join; ``~/step`` works while paused). Stamps are sim time
+when ``publish_clock`` is on; a reset re-sends the state under the same stamp.
 """
 
 from __future__ import annotations
@@ -156,23 +157,28 @@ class SimNode(Node):
 
     # -------------------------------------------------------------------------- services
     def on_reset(self, request, response):
+        answered = self.awaiting is None
         self.sim.reset()
-        self.publish_state()
+        self.publish_state()  # same stamp: a policy that answered it already stays quiet
+        if answered:
+            self.awaiting = None
         response.success, response.message = True, f'reset #{self.sim.resets}'
         return response
 
     def on_pause(self, request, response):
         self.paused = bool(request.data)
         self.ticks.reset()
-        if self.lockstep and not self.paused:
-            self.publish_state()  # restart the loop: the policy answers this state
+        if self.lockstep and not self.paused and self.awaiting is None:
+            self.advance()  # the last state was answered while paused: go on
         response.success, response.message = True, 'paused' if self.paused else 'running'
         return response
 
     def on_step(self, request, response):
-        self.advance()
-        response.success = True
-        response.message = f'sim time {self.sim.time:.3f} s'
+        response.success = self.paused
+        if self.paused:
+            self.advance()
+        response.message = f'sim time {self.sim.time:.3f} s' if self.paused else \
+            'running: pause first (~/pause true), then step'
         return response
 
     def publish_diagnostics(self) -> None:
@@ -182,7 +188,8 @@ class SimNode(Node):
                   'steps': s.steps, 'control_rate_hz': self.tick_rate.rate(now),
                   'command_rate_hz': self.cmd_rate.rate(now),
                   **self.latency.summary('command_latency'), 'missed_ticks': self.ticks.missed,
-                  'command_timed_out': s.timed_out, 'falls': s.falls, 'resets': s.resets,
+                  'command_timed_out': s.timed_out, 'cmd_vel': s.commands.round(3).tolist(),
+                  'falls': s.falls, 'resets': s.resets,
                   'pushes': s.pushes_done, 'randomization': s.randomization, 'noise': s.noise,
                   **self.drops.summary('dropped')}
         level = 'warn' if s.timed_out and not self.lockstep else 'ok'

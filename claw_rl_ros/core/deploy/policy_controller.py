@@ -3,7 +3,9 @@
 Contract (what the node publishes on ``joint_commands``):
 
 * one command per joint-state message, computed only when that state and an IMU reading of
-  the same tick (stamp at most half a control period older) are both valid and fresh;
+  the same tick (stamp at most half a control period older) are both valid and fresh; a state
+  not newer than the last answered one (a re-sent or out-of-order message) gets no command, so
+  a lockstep simulator never sees two answers to one state;
 * a joint state or IMU reading that is stale, non-finite, misnamed, incomplete or of the wrong
   length is dropped and counted by cause, and the tick publishes the default pose instead;
 * before the first complete state nothing is published; with no model, the default pose;
@@ -68,6 +70,9 @@ class PolicyController:
     def on_joint_state(self, stamp: float, names: Sequence[str], position: Sequence[float],
                        velocity: Sequence[float], now: float) -> Targets | None:
         """A JointState (stamp [s], names, [n] position, [n] velocity) received at ``now``."""
+        if self._last_state_stamp is not None and stamp <= self._last_state_stamp:
+            self.drops.add('stale')  # this tick was answered already
+            return None
         try:
             pos, vel = self.order.joint_arrays(names, position, velocity)
             check_fresh('joint_states', stamp, now, self.max_age)

@@ -117,7 +117,8 @@ class SimSession:
 
     # ------------------------------------------------------------------------------- reset
     def reset(self) -> None:
-        """Standing pose (with the env's reset noise and fresh randomisation when enabled)."""
+        """Standing pose (with the env's reset noise and fresh randomisation when enabled); the
+        default pose is held until the next command."""
         r, p, rng, dr = self.robot, self.physics, self.rng, self.cfg.randomization
         if self.randomization:
             p.set_physical_params(0, rng.uniform(*dr.friction), rng.uniform(*dr.added_mass),
@@ -135,6 +136,9 @@ class SimSession:
         p.state[:] = 0.0
         p.qpos[0] = qpos
         self._prev_targets = qpos[p.qadr].copy()
+        # A command given before the reset does not carry over: hold q0 until the next one.
+        self.targets = r.default_joint_pos.copy()
+        self._command_time = None
         self.resets += 1
         self._refresh_sensors()
 
