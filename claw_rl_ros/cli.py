@@ -1,7 +1,8 @@
-"""``claw-rl``: the user commands (stand, train, eval, export, check-urdf, spec, gateway).
+"""``claw-rl``: the user commands (stand, train, eval, export, check-urdf, spec, up, gateway).
 
 Every command returns an exit status; a configuration error prints one line naming the file,
-key, value and fix, and exits with status 2 (no traceback).
+key, value and fix, and exits with status 2 (no traceback). A ``--ros-args ...`` tail (launch_ros
+and ``ros2 run`` add one) is removed before parsing, so the CLI runs as a ROS executable.
 """
 
 from __future__ import annotations
@@ -57,15 +58,36 @@ def build_parser() -> argparse.ArgumentParser:
     spec.add_argument('--robot', default='claw_quadruped', help='robot name or YAML path')
     spec.set_defaults(func=_cmd_spec)
 
-    from .commands import evaluate, export, train
+    from .commands import evaluate, export, train, up
     from .gateway import cli as gateway
-    for module in (train, export, evaluate, gateway):
+    for module in (train, export, evaluate, up, gateway):
         module.add_parser(sub)
     return parser
 
 
+def strip_ros_args(argv: list[str]) -> list[str]:
+    """argv without its ROS arguments (``--ros-args ... [--]``), as rcl parses them.
+
+    rclpy is imported only when ROS arguments are present; a malformed ROS argument (e.g.
+    ``-r`` without a rule) is a ConfigError naming it.
+    """
+    if '--ros-args' not in argv:
+        return list(argv)
+    from rclpy.utilities import remove_ros_args
+    try:
+        return remove_ros_args(['claw-rl', *argv])[1:]
+    except Exception as exc:  # noqa: BLE001 - rcl raises RCLInvalidROSArgsError & co.
+        raise ConfigError('command line', '--ros-args', f'{exc}; a ROS argument tail looks '
+                          'like --ros-args -r __node:=name -p key:=value') from None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    try:
+        argv = strip_ros_args(sys.argv[1:] if argv is None else argv)
+    except ConfigError as exc:
+        print(f'claw-rl: error: {exc}', file=sys.stderr)
+        return 2
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)

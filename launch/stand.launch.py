@@ -1,20 +1,13 @@
-"""Hold the claw quadruped's default pose in simulation and print a summary.
+"""Hold the robot's default pose in simulation and print a summary (one-shot).
 
-    ros2 launch claw_rl_ros stand.launch.py seconds:=5.0
+    ros2 launch claw_rl_ros stand.launch.py seconds:=5.0 robot:=claw_quadruped
+
+Thin: the nodes, names, parameters and arguments come from claw_rl_ros.launch_graph (graph
+'stand'), the description `claw-rl up stand` runs too.
 """
 
-from launch import LaunchDescription
-from launch.actions import DeclareLaunchArgument
-from launch.substitutions import LaunchConfiguration
-from launch_ros.actions import Node
+from claw_rl_ros.launch_graph.ros_launch import generate_launch_description as describe
 
 
 def generate_launch_description():
-    return LaunchDescription([
-        DeclareLaunchArgument('seconds', default_value='5.0', description='simulated seconds'),
-        DeclareLaunchArgument('robot', default_value='claw_quadruped',
-                              description='robot name (config/robots/<name>.yaml)'),
-        Node(package='claw_rl_ros', executable='claw_rl', name='stand', output='screen',
-             arguments=['stand', '--robot', LaunchConfiguration('robot'),
-                        '--seconds', LaunchConfiguration('seconds')]),
-    ])
+    return describe('stand')

@@ -133,3 +133,34 @@ def test_critic_reads_noise_free_observations_consistently(make_env):
     before = policy.evaluate(t)
     t['policy'] = t['policy'] + 100.0        # the noisy group never reaches the critic
     torch.testing.assert_close(policy.evaluate(t), before)
+
+
+def test_env_and_policy_node_build_the_same_observation_from_the_same_sensors(robot, tmp_path):
+    """Defect 6: the env's policy observation equals what the policy node builds from the
+    JointState (joints shuffled: matched by name) and Imu (x, y, z, w) messages of the same
+    physics state, with a rotated IMU."""
+    from claw_rl_ros.core.deploy.state_input import imu_arrays, JointOrder, ObservationAssembler
+    rotated = rotated_imu_robot(robot, tmp_path)
+    env = quiet_env(rotated, commands={'standing_probability': 0.0})
+    try:
+        env.reset(seed=4)
+        rng = np.random.default_rng(0)
+        for _ in range(30):
+            obs, *_ = env.step(rng.normal(0.0, 0.5, (3, 12)))
+        p = env.physics
+        quat, gyro, _ = p.imu()
+        order = rng.permutation(12)
+        names = [rotated.joint_names[i] for i in order]
+        joints = JointOrder(rotated)
+        pos, vel = joints.joint_arrays(names, p.qpos[0, p.qadr][order],
+                                       p.qvel[0, p.vadr][order])
+        xyzw = [quat[0, 1], quat[0, 2], quat[0, 3], quat[0, 0]]
+        base_quat, base_ang_vel = imu_arrays(xyzw, gyro[0])
+        node = ObservationAssembler(rotated)
+        node.set_command(env.commands[0])
+        node.last_action[0] = env.actions[0]
+        node.gait_phase[0] = env.gait_phase[0]
+        from_messages = node.observe(pos, vel, base_quat, base_ang_vel)
+        np.testing.assert_allclose(from_messages, obs['policy'][0], rtol=1e-5, atol=1e-5)
+    finally:
+        env.close()

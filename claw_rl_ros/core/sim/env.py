@@ -20,7 +20,7 @@ import warnings
 
 import numpy as np
 
-from .env_config import EnvConfig, GAIT_REWARDS
+from .env_config import EnvConfig, GAIT_REWARDS, robot_sized
 from ..math_utils import gravity_in_body, quat_mul, quat_rotate_inverse, yaw_quat
 from .physics import BatchedPhysics
 from .rewards import is_moving, RewardManager, RewardParams, StepData
@@ -30,11 +30,6 @@ from .observations import POLICY, POLICY_NOISE_FREE, PRIVILEGED, RobotState
 
 class GaitRewardsOff(UserWarning):
     """Gait reward terms were switched off because the robot has no gait clock."""
-
-
-def _first(override: Any, robot_value: Any) -> Any:
-    """The env config's value where it sets one, else the robot's."""
-    return robot_value if override is None else override
 
 
 class VecLocomotionEnv:
@@ -78,18 +73,18 @@ class VecLocomotionEnv:
         mid = 0.5 * (r.joint_upper + r.joint_lower)
         # Robot-sized constants: the env config may override the robot's.
         rw, dr = cfg.rewards, cfg.randomization
-        self.min_base_height = _first(cfg.termination.min_base_height, r.min_base_height)
-        self.payload_range = _first(dr.added_mass, r.payload_range)
-        self.com_offset_range = _first(dr.com_offset, r.com_offset_range)
+        self.min_base_height = robot_sized(cfg.termination.min_base_height, r.min_base_height)
+        self.payload_range = robot_sized(dr.added_mass, r.payload_range)
+        self.com_offset_range = robot_sized(dr.com_offset, r.com_offset_range)
         self.reward_manager = RewardManager(
             scales, RewardParams(
                 tracking_sigma=cfg.rewards.tracking_sigma,
-                base_height_target=_first(rw.base_height_target, r.base_height_target),
+                base_height_target=robot_sized(rw.base_height_target, r.base_height_target),
                 feet_air_time_target=cfg.rewards.feet_air_time_target,
                 moving_command_threshold=cfg.rewards.moving_command_threshold,
                 default_joint_pos=r.default_joint_pos,
                 soft_joint_lower=mid - half_range, soft_joint_upper=mid + half_range,
-                swing_height_target=_first(rw.swing_height_target, r.swing_height)),
+                swing_height_target=robot_sized(rw.swing_height_target, r.swing_height)),
             self.dt, n, cfg.rewards.only_positive)
         noise = cfg.noise
         self.noise_vec = (r.policy_obs.term_vector(noise.levels) * r.policy_obs.scale

@@ -8,6 +8,11 @@ from typing import Optional
 from ..config import ConfigError, param
 
 
+def robot_sized(override, robot_value):
+    """An env config value that may override a robot-sized constant: None means the robot's."""
+    return robot_value if override is None else override
+
+
 @dataclass
 class CommandConfig:
     """Velocity commands (body frame), sampled per episode and resampled in-episode."""

@@ -1,0 +1,294 @@
+"""The ROS control loop measured side by side in one run (ratios; not a test).
+
+1. lockstep sim_node <-> policy_node control steps/s next to a bare two-process rclpy
+   JointState ping-pong (same QoS, same machine, same run): target >= 80 %.
+2. realtime 50 Hz for ``--seconds`` with ``--swaps`` hot swaps: joint_states -> command latency
+   p50/p99 (measured by the sim node: state publish -> command arrival), missed ticks, and each
+   swap's activation time (set_parameters request -> reply, and -> model_version message).
+3. hot-swap transport: serialising the model as a ``uint8[]`` message field versus a
+   BYTE_ARRAY parameter (the alternative design), in this process.
+4. with ``--student`` (default /work/notes/student.onnx when it exists): tracking error and
+   falls at 0.5 m/s through the realtime loop next to the in-process evaluation.
+
+Usage: .venv/bin/python bench/ros_control.py [--seconds 60] [--swaps 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+from pathlib import Path
+import random
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / 'test'))
+STUDENT = Path('/work/notes/student.onnx')
+
+
+def ping_pong(role: str, seconds: float) -> None:
+    """Child process: bare rclpy JointState ping-pong (the reference loop)."""
+    import rclpy
+    from rclpy.node import Node
+    from sensor_msgs.msg import JointState
+    from claw_rl_ros.nodes.ros_io import SENSOR_QOS
+    rclpy.init()
+    node = Node(role)
+    out, inp = ('pong', 'ping') if role == 'pong' else ('ping', 'pong')
+    pub = node.create_publisher(JointState, out, SENSOR_QOS)
+    msg = JointState(name=[f'joint_{i}' for i in range(12)], position=[0.0] * 12,
+                     velocity=[0.0] * 12, effort=[0.0] * 12)
+    count = [0]
+
+    def answer(m):
+        count[0] += 1
+        pub.publish(m if role == 'pong' else msg)
+    node.create_subscription(JointState, inp, answer, SENSOR_QOS)
+    if role == 'pong':
+        try:
+            rclpy.spin(node)
+        except (KeyboardInterrupt, Exception):  # noqa: BLE001 - stopped by the parent
+            pass
+        return
+    while pub.get_subscription_count() == 0:
+        rclpy.spin_once(node, timeout_sec=0.05)
+    start = time.monotonic()
+    while time.monotonic() - start < 2.0:  # warm-up, and re-kick lost best-effort pings
+        pub.publish(msg)
+        rclpy.spin_once(node, timeout_sec=0.05)
+    count[0], start = 0, time.monotonic()
+    while time.monotonic() - start < seconds:
+        rclpy.spin_once(node, timeout_sec=0.1)
+    print(json.dumps({'round_trips_per_s': count[0] / (time.monotonic() - start)}), flush=True)
+
+
+class Bench:
+    """Starts nodes in an isolated ROS graph and watches them through a probe node."""
+
+    def __init__(self, workdir: Path):
+        self.workdir = workdir
+        self.env = {**os.environ, 'ROS_DOMAIN_ID': str(random.SystemRandom().randint(1, 100)),
+                    'ROS_AUTOMATIC_DISCOVERY_RANGE': 'LOCALHOST', 'ROS_HOME': str(workdir),
+                    'ROS_LOG_DIR': str(workdir / 'log'), 'PYTHONUNBUFFERED': '1'}
+        os.environ.update(self.env)
+        from ros_helpers import Probe
+        self.probe = Probe('bench')
+        from diagnostic_msgs.msg import DiagnosticArray
+        from std_msgs.msg import String
+        from claw_rl_ros.nodes.ros_io import LATCHED_QOS
+        self.probe.subscribe('/diagnostics', DiagnosticArray, 100)
+        self.probe.subscribe('policy/model_version', String, LATCHED_QOS)
+
+    def node(self, name: str, params: dict):
+        from ros_helpers import NodeProcess
+        return NodeProcess(name, self.env, self.workdir, params)
+
+    def status(self, node: str, predicate=lambda v: True, timeout: float = 30.0) -> dict:
+        def values(s):
+            return {kv.key: kv.value for kv in s.values}
+        start = self.probe.count('/diagnostics')
+        msg = self.probe.wait_for('/diagnostics', lambda m: any(
+            s.name.startswith(node) and predicate(values(s)) for s in m.status), timeout, start)
+        return next(values(s) for s in msg.status if s.name.startswith(node))
+
+    def ping_pong(self, seconds: float) -> float:
+        pong = subprocess.Popen([sys.executable, __file__, '--role', 'pong'], env=self.env)
+        try:
+            out = subprocess.run([sys.executable, __file__, '--role', 'ping', '--seconds',
+                                  str(seconds)], env=self.env, capture_output=True, text=True,
+                                 timeout=seconds + 60, check=True).stdout
+        finally:
+            pong.terminate()
+            pong.wait()
+        return json.loads(out.strip().splitlines()[-1])['round_trips_per_s']
+
+    def lockstep(self, model: Path, seconds: float) -> float:
+        sim = self.node('sim_node', {'mode': 'lockstep', 'command_timeout_s': 0.2})
+        policy = self.node('policy_node', {'use_sim_time': True, 'model_path': str(model)})
+        try:
+            first = self.status('sim_node', lambda v: int(v['steps']) > 100)
+            t0 = time.monotonic()
+            while time.monotonic() - t0 < seconds:
+                last = self.status('sim_node')
+            span = float(last['sim_time_s']) - float(first['sim_time_s'])
+            wall = time.monotonic() - t0
+            return span / 0.02 / wall
+        finally:
+            policy.stop(), sim.stop()
+
+    def swap(self, path: Path) -> dict:
+        from std_msgs.msg import UInt8MultiArray
+        from claw_rl_ros.nodes.ros_io import LATCHED_QOS
+        data = path.read_bytes()
+        sha = hashlib.sha256(data).hexdigest()
+        sent = time.monotonic()
+        self.probe.publish('policy/model', UInt8MultiArray(data=data), LATCHED_QOS)
+        while True:  # retried until the bytes have arrived and been validated
+            start = time.monotonic()
+            result = self.probe.set_parameter('/policy_node', 'model_sha256', sha)
+            replied = time.monotonic()
+            if result.successful or 'no model with sha256' not in result.reason:
+                break
+        assert result.successful, result.reason
+        seen = self.probe.wait_for('policy/model_version', lambda m: m.data == sha[:12],
+                                   start=max(0, self.probe.count('policy/model_version') - 1))
+        visible = time.monotonic()
+        assert seen is not None
+        return {'request_to_reply_ms': (replied - start) * 1e3,
+                'request_to_version_ms': (visible - start) * 1e3,
+                'bytes_to_version_ms': (visible - sent) * 1e3}
+
+    def realtime(self, models: list[Path], seconds: float, swaps: int) -> dict:
+        sim = self.node('sim_node', {'mode': 'realtime'})
+        policy = self.node('policy_node', {'use_sim_time': True,
+                                           'model_path': str(models[0])})
+        try:
+            self.status('sim_node', lambda v: v['command_timed_out'] == 'False')
+            start = self.status('sim_node')
+            t0, results = time.monotonic(), []
+            for k in range(swaps):
+                while time.monotonic() - t0 < (k + 0.5) * seconds / swaps:
+                    self.probe.wait_for('/diagnostics', timeout=5.0,
+                                        start=self.probe.count('/diagnostics'))
+                results.append(self.swap(models[(k + 1) % len(models)]))
+            while time.monotonic() - t0 < seconds:
+                end = self.status('sim_node')
+            pol = self.status('policy_node')
+        finally:
+            policy.stop(), sim.stop()
+        return {'sim': end, 'policy': pol, 'swaps': results,
+                'missed_ticks': int(end['missed_ticks']) - int(start['missed_ticks'])}
+
+
+def transport(model: Path) -> dict:
+    """Serialisation time of the model bytes: uint8[] message vs BYTE_ARRAY parameter."""
+    from rcl_interfaces.msg import Parameter, ParameterType, ParameterValue
+    from rcl_interfaces.srv import SetParameters
+    from rclpy.serialization import serialize_message
+    from std_msgs.msg import UInt8MultiArray
+    data = model.read_bytes()
+
+    def timed(build):
+        t = time.perf_counter()
+        for _ in range(5):
+            serialize_message(build())
+        return (time.perf_counter() - t) / 5 * 1e3
+    topic = timed(lambda: UInt8MultiArray(data=data))
+    param = timed(lambda: SetParameters.Request(parameters=[Parameter(
+        name='model', value=ParameterValue(type=ParameterType.PARAMETER_BYTE_ARRAY,
+                                           byte_array_value=[bytes([b]) for b in data]))]))
+    return {'model_bytes': len(data), 'uint8_topic_ms': topic, 'byte_array_param_ms': param}
+
+
+def compare_walk(bench: Bench, robot, student: Path, episodes: int, seconds: float) -> None:
+    """Tracking error and falls at 0.5 m/s: realtime ROS loop vs in-process evaluation."""
+    from geometry_msgs.msg import Twist
+    from nav_msgs.msg import Odometry
+    from std_srvs.srv import Trigger
+    from claw_rl_ros.core.config import from_dict
+    from claw_rl_ros.core.deploy.evaluate import evaluate
+    from claw_rl_ros.core.deploy.onnx_policy import OnnxPolicy
+    from claw_rl_ros.core.sim.env_config import EnvConfig
+    from claw_rl_ros.nodes.ros_io import SENSOR_QOS, to_sec
+    cfg = from_dict(EnvConfig, {'episode_length_s': seconds, 'randomization': {'enabled': False},
+                                'noise': {'enabled': False}}, source='bench')
+    offline = evaluate(OnnxPolicy(student, robot), cfg, robot, episodes=episodes,
+                       command=(0.5, 0.0, 0.0))
+    bench.probe.subscribe('odom', Odometry, SENSOR_QOS)
+    sim = bench.node('sim_node', {'mode': 'realtime', 'reset_on_fall': True})
+    policy = bench.node('policy_node', {'use_sim_time': True, 'model_path': str(student)})
+    cmd = Twist()
+    cmd.linear.x = 0.5
+    errors, falls = [], 0
+    try:
+        bench.status('sim_node', lambda v: v['command_timed_out'] == 'False')
+        for _ in range(episodes):
+            bench.probe.publish('cmd_vel', cmd)
+            bench.probe.call(Trigger, '/sim_node/reset', Trigger.Request())
+            before = int(bench.status('sim_node')['falls'])
+            start = bench.probe.count('odom')
+            t0 = to_sec(bench.probe.wait_for('odom', start=start).header.stamp)
+            bench.probe.wait_for('odom', lambda m: to_sec(m.header.stamp) > t0 + seconds,
+                                 timeout=seconds * 5, start=start)
+            bench.probe.publish('cmd_vel', cmd)
+            after = int(bench.status('sim_node', lambda v: float(v['sim_time_s']) >
+                                     t0 + seconds)['falls'])
+            fell = after > before
+            falls += fell
+            for m in bench.probe.since('odom', start):
+                if to_sec(m.header.stamp) > t0 + offline.settle_s and not fell:
+                    v = m.twist.twist
+                    errors.append([abs(0.5 - v.linear.x), abs(v.linear.y), abs(v.angular.z)])
+    finally:
+        policy.stop(), sim.stop()
+    err = np.mean(errors, axis=0) if errors else [float('nan')] * 3
+    print(f'walk at 0.5 m/s, {episodes} x {seconds:g} s: ROS realtime loop tracking error vx '
+          f'{err[0]:.3f} m/s, vy {err[1]:.3f}, yaw {err[2]:.3f}, falls {falls}/{episodes} | '
+          f'in-process eval vx {offline.tracking_error_vx:.3f} m/s, vy '
+          f'{offline.tracking_error_vy:.3f}, yaw {offline.tracking_error_yaw:.3f}, falls '
+          f'{offline.falls}/{episodes}', flush=True)
+
+
+def control_numbers(bench: Bench, models: list[Path], args) -> None:
+    """Parts 1-3 of the module docstring, printed as they are measured."""
+    moved = transport(models[0])
+    pp = bench.ping_pong(args.lockstep_seconds)
+    ls = bench.lockstep(models[0], args.lockstep_seconds)
+    print(f'lockstep: {ls:.0f} control steps/s vs bare rclpy ping-pong {pp:.0f} round '
+          f'trips/s: {100 * ls / pp:.0f} % (target >= 80 %)', flush=True)
+    print(f'swap transport ({moved["model_bytes"]} B): uint8[] topic '
+          f'{moved["uint8_topic_ms"]:.2f} ms vs BYTE_ARRAY parameter '
+          f'{moved["byte_array_param_ms"]:.1f} ms to serialise '
+          f'({moved["byte_array_param_ms"] / moved["uint8_topic_ms"]:.0f}x)', flush=True)
+    rt = bench.realtime(models, args.seconds, args.swaps)
+    sim, pol, swaps = rt['sim'], rt['policy'], rt['swaps']
+    reply = [s['request_to_reply_ms'] for s in swaps]
+    version = [s['request_to_version_ms'] for s in swaps]
+    print(f'realtime {args.seconds:g} s at 50 Hz, {len(swaps)} swaps: joint_states -> '
+          f'command latency p50 {sim["command_latency_p50_ms"]} ms, p99 '
+          f'{sim["command_latency_p99_ms"]} ms (policy compute p50 '
+          f'{pol["latency_p50_ms"]} ms, p99 {pol["latency_p99_ms"]} ms); missed ticks '
+          f'{rt["missed_ticks"]}; swap active after request: max {max(reply):.1f} ms '
+          f'(reply), max {max(version):.1f} ms (version topic), median '
+          f'{np.median(version):.1f} ms; model {pol["model_version"]}', flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument('--role', choices=['ping', 'pong'])
+    parser.add_argument('--seconds', type=float, default=60.0)
+    parser.add_argument('--lockstep-seconds', type=float, default=10.0)
+    parser.add_argument('--swaps', type=int, default=10)
+    parser.add_argument('--student', type=Path, default=STUDENT)
+    parser.add_argument('--walk-episodes', type=int, default=10)
+    parser.add_argument('--walk-seconds', type=float, default=10.0)
+    parser.add_argument('--only-walk', action='store_true', help='skip parts 1-3')
+    args = parser.parse_args()
+    if args.role:
+        return ping_pong(args.role, args.lockstep_seconds if args.role == 'ping' else 0)
+    from control_models import good_model
+    from claw_rl_ros.core.sim.robot import load_robot
+    robot = load_robot()
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        models = [good_model(robot, tmp / f'{k}.onnx', seed=k, hidden=(256, 256, 256))
+                  for k in range(2)]
+        bench = Bench(tmp)
+        if not args.only_walk:
+            control_numbers(bench, models, args)
+        if args.student.is_file():
+            compare_walk(bench, robot, args.student, args.walk_episodes, args.walk_seconds)
+        else:
+            print(f'walk check skipped: {args.student} does not exist', flush=True)
+        bench.probe.close()
+
+
+if __name__ == '__main__':
+    main()

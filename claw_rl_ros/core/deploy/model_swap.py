@@ -1,0 +1,135 @@
+"""Validation of models offered for a hot swap, and a small cache of offered versions.
+
+A model is activated only after every check passes: size cap, it parses as an ONNX policy
+(:class:`OnnxPolicy`), its ``obs`` / ``actions`` shapes, its embedded robot spec equals the
+robot's (every difference named), and finite actions of the right shape on a probe batch.
+A rejection raises :class:`ModelRejected` whose message is the exact reason; nothing changes
+for the caller, so the old model keeps serving.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+import hashlib
+from pathlib import Path
+
+import numpy as np
+
+from .onnx_policy import ModelError, OnnxPolicy, SpecMismatchError
+from ..sim.robot import RobotSpec
+
+DEFAULT_MAX_MODEL_BYTES = 16 * 1024 * 1024
+PROBE_BATCH = 64
+VERSION_CHARS = 12
+
+
+class ModelRejected(ValueError):
+    """A model that must not be activated; the message is the reason given to the requester."""
+
+
+def version_of(sha256: str) -> str:
+    """The short version name of a model: its sha256 prefix."""
+    return sha256[:VERSION_CHARS]
+
+
+def probe_observations(obs_dim: int, seed: int = 0) -> np.ndarray:
+    """[PROBE_BATCH, obs_dim] float32: zeros, then normal noise at row scales 0.3, 1 and 3."""
+    rng = np.random.default_rng(seed)
+    scale = rng.choice([0.3, 1.0, 3.0], size=(PROBE_BATCH, 1))
+    obs = rng.standard_normal((PROBE_BATCH, obs_dim)) * scale
+    obs[0] = 0.0
+    return obs.astype(np.float32)
+
+
+def validate_model(data: bytes, robot: RobotSpec,
+                   max_bytes: int = DEFAULT_MAX_MODEL_BYTES) -> OnnxPolicy:
+    """The ready-to-run policy in ``data``, or ModelRejected with the exact reason."""
+    if len(data) > max_bytes:
+        raise ModelRejected(f'model is {len(data)} bytes, over the size cap of {max_bytes} '
+                            'bytes (parameter max_model_bytes)')
+    if len(data) == 0:
+        raise ModelRejected('model is empty (0 bytes)')
+    try:
+        policy = OnnxPolicy(data, robot)
+    except SpecMismatchError as exc:
+        raise ModelRejected(f'spec mismatch: {exc}') from None
+    except ModelError as exc:
+        raise ModelRejected(f'invalid model: {exc}') from None
+    obs = probe_observations(policy.obs_dim)
+    try:
+        actions = np.asarray(policy(obs))
+    except Exception as exc:  # noqa: BLE001 - onnxruntime raises several kinds of error
+        raise ModelRejected(f'probe run failed: {type(exc).__name__}: {exc}') from None
+    if actions.shape != (PROBE_BATCH, robot.num_joints):
+        raise ModelRejected(f'probe run gave actions of shape {actions.shape}, expected '
+                            f'({PROBE_BATCH}, {robot.num_joints})')
+    bad = np.argwhere(~np.isfinite(actions))
+    if bad.size:
+        row, col = (int(i) for i in bad[0])
+        value = float(actions[row, col])
+        raise ModelRejected(f'probe run gave a non-finite action ({value!r} for '
+                            f'joint {robot.joint_names[col]} on probe row {row}); the model '
+                            'is broken')
+    return policy
+
+
+def read_model_file(path: str | Path, max_bytes: int = DEFAULT_MAX_MODEL_BYTES) -> bytes:
+    """The bytes of a model file, or ModelRejected (missing, unreadable, over the cap)."""
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+        if size > max_bytes:
+            raise ModelRejected(f'{path} is {size} bytes, over the size cap of {max_bytes} '
+                                'bytes (parameter max_model_bytes)')
+        return path.read_bytes()
+    except OSError as exc:
+        raise ModelRejected(f'{path}: cannot read the model ({exc.strerror or exc}); give the '
+                            'path of an exported .onnx file') from None
+
+
+class ModelCache:
+    """Offered models by sha256: the validated policy or the rejection reason (LRU, bounded).
+
+    ``offer`` validates bytes as they arrive (off the activation path); ``get`` returns the
+    policy for a hash (full hex digest or a prefix of at least 8 characters) or raises
+    ModelRejected with the stored reason.
+    """
+
+    def __init__(self, robot: RobotSpec, max_bytes: int = DEFAULT_MAX_MODEL_BYTES,
+                 capacity: int = 4):
+        self.robot = robot
+        self.max_bytes = max_bytes
+        self.capacity = capacity
+        self._entries: OrderedDict[str, OnnxPolicy | ModelRejected] = OrderedDict()
+
+    def offer(self, data: bytes) -> tuple[str, OnnxPolicy | ModelRejected]:
+        """Validate and remember ``data``; returns (sha256, policy or the rejection)."""
+        sha = hashlib.sha256(data).hexdigest()
+        if sha not in self._entries:
+            try:
+                self._entries[sha] = validate_model(data, self.robot, self.max_bytes)
+            except ModelRejected as exc:
+                self._entries[sha] = exc
+        self._entries.move_to_end(sha)
+        while len(self._entries) > self.capacity:
+            self._entries.popitem(last=False)
+        return sha, self._entries[sha]
+
+    def get(self, sha256: str) -> OnnxPolicy:
+        """The validated policy offered with this hash, or ModelRejected saying why not."""
+        key = sha256.strip().lower()
+        if len(key) < 8:
+            raise ModelRejected(f'model_sha256 {sha256!r} is too short; give at least 8 hex '
+                                'characters of the sha256 of the bytes sent on policy/model')
+        hits = [s for s in self._entries if s.startswith(key)]
+        if not hits:
+            known = [version_of(s) for s in self._entries] or 'none'
+            raise ModelRejected(f'no model with sha256 {sha256!r} was received on policy/model '
+                                f'(have {known}); publish the bytes first')
+        if len(hits) > 1:
+            raise ModelRejected(f'model_sha256 {sha256!r} matches {len(hits)} models; give '
+                                'more characters')
+        entry = self._entries[hits[0]]
+        if isinstance(entry, ModelRejected):
+            raise ModelRejected(str(entry))
+        return entry

@@ -1,0 +1,195 @@
+"""One simulated robot for the sim node: joint targets in, sensor readings out, per control step.
+
+Built on the env's :class:`BatchedPhysics` (one world; the same scene, PD actuators, sensors and
+per-world randomisation as training). The IMU readings are the model's ``imu`` site sensors
+(framequat, gyro, accelerometer) of the last physics step, the same slices the env reads. The
+randomisation, pushes and sensor noise follow the ``env:`` config and can each be switched off.
+A command older than ``command_timeout_s`` is replaced by the default pose (PD hold, damped).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+import math
+
+import mujoco
+import numpy as np
+
+from .env_config import EnvConfig, robot_sized
+from ..math_utils import quat_mul
+from .physics import BatchedPhysics, STATE_SPEC
+from .robot import RobotSpec
+
+
+@dataclass
+class SimReadings:
+    """One control step's measurements. Joint arrays [J] in spec order; quaternions (w,x,y,z).
+
+    ``imu_quat`` [4], ``imu_gyro`` [3] rad/s, ``imu_acc`` [3] m/s^2 (specific force, body
+    frame) come from the IMU sensors; ``base_pos`` [3], ``base_quat`` [4], ``base_lin_vel`` [3]
+    and ``base_ang_vel`` [3] (body frame) are privileged ground truth (odometry).
+    """
+
+    time: float
+    joint_pos: np.ndarray
+    joint_vel: np.ndarray
+    joint_effort: np.ndarray
+    imu_quat: np.ndarray
+    imu_gyro: np.ndarray
+    imu_acc: np.ndarray
+    base_pos: np.ndarray
+    base_quat: np.ndarray
+    base_lin_vel: np.ndarray
+    base_ang_vel: np.ndarray
+
+
+class SimSession:
+    """A single world stepped one control period at a time by joint position targets."""
+
+    def __init__(self, robot: RobotSpec, cfg: EnvConfig, *, randomization: bool = False,
+                 pushes: bool = False, noise: bool = False, seed: int = 0,
+                 command_timeout_s: float = 0.5):
+        self.robot = robot
+        self.cfg = cfg
+        self.randomization = randomization and cfg.randomization.enabled
+        self.pushes = pushes and cfg.randomization.push_interval_s > 0
+        self.noise = noise
+        self.command_timeout_s = command_timeout_s
+        self.dt = robot.control_dt
+        self.rng = np.random.default_rng(seed)
+        self.physics = BatchedPhysics(robot, 1, solver_iterations=cfg.solver_iterations,
+                                      solver_ls_iterations=cfg.solver_ls_iterations)
+        self._data = mujoco.MjData(self.physics.models[0])
+        self._push_steps = max(1, round(cfg.randomization.push_interval_s / self.dt))
+        self.time = 0.0
+        self.steps = 0
+        self.falls = 0
+        self.resets = 0
+        self.pushes_done = 0
+        self.commands = np.zeros(3)
+        self.targets = robot.default_joint_pos.copy()
+        self._prev_targets = self.targets.copy()
+        self._latency = np.zeros(1, dtype=np.int64)
+        self._command_time: float | None = None
+        self.timed_out = True
+        self.reset()
+
+    # ----------------------------------------------------------------------------- control
+    def set_targets(self, targets: np.ndarray, now: float) -> None:
+        """[J] joint position targets (spec order) received at wall/ROS time ``now`` [s]."""
+        self.targets = np.clip(targets, self.robot.joint_lower, self.robot.joint_upper)
+        self._command_time = now
+
+    def active_targets(self, now: float) -> np.ndarray:
+        """The targets to apply at ``now``: the last command, or q0 once it has timed out."""
+        self.timed_out = self._command_time is None or \
+            now - self._command_time > self.command_timeout_s
+        return self.robot.default_joint_pos if self.timed_out else self.targets
+
+    def step(self, targets: np.ndarray) -> bool:
+        """Advance one control period with [J] targets; returns True if the robot fell."""
+        p = self.physics
+        p.step(targets[None], self._prev_targets[None], self._latency)
+        self._prev_targets = np.array(targets, dtype=np.float64)
+        self.time += self.dt
+        self.steps += 1
+        if self.pushes and self.steps % self._push_steps == 0:
+            v = self.cfg.randomization.push_velocity
+            p.qvel[0, 0:2] += self.rng.uniform(-v, v, 2)
+            self.pushes_done += 1
+        fell = self.fallen() or bool(p.diverged(self.cfg.termination.max_joint_vel)[0])
+        self.falls += int(fell)
+        return fell
+
+    def fallen(self) -> bool:
+        """The env's failure conditions: tilt, trunk height, or a termination-body contact."""
+        term = self.cfg.termination
+        w, x, y, z = self.physics.qpos[0, 3:7]
+        # cos(tilt) = -(gravity in the body frame)_z = 1 - 2 (x^2 + y^2) for a unit quaternion.
+        tilted = 1.0 - 2.0 * (x * x + y * y) < math.cos(term.max_tilt)
+        low = self.physics.qpos[0, 2] < robot_sized(term.min_base_height,
+                                                    self.robot.min_base_height)
+        lo, hi = self.physics.sensors.termination_contact
+        # Contact sensors give [found, fx, fy, fz] per body; a contact needs enough force.
+        raw = self.physics.sensordata[0, :, lo:hi].reshape(self.physics.decimation, -1, 4)
+        touching = (raw[..., 0] > 0) & (np.linalg.norm(raw[..., 1:4], axis=-1) >
+                                        term.contact_force)
+        return bool(tilted or low or touching.any())
+
+    # ------------------------------------------------------------------------------- reset
+    def reset(self) -> None:
+        """Standing pose (with the env's reset noise and fresh randomisation when enabled); the
+        default pose is held until the next command."""
+        r, p, rng, dr = self.robot, self.physics, self.rng, self.cfg.randomization
+        if self.randomization:
+            payload = robot_sized(dr.added_mass, r.payload_range)
+            com = robot_sized(dr.com_offset, r.com_offset_range)
+            p.set_physical_params(0, rng.uniform(*dr.friction), rng.uniform(*payload),
+                                  rng.uniform(*dr.link_mass_scale), rng.uniform(*com, 3),
+                                  rng.uniform(*dr.motor_strength))
+            self._latency[0] = rng.integers(dr.action_latency_substeps[0],
+                                            dr.action_latency_substeps[1] + 1)
+        else:
+            p.set_physical_params(0, r.foot_friction, 0.0, 1.0, np.zeros(3), 1.0)
+            self._latency[0] = 0
+        noise = dr.init_joint_pos_noise if self.randomization else 0.0
+        qpos = p.standing_qpos.copy()
+        qpos[p.qadr] = np.clip(r.default_joint_pos + rng.uniform(-noise, noise, r.num_joints),
+                               r.joint_lower, r.joint_upper)
+        p.state[:] = 0.0
+        p.qpos[0] = qpos
+        self._prev_targets = qpos[p.qadr].copy()
+        # A command given before the reset does not carry over: hold q0 until the next one.
+        self.targets = r.default_joint_pos.copy()
+        self._command_time = None
+        self.resets += 1
+        self._refresh_sensors()
+
+    def _refresh_sensors(self) -> None:
+        """Sensor readings of the current state (after a reset no physics step has run)."""
+        m, d = self.physics.models[0], self._data
+        mujoco.mj_setState(m, d, self.physics.state[0], STATE_SPEC)
+        mujoco.mj_forward(m, d)
+        self.physics.sensordata[0, -1] = d.sensordata
+
+    # ---------------------------------------------------------------------------- readings
+    def readings(self) -> SimReadings:
+        """Measurements after the last step (IMU from the imu site sensors), noisy if enabled."""
+        p = self.physics
+        sd = p.sensordata[0, -1]
+        s = p.sensors
+        qpos, qvel = p.qpos[0], p.qvel[0]
+        out = SimReadings(
+            time=self.time, joint_pos=qpos[p.qadr].copy(), joint_vel=qvel[p.vadr].copy(),
+            joint_effort=sd[slice(*s.joint_torque)].copy(),
+            imu_quat=sd[slice(*s.framequat)].copy(), imu_gyro=sd[slice(*s.gyro)].copy(),
+            imu_acc=sd[slice(*s.accelerometer)].copy(), base_pos=qpos[0:3].copy(),
+            base_quat=qpos[3:7].copy(),
+            base_lin_vel=self._to_body(qpos[3:7], qvel[0:3]),
+            base_ang_vel=qvel[3:6].copy())
+        if self.noise:
+            self._add_noise(out)
+        return out
+
+    @staticmethod
+    def _to_body(quat: np.ndarray, vec: np.ndarray) -> np.ndarray:
+        # R(q)^T v: rotate a world vector by the conjugate quaternion (MuJoCo's C helpers).
+        conj, out = np.empty(4), np.empty(3)
+        mujoco.mju_negQuat(conj, quat)
+        mujoco.mju_rotVecQuat(out, vec, conj)
+        return out
+
+    def _add_noise(self, out: SimReadings) -> None:
+        # Uniform noise with the env's per-term levels (joint_pos, joint_vel, gyro, gravity).
+        levels, scale, rng = self.cfg.noise.levels, self.cfg.noise.scale, self.rng
+        n = self.robot.num_joints
+        out.joint_pos += rng.uniform(-1, 1, n) * levels.get('joint_pos', 0.0) * scale
+        out.joint_vel += rng.uniform(-1, 1, n) * levels.get('joint_vel', 0.0) * scale
+        out.imu_gyro += rng.uniform(-1, 1, 3) * levels.get('base_ang_vel', 0.0) * scale
+        # Orientation: a small random rotation (half-angle vector) of the gravity noise level.
+        half = 0.5 * rng.uniform(-1, 1, 3) * levels.get('projected_gravity', 0.0) * scale
+        dq = np.concatenate([[1.0], half]) / math.sqrt(1.0 + float(half @ half))
+        out.imu_quat = quat_mul(out.imu_quat[None], dq[None])[0]
+
+    def close(self) -> None:
+        self.physics.close()

@@ -1,0 +1,71 @@
+"""The package's graphs: the one description behind launch/*.launch.py and ``claw-rl up``.
+
+Parameter files must key their section so it applies in any namespace (``/**/sim_node:``):
+rcl silently skips a section keyed ``sim_node`` for ``/robot1/sim_node``, and
+:func:`.description.resolve` refuses such a file with that fix. (N1: config/sim_node.yaml and
+config/policy_node.yaml need ``/**/sim_node:`` and ``/**/policy_node:``; checked by
+test_graph.py::test_package_parameter_files_apply_to_their_nodes_in_any_namespace.)
+
+Adding a graph is one entry in :data:`GRAPHS`; a graph with N of something builds N entries,
+e.g. a training graph (``trainer`` + ``actors`` argument -> ``actor_0`` ... ``actor_{N-1}``)::
+
+    Graph('train', 'trainer + N actors', (ROBOT, Argument('actors', '2', 'actor processes'),
+          NAMESPACE), lambda v: [trainer(v)] + [actor(v, i) for i in range(int(v['actors']))])
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from .description import (Argument, existing_path, Graph, NodeEntry, robot_argument, to_bool)
+
+ROBOT = Argument('robot', 'claw_quadruped',
+                 'robot name (config/robots/<name>.yaml) or the path of a robot YAML')
+MODEL = Argument('model', '', 'ONNX student to serve (claw-rl export); empty: no model, the '
+                 'policy node holds the default pose')
+MODE = Argument('mode', 'realtime', 'sim pacing: realtime (wall-clock control rate) or '
+                'lockstep (one control step per command)', ('realtime', 'lockstep'))
+NAMESPACE = Argument('namespace', '', 'namespace of the nodes and their relative topics '
+                     '(/clock and /diagnostics stay global)')
+SECONDS = Argument('seconds', '5.0', 'simulated seconds')
+
+
+def use_sim_time(default: str) -> Argument:
+    return Argument('use_sim_time', default, 'run on the simulator clock: sim_node publishes '
+                    '/clock and stamps state with it, policy_node reads time from /clock',
+                    ('true', 'false'))
+
+
+def sim_node(values: Mapping[str, str], source: str) -> NodeEntry:
+    """The MuJoCo robot (config/sim_node.yaml, then robot, mode, publish_clock)."""
+    return NodeEntry('sim_node', 'sim_node', param_files=('sim_node.yaml',), parameters={
+        'robot': robot_argument(values['robot']), 'mode': values['mode'],
+        'publish_clock': to_bool(values, 'use_sim_time', source)})
+
+
+def policy_node(values: Mapping[str, str], source: str) -> NodeEntry:
+    """The ONNX student (config/policy_node.yaml, then robot, model_path, use_sim_time)."""
+    return NodeEntry('policy_node', 'policy_node', param_files=('policy_node.yaml',),
+                     parameters={'robot': robot_argument(values['robot']),
+                                 'model_path': existing_path(values, 'model', source),
+                                 'use_sim_time': to_bool(values, 'use_sim_time', source)})
+
+
+def _stand(values: Mapping[str, str]) -> list[NodeEntry]:
+    return [NodeEntry('claw_rl', 'stand', exits=True, arguments=(
+        'stand', '--robot', robot_argument(values['robot']), '--seconds', values['seconds']))]
+
+
+GRAPHS: dict[str, Graph] = {graph.name: graph for graph in (
+    Graph('stand', 'hold the default pose in simulation and print a summary (one-shot)',
+          (ROBOT, SECONDS), _stand),
+    Graph('sim', 'sim_node alone: joint_states, imu, odom, /clock; takes joint_commands',
+          (ROBOT, MODE, NAMESPACE, use_sim_time('true')),
+          lambda v: [sim_node(v, "graph 'sim'")]),
+    Graph('policy', 'policy_node alone, for a simulator or robot that is already running',
+          (ROBOT, MODEL, NAMESPACE, use_sim_time('false')),
+          lambda v: [policy_node(v, "graph 'policy'")]),
+    Graph('control', 'the control loop: sim_node + policy_node serving a model',
+          (ROBOT, MODEL, MODE, NAMESPACE, use_sim_time('true')),
+          lambda v: [sim_node(v, "graph 'control'"), policy_node(v, "graph 'control'")]),
+)}

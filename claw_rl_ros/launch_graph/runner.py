@@ -1,0 +1,230 @@
+"""Run a resolved graph as real processes: ``claw-rl up`` without ROS launch installed.
+
+Each node runs as ``python -m <module> <args> --ros-args ...`` (the command line launch_ros
+gives the installed executable, see :func:`.description.ros_command`) in its own process group,
+with stdout and stderr merged and printed line by line behind ``[<node>] ``. Shutdown follows
+launch's sequence: SIGINT to every node, SIGTERM to those alive after ``grace_s``, SIGKILL after
+another ``grace_s``. It starts on Ctrl-C or SIGTERM to the runner (a second one skips the
+wait), or when a node exits on its own: a node that dies stops the graph, and the runner exits
+non-zero. A one-shot node (``exits``) that finishes with status 0 is not a failure; the graph
+ends when every node has ended.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+import os
+from pathlib import Path
+import select
+import shlex
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from typing import IO, Mapping, Sequence
+
+from .description import inline_params_yaml, ResolvedNode, ros_command
+
+# Exit statuses that mean "stopped cleanly because we sent SIGINT" (rclpy nodes return 0; a
+# CLI that catches KeyboardInterrupt returns 130; a default handler dies by the signal).
+CLEAN_ON_SIGINT = (0, 130, -signal.SIGINT)
+POLL_S = 0.2
+
+
+def command_line(node: ResolvedNode, params_dir: Path | None,
+                 python: str = sys.executable) -> list[str]:
+    """The process to start for ``node``; writes its inline parameter file into params_dir."""
+    inline = None
+    if node.parameters:
+        if params_dir is None:
+            inline = '<inline parameters file>'
+        else:
+            path = params_dir / f'{node.fqn.strip("/").replace("/", "__")}.yaml'
+            path.write_text(inline_params_yaml(node))
+            inline = str(path)
+    return [python, '-m', node.module, *ros_command(node, inline)]
+
+
+def exit_text(code: int) -> str:
+    if code < 0:
+        try:
+            return f'killed by {signal.Signals(-code).name}'
+        except ValueError:
+            return f'killed by signal {-code}'
+    return f'exit status {code}'
+
+
+@dataclass
+class _Child:
+    node: ResolvedNode
+    proc: subprocess.Popen
+    reader: threading.Thread
+    label: str
+    code: int | None = None
+
+
+class GraphRunner:
+    """Start ``nodes``, relay their output, supervise them, and stop them all on the way out.
+
+    ``run()`` returns 0 when every node ended cleanly (one-shot nodes with status 0, or all of
+    them on a requested shutdown), else 1 (or the failed node's own positive status).
+    """
+
+    def __init__(self, nodes: Sequence[ResolvedNode], *, grace_s: float = 5.0,
+                 out: IO[str] | None = None, env: Mapping[str, str] | None = None,
+                 python: str = sys.executable):
+        self.nodes = list(nodes)
+        self.grace_s = grace_s
+        self.out = out if out is not None else sys.stdout
+        self.env = {**(os.environ if env is None else env), 'PYTHONUNBUFFERED': '1'}
+        self.python = python
+        self.children: list[_Child] = []
+        self._lock = threading.Lock()
+        self._signals: list[int] = []
+        self._wake_r, self._wake_w = os.pipe()
+
+    # ----------------------------------------------------------------------------- output
+    def say(self, text: str) -> None:
+        self.emit('up', text)
+
+    def emit(self, label: str, line: str) -> None:
+        """One prefixed line; a closed output (``| head`` ended) drops lines, never the nodes."""
+        with self._lock:
+            if self.out is None:
+                return
+            try:
+                self.out.write(f'[{label}] {line.rstrip()}\n')
+                self.out.flush()
+            except (BrokenPipeError, ValueError, OSError):
+                self.out = None
+
+    def _relay(self, label: str, stream: IO[bytes]) -> None:
+        for raw in iter(stream.readline, b''):
+            self.emit(label, raw.decode(errors='replace'))
+        stream.close()
+
+    # ---------------------------------------------------------------------------- signals
+    def _on_signal(self, signum, frame) -> None:
+        self._signals.append(signum)  # no locks here: read by the loop after the wake-up
+        os.write(self._wake_w, b'!')
+
+    def _install_handlers(self) -> dict:
+        if threading.current_thread() is not threading.main_thread():
+            return {}
+        handlers = {sig: signal.signal(sig, self._on_signal)
+                    for sig in (signal.SIGINT, signal.SIGTERM)}
+        handlers[signal.SIGCHLD] = signal.signal(signal.SIGCHLD, self._on_signal)
+        return handlers
+
+    def _wait(self, timeout: float) -> None:
+        """Sleep until a signal (child exit, Ctrl-C, SIGTERM) arrives or timeout passes."""
+        ready, _, _ = select.select([self._wake_r], [], [], timeout)
+        if ready:
+            os.read(self._wake_r, 4096)
+
+    def _user_signals(self) -> list[int]:
+        taken = [s for s in self._signals if s != signal.SIGCHLD]
+        self._signals.clear()
+        return taken
+
+    # -------------------------------------------------------------------------- processes
+    def _start(self, node: ResolvedNode, params_dir: Path) -> None:
+        cmd = command_line(node, params_dir, self.python)
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, env=self.env,
+                                start_new_session=True)  # only the runner forwards Ctrl-C
+        label = node.fqn.lstrip('/')
+        reader = threading.Thread(target=self._relay, args=(label, proc.stdout), daemon=True)
+        reader.start()
+        self.children.append(_Child(node, proc, reader, label))
+        self.say(f'started {label} (pid {proc.pid}): {shlex.join(cmd[1:])}')
+
+    def _reap(self) -> list[_Child]:
+        """Children that ended since the last call, their output relayed to the end."""
+        ended = []
+        for child in self.children:
+            if child.code is None and child.proc.poll() is not None:
+                child.code = child.proc.returncode
+                child.reader.join(timeout=2.0)
+                ended.append(child)
+        return ended
+
+    def _alive(self) -> list[_Child]:
+        return [c for c in self.children if c.proc.poll() is None]
+
+    def _signal_all(self, sig: int) -> None:
+        for child in self._alive():
+            try:
+                os.kill(child.proc.pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def _wait_all(self, timeout: float) -> bool:
+        """Wait until every child ended; False at the timeout or on a new user signal."""
+        deadline = time.monotonic() + timeout
+        while self._alive():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or self._user_signals():
+                return False
+            self._wait(min(POLL_S, remaining))
+        return True
+
+    def shutdown(self) -> bool:
+        """SIGINT, then SIGTERM, then SIGKILL, each after grace_s; True if SIGINT sufficed."""
+        clean = True
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGKILL):
+            alive = self._alive()
+            if not alive:
+                break
+            if sig != signal.SIGINT:
+                clean = False
+                self.say(f'{", ".join(c.label for c in alive)} still running: sending '
+                         f'{sig.name}')
+            self._signal_all(sig)
+            if self._wait_all(self.grace_s if sig != signal.SIGKILL else 10.0):
+                break
+        for child in self._reap():
+            self.say(f'{child.label} stopped ({exit_text(child.code)})')
+        return clean
+
+    def run(self) -> int:
+        """Start every node and supervise until the graph ends; the exit status."""
+        handlers = self._install_handlers()
+        try:
+            with tempfile.TemporaryDirectory(prefix='claw_rl_up_') as tmp:
+                try:
+                    return self._run(Path(tmp))
+                finally:
+                    self.shutdown()  # whatever ended the loop, no node outlives the runner
+        finally:
+            for sig, handler in handlers.items():
+                signal.signal(sig, handler)
+            os.close(self._wake_r)
+            os.close(self._wake_w)
+
+    def _run(self, params_dir: Path) -> int:
+        try:
+            for node in self.nodes:
+                self._start(node, params_dir)
+        except OSError as exc:
+            self.say(f'cannot start {node.fqn}: {exc}')
+            self.shutdown()
+            return 1
+        while True:
+            if self._user_signals():
+                self.say('shutting down (Ctrl-C again to skip the grace period)')
+                clean = self.shutdown()
+                bad = [c for c in self.children if c.code not in CLEAN_ON_SIGINT]
+                return 0 if clean and not bad else 1
+            for child in self._reap():
+                if child.node.exits and child.code == 0:
+                    self.say(f'{child.label} finished')
+                    continue
+                self.say(f'{child.label} died ({exit_text(child.code)}): stopping the graph')
+                self.shutdown()
+                return child.code if child.code > 0 else 1
+            if not self._alive():
+                return 0
+            self._wait(POLL_S)

@@ -1,0 +1,144 @@
+"""policy_node: joint_states + imu + cmd_vel -> ONNX student -> joint_commands (thin ROS glue).
+
+All logic is in :class:`~claw_rl_ros.core.deploy.policy_controller.PolicyController`: joints
+matched by name, the env's ObservationLayout, stale/NaN/misnamed/short input dropped and counted,
+default pose (or nothing before the first complete state) instead of a command from bad input.
+
+Hot swap (two standard steps; measured in bench/ros_control.py): the model bytes go on
+``policy/model`` (``std_msgs/UInt8MultiArray``, reliable + transient local, so late joiners get
+them); the node validates them on arrival (size cap, ONNX parse, shapes, embedded robot spec,
+finite probe actions) and keeps the verdict by sha256. Setting parameter ``model_sha256``
+through the standard ``set_parameters`` service activates that version between two ticks; the
+``SetParametersResult`` says success or the exact reason, and a rejected model leaves the old
+one serving. Humans set ``model_path`` instead. A ``uint8[]`` field moves 600 KB in a few ms,
+a BYTE_ARRAY parameter needs tens of ms (rclpy converts it element by element).
+"""
+
+from __future__ import annotations
+
+import time
+
+from diagnostic_msgs.msg import DiagnosticArray
+from geometry_msgs.msg import Twist
+from rcl_interfaces.msg import SetParametersResult
+from rclpy.node import Node
+from sensor_msgs.msg import Imu, JointState
+from std_msgs.msg import Float64MultiArray, String, UInt8MultiArray
+
+from ..core.deploy.control_stats import LatencyStats, RateMeter
+from ..core.deploy.model_swap import DEFAULT_MAX_MODEL_BYTES, ModelRejected
+from ..core.deploy.policy_controller import PolicyController
+from ..core.sim.robot import load_robot
+from .ros_io import (COMMAND_QOS, diagnostics, doubles, LATCHED_QOS, now_sec, SENSOR_QOS,
+                     spin, steady_timer, to_sec)
+
+
+class PolicyNode(Node):
+    """Parameters: robot, model_path, model_sha256, stale_after_periods, joints,
+    max_model_bytes (and the standard use_sim_time)."""
+
+    def __init__(self):
+        super().__init__('policy_node')
+        robot = load_robot(self.declare_parameter('robot', 'claw_quadruped').value)
+        stale = self.declare_parameter('stale_after_periods', 3.0).value
+        joints = self.declare_parameter('joints', list(robot.joint_names)).value
+        cap = self.declare_parameter('max_model_bytes', DEFAULT_MAX_MODEL_BYTES).value
+        model_path = self.declare_parameter('model_path', '').value
+        self.declare_parameter('model_sha256', '')
+        self.ctrl = PolicyController(robot, stale_after_periods=stale, output_joints=joints,
+                                     max_model_bytes=cap)
+        if model_path:
+            self.ctrl.load_path(model_path)  # refuses to start with the exact reason
+        self.latency = LatencyStats()
+        self.state_rate, self.cmd_rate = RateMeter(), RateMeter()
+        self.pub_cmd = self.create_publisher(Float64MultiArray, 'joint_commands', COMMAND_QOS)
+        self.pub_version = self.create_publisher(String, 'policy/model_version', LATCHED_QOS)
+        self.pub_diag = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
+        self.create_subscription(JointState, 'joint_states', self.on_joint_state, SENSOR_QOS)
+        self.create_subscription(Imu, 'imu', self.on_imu, SENSOR_QOS)
+        self.create_subscription(Twist, 'cmd_vel', self.on_cmd_vel, 10)
+        self.create_subscription(UInt8MultiArray, 'policy/model', self.on_model, LATCHED_QOS)
+        self.add_on_set_parameters_callback(self.on_set_parameters)
+        # Watchdog on the steady clock (compares stamps with the node's, maybe simulated, time).
+        steady_timer(self, robot.control_dt, self.on_watchdog)
+        steady_timer(self, 1.0, self.publish_diagnostics)
+        self.publish_version()
+        self.get_logger().info(f'serving model {self.ctrl.version} for {robot.name!r}, '
+                               f'{robot.num_joints} joints at {1 / robot.control_dt:g} Hz')
+
+    # ----------------------------------------------------------------------------- inputs
+    def on_joint_state(self, msg: JointState) -> None:
+        start = time.perf_counter()
+        self.state_rate.tick(start)
+        self.send(self.ctrl.on_joint_state(to_sec(msg.header.stamp), msg.name, msg.position,
+                                           msg.velocity, now_sec(self)), start)
+
+    def on_imu(self, msg: Imu) -> None:
+        start = time.perf_counter()
+        q, w = msg.orientation, msg.angular_velocity
+        self.send(self.ctrl.on_imu(to_sec(msg.header.stamp), (q.x, q.y, q.z, q.w),
+                                   (w.x, w.y, w.z), now_sec(self)), start)
+
+    def on_cmd_vel(self, msg: Twist) -> None:
+        self.ctrl.on_command(msg.linear.x, msg.linear.y, msg.angular.z)
+
+    def on_watchdog(self) -> None:
+        self.send(self.ctrl.watchdog(now_sec(self)), None)
+
+    def send(self, targets, start: float | None) -> None:
+        if targets is None:
+            return
+        self.pub_cmd.publish(Float64MultiArray(data=doubles(targets)))
+        now = time.perf_counter()
+        self.cmd_rate.tick(now)
+        if start is not None:
+            self.latency.add(now - start)
+
+    # --------------------------------------------------------------------------- hot swap
+    def on_model(self, msg: UInt8MultiArray) -> None:
+        sha, reason = self.ctrl.offer(bytes(msg.data))
+        if reason:
+            self.get_logger().warning(f'model {sha[:12]} received and rejected: {reason}')
+        else:
+            self.get_logger().info(f'model {sha[:12]} received and validated')
+
+    def on_set_parameters(self, params) -> SetParametersResult:
+        for p in params:
+            try:
+                if p.name == 'model_sha256' and p.value:
+                    self.ctrl.activate(p.value)
+                elif p.name == 'model_path' and p.value:
+                    self.ctrl.load_path(p.value)
+                elif p.name in ('robot', 'joints', 'stale_after_periods', 'max_model_bytes'):
+                    return SetParametersResult(successful=False,
+                                               reason=f'{p.name} is read-only after start-up')
+                else:
+                    continue
+            except ModelRejected as exc:
+                self.get_logger().warning(f'hot swap rejected: {exc}')
+                return SetParametersResult(successful=False, reason=str(exc))
+            self.get_logger().info(f'hot swap: now serving {self.ctrl.version}')
+            self.publish_version()
+        return SetParametersResult(successful=True, reason=f'serving {self.ctrl.version}')
+
+    def publish_version(self) -> None:
+        self.pub_version.publish(String(data=self.ctrl.version))
+
+    def publish_diagnostics(self) -> None:
+        now = time.perf_counter()
+        use_sim_time = self.get_parameter('use_sim_time').value
+        fields = {'mode': 'sim_time' if use_sim_time else 'wall_time',
+                  'state_rate_hz': self.state_rate.rate(now),
+                  'command_rate_hz': self.cmd_rate.rate(now), **self.latency.summary('latency'),
+                  **self.ctrl.diagnostics()}
+        level = 'ok' if self.ctrl.policy is not None else 'warn'
+        message = f'serving {self.ctrl.version}' if self.ctrl.policy else 'no model: holding'
+        self.pub_diag.publish(diagnostics(self, 'policy', level, message, fields))
+
+
+def main(args=None) -> int:
+    return spin(PolicyNode, args)
+
+
+if __name__ == '__main__':
+    raise SystemExit(main())

@@ -1,0 +1,88 @@
+"""Shared ROS glue for the nodes: QoS profiles, time and message <-> numpy helpers, main()."""
+
+from __future__ import annotations
+
+import array
+import sys
+from typing import Callable, Mapping
+
+from builtin_interfaces.msg import Time
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+import numpy as np
+import rclpy
+from rclpy.clock import Clock, ClockType
+from rclpy.executors import ExternalShutdownException
+from rclpy.node import Node
+from std_msgs.msg import Header
+from rclpy.qos import (DurabilityPolicy, HistoryPolicy, qos_profile_sensor_data, QoSProfile,
+                       ReliabilityPolicy)
+
+# High-rate state: best effort, keep last 5 (REP-2003 sensor data).
+SENSOR_QOS = qos_profile_sensor_data
+# Commands as ros2_control's forward_command_controller subscribes to them (reliable).
+COMMAND_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
+# Latched: late joiners get the latest model bytes / version.
+LATCHED_QOS = QoSProfile(depth=4, history=HistoryPolicy.KEEP_LAST,
+                         reliability=ReliabilityPolicy.RELIABLE,
+                         durability=DurabilityPolicy.TRANSIENT_LOCAL)
+LEVELS = {'ok': DiagnosticStatus.OK, 'warn': DiagnosticStatus.WARN,
+          'error': DiagnosticStatus.ERROR}
+
+
+def to_sec(stamp: Time) -> float:
+    return stamp.sec + stamp.nanosec * 1e-9
+
+
+def to_stamp(seconds: float) -> Time:
+    ns = int(round(seconds * 1e9))
+    return Time(sec=ns // 1_000_000_000, nanosec=ns % 1_000_000_000)
+
+
+def now_sec(node: Node) -> float:
+    """The node's ROS time (sim time under use_sim_time) in seconds."""
+    return node.get_clock().now().nanoseconds * 1e-9
+
+
+def doubles(values: np.ndarray) -> array.array:
+    """A float64[] message field from a numpy array without a Python list."""
+    return array.array('d', np.ascontiguousarray(values, dtype=np.float64).tobytes())
+
+
+def steady_timer(node: Node, period: float, callback: Callable[[], None]):
+    """A timer on the monotonic clock: wall-paced even under use_sim_time."""
+    return node.create_timer(period, callback, clock=Clock(clock_type=ClockType.STEADY_TIME))
+
+
+def diagnostics(node: Node, name: str, level: str, message: str,
+                fields: Mapping[str, object]) -> DiagnosticArray:
+    """One DiagnosticStatus (hardware_id = node name) holding ``fields`` as key/values."""
+    def text(v: object) -> str:
+        return f'{v:.4g}' if isinstance(v, float) else str(v)
+    status = DiagnosticStatus(level=LEVELS[level], name=f'{node.get_name()}: {name}',
+                              message=message, hardware_id=node.get_fully_qualified_name(),
+                              values=[KeyValue(key=k, value=text(v)) for k, v in fields.items()])
+    return DiagnosticArray(header=Header(stamp=node.get_clock().now().to_msg()),
+                           status=[status])
+
+
+def spin(make_node: Callable[[], Node], args: list[str] | None = None) -> int:
+    """``rclpy.init(args)``, spin the node, clean shutdown on Ctrl-C; exit code 1 on refusal."""
+    rclpy.init(args=args)
+    try:
+        node = make_node()
+    except (ValueError, RuntimeError) as exc:
+        print(f'[FATAL] refusing to start: {exc}', file=sys.stderr, flush=True)
+        rclpy.try_shutdown()
+        return 1
+    try:
+        rclpy.spin(node)
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    except RuntimeError:
+        if rclpy.ok():
+            raise
+        # Ctrl-C shut the context down while a callback was publishing: a clean stop.
+    finally:
+        node.destroy_node()
+        rclpy.try_shutdown()
+    return 0

@@ -1,0 +1,205 @@
+"""sim_node: the MuJoCo robot as a ROS 2 node (thin glue over core.sim.sim_session.SimSession).
+
+Publishes ``joint_states``, ``imu`` (the model's imu-site sensors), ``odom`` (ground truth),
+``/clock`` and ``/diagnostics``; takes ``joint_commands`` (Float64MultiArray, element i =
+``joints[i]``) and ``cmd_vel``; services ``~/reset``, ``~/pause`` (SetBool), ``~/step``.
+Modes: ``realtime`` (steady-clock timer at the control rate; a command older than
+``command_timeout_s`` -> default pose hold) and ``lockstep`` (one control step per command
+answering the last published state; the state is re-sent after ``command_timeout_s`` without
+an answer, so a late policy can join; ``~/step`` works while paused). Stamps are sim time
+when ``publish_clock`` is on; a reset re-sends the state under the same stamp.
+"""
+
+from __future__ import annotations
+
+import time
+
+from diagnostic_msgs.msg import DiagnosticArray
+from geometry_msgs.msg import Twist
+from nav_msgs.msg import Odometry
+import numpy as np
+from rclpy.node import Node
+from rosgraph_msgs.msg import Clock
+from sensor_msgs.msg import Imu, JointState
+from std_msgs.msg import Float64MultiArray
+from std_srvs.srv import SetBool, Trigger
+
+from ..core.config import from_dict, load_yaml
+from ..core.deploy.control_stats import Counters, LatencyStats, RateMeter, TickMonitor
+from ..core.deploy.state_input import JointOrder
+from ..core.sim.env_config import EnvConfig
+from ..core.sim.robot import load_robot
+from ..core.sim.sim_session import SimSession
+from .ros_io import (COMMAND_QOS, diagnostics, doubles, now_sec, SENSOR_QOS, spin,
+                     steady_timer, to_stamp)
+
+MODES = ('realtime', 'lockstep')
+
+
+class SimNode(Node):
+    """Parameters: robot, mode, randomization, pushes, noise, command_timeout_s,
+    publish_clock, seed, env_config, joints, reset_on_fall."""
+
+    def __init__(self):
+        super().__init__('sim_node')
+        p = {name: self.declare_parameter(name, default).value for name, default in (
+            ('robot', 'claw_quadruped'), ('mode', 'realtime'), ('randomization', False),
+            ('pushes', False), ('noise', False), ('command_timeout_s', 0.25),
+            ('publish_clock', True), ('seed', 0), ('env_config', ''), ('reset_on_fall', True))}
+        if p['mode'] not in MODES:
+            raise ValueError(f'parameter mode = {p["mode"]!r}; use one of {MODES}')
+        robot = load_robot(p['robot'])
+        path = p['env_config']
+        cfg = from_dict(EnvConfig, load_yaml(path).get('env', {}), source=path, prefix='env') \
+            if path else EnvConfig(num_envs=1)
+        self.params, self.robot = p, robot
+        self.order = JointOrder(robot, self.declare_parameter('joints', robot.joint_names).value)
+        self.sim = SimSession(robot, cfg, randomization=p['randomization'], pushes=p['pushes'],
+                              noise=p['noise'], seed=p['seed'],
+                              command_timeout_s=p['command_timeout_s'])
+        self.lockstep = p['mode'] == 'lockstep'
+        self.paused = False
+        self.awaiting: float | None = None  # perf_counter of the unanswered state publish
+        self.latency, self.tick_rate, self.cmd_rate = LatencyStats(), RateMeter(), RateMeter()
+        self.ticks = TickMonitor(robot.control_dt)
+        self.drops = Counters(('wrong_length', 'non_finite', 'unanswered'))
+        self.js = JointState(name=list(robot.joint_names))
+        self.imu = Imu()
+        self.imu.header.frame_id = robot.imu_body
+        self.odom = Odometry(child_frame_id=robot.base_body)
+        self.odom.header.frame_id = 'odom'
+        self.pub_js = self.create_publisher(JointState, 'joint_states', SENSOR_QOS)
+        self.pub_imu = self.create_publisher(Imu, 'imu', SENSOR_QOS)
+        self.pub_odom = self.create_publisher(Odometry, 'odom', SENSOR_QOS)
+        self.pub_clock = self.create_publisher(Clock, '/clock', SENSOR_QOS)
+        self.pub_diag = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
+        self.create_subscription(Float64MultiArray, 'joint_commands', self.on_command,
+                                 COMMAND_QOS)
+        self.create_subscription(Twist, 'cmd_vel', self.on_cmd_vel, 10)
+        self.create_service(Trigger, '~/reset', self.on_reset)
+        self.create_service(SetBool, '~/pause', self.on_pause)
+        self.create_service(Trigger, '~/step', self.on_step)
+        period = p['command_timeout_s'] if self.lockstep else robot.control_dt
+        steady_timer(self, period, self.on_wait if self.lockstep else self.on_tick)
+        steady_timer(self, 1.0, self.publish_diagnostics)
+        self.publish_state()
+        self.get_logger().info(f'{robot.name}: {p["mode"]} at {1 / robot.control_dt:g} Hz')
+
+    # --------------------------------------------------------------------------- control
+    def on_command(self, msg: Float64MultiArray) -> None:
+        now = time.perf_counter()
+        data = np.frombuffer(msg.data, dtype=np.float64) if len(msg.data) else np.zeros(0)
+        if data.shape != (self.robot.num_joints,):
+            self.drops.add('wrong_length')
+            return
+        if not np.isfinite(data).all():
+            self.drops.add('non_finite')
+            return
+        self.cmd_rate.tick(now)
+        self.sim.set_targets(self.order.from_output(data), now)
+        answering = self.awaiting is not None
+        if answering:
+            self.latency.add(now - self.awaiting)
+            self.awaiting = None
+        if self.lockstep and answering and not self.paused:
+            self.advance()
+
+    def on_cmd_vel(self, msg: Twist) -> None:
+        cmd = np.array([msg.linear.x, msg.linear.y, msg.angular.z])
+        if np.isfinite(cmd).all():
+            self.sim.commands = cmd
+
+    def on_tick(self) -> None:
+        self.ticks.tick(time.perf_counter())
+        if not self.paused:
+            self.advance()
+
+    def on_wait(self) -> None:
+        # Lockstep: re-send a state nobody answered (the policy may have joined late).
+        if self.awaiting is not None and not self.paused and \
+                time.perf_counter() - self.awaiting > self.params['command_timeout_s']:
+            self.drops.add('unanswered')
+            self.publish_state()
+
+    def advance(self) -> None:
+        if self.sim.step(self.sim.active_targets(time.perf_counter())) and \
+                self.params['reset_on_fall']:
+            self.sim.reset()
+        self.publish_state()
+
+    def publish_state(self) -> None:
+        r = self.sim.readings()
+        stamp = to_stamp(r.time if self.params['publish_clock'] else now_sec(self))
+        if self.params['publish_clock']:
+            self.pub_clock.publish(Clock(clock=stamp))
+        imu, js, odom = self.imu, self.js, self.odom
+        imu.header.stamp = js.header.stamp = odom.header.stamp = stamp
+        q, w, a = r.imu_quat, r.imu_gyro, r.imu_acc
+        o = imu.orientation
+        o.w, o.x, o.y, o.z = (float(v) for v in q)
+        v = imu.angular_velocity
+        v.x, v.y, v.z = (float(x) for x in w)
+        v = imu.linear_acceleration
+        v.x, v.y, v.z = (float(x) for x in a)
+        self.pub_imu.publish(imu)
+        js.position, js.velocity = doubles(r.joint_pos), doubles(r.joint_vel)
+        js.effort = doubles(r.joint_effort)
+        self.pub_js.publish(js)
+        self.awaiting = time.perf_counter()
+        self.tick_rate.tick(self.awaiting)
+        pose, twist = odom.pose.pose, odom.twist.twist
+        pose.position.x, pose.position.y, pose.position.z = (float(x) for x in r.base_pos)
+        o = pose.orientation
+        o.w, o.x, o.y, o.z = (float(x) for x in r.base_quat)
+        twist.linear.x, twist.linear.y, twist.linear.z = (float(x) for x in r.base_lin_vel)
+        twist.angular.x, twist.angular.y, twist.angular.z = (float(x) for x in r.base_ang_vel)
+        self.pub_odom.publish(odom)
+
+    # -------------------------------------------------------------------------- services
+    def on_reset(self, request, response):
+        answered = self.awaiting is None
+        self.sim.reset()
+        self.publish_state()  # same stamp: a policy that answered it already stays quiet
+        if answered:
+            self.awaiting = None
+        response.success, response.message = True, f'reset #{self.sim.resets}'
+        return response
+
+    def on_pause(self, request, response):
+        self.paused = bool(request.data)
+        self.ticks.reset()
+        if self.lockstep and not self.paused and self.awaiting is None:
+            self.advance()  # the last state was answered while paused: go on
+        response.success, response.message = True, 'paused' if self.paused else 'running'
+        return response
+
+    def on_step(self, request, response):
+        response.success = self.paused
+        if self.paused:
+            self.advance()
+        response.message = f'sim time {self.sim.time:.3f} s' if self.paused else \
+            'running: pause first (~/pause true), then step'
+        return response
+
+    def publish_diagnostics(self) -> None:
+        now, s = time.perf_counter(), self.sim
+        self.sim.active_targets(now)
+        fields = {'mode': self.params['mode'], 'paused': self.paused, 'sim_time_s': s.time,
+                  'steps': s.steps, 'control_rate_hz': self.tick_rate.rate(now),
+                  'command_rate_hz': self.cmd_rate.rate(now),
+                  **self.latency.summary('command_latency'), 'missed_ticks': self.ticks.missed,
+                  'command_timed_out': s.timed_out, 'cmd_vel': s.commands.round(3).tolist(),
+                  'falls': s.falls, 'resets': s.resets,
+                  'pushes': s.pushes_done, 'randomization': s.randomization, 'noise': s.noise,
+                  **self.drops.summary('dropped')}
+        level = 'warn' if s.timed_out and not self.lockstep else 'ok'
+        msg = 'command timeout: holding the default pose' if level == 'warn' else 'running'
+        self.pub_diag.publish(diagnostics(self, 'sim', level, msg, fields))
+
+
+def main(args=None) -> int:
+    return spin(SimNode, args)
+
+
+if __name__ == '__main__':
+    raise SystemExit(main())

@@ -1,0 +1,225 @@
+"""Shared fixtures for tests with real ROS 2 processes on loopback DDS.
+
+* :func:`ros_env` (module fixture): a random ``ROS_DOMAIN_ID`` (1-100),
+  ``ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST`` and a temp ``ROS_HOME``/``ROS_LOG_DIR``, applied
+  to this process (for the probe) and returned as the environment for child processes.
+* :class:`NodeProcess`: ``python -m claw_rl_ros.nodes.<node> --ros-args -p k:=v ...``; stopped
+  with SIGINT, then SIGTERM, then SIGKILL; its output is kept in a log file.
+* :class:`Probe` (fixture :func:`probe`): an rclpy node of the test, spun in a thread, that
+  records messages per topic and waits on them (or service replies) with timeouts.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from typing import Any, Callable
+
+import pytest
+import rclpy
+from rclpy.context import Context
+from rclpy.executors import SingleThreadedExecutor
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+from rcl_interfaces.srv import SetParameters
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope='module')
+def ros_env(tmp_path_factory):
+    """Environment of an isolated ROS graph for one test module (also set in os.environ)."""
+    home = tmp_path_factory.mktemp('ros_home')
+    env = {'ROS_DOMAIN_ID': str(random.SystemRandom().randint(1, 100)),
+           'ROS_AUTOMATIC_DISCOVERY_RANGE': 'LOCALHOST', 'ROS_HOME': str(home),
+           'ROS_LOG_DIR': str(home / 'log'), 'RMW_IMPLEMENTATION': 'rmw_fastrtps_cpp',
+           'PYTHONUNBUFFERED': '1'}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    yield dict(os.environ)
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+def ros_value(value: Any) -> str:
+    """A parameter value as ``--ros-args -p name:=value`` expects it (YAML)."""
+    if isinstance(value, bool):
+        return 'true' if value else 'false'
+    if isinstance(value, (list, tuple)):
+        return '[' + ', '.join(ros_value(v) for v in value) + ']'
+    if isinstance(value, str):
+        return f"'{value}'"
+    return repr(value)
+
+
+class NodeProcess:
+    """A node executable in its own process; ``stop()`` returns its exit code."""
+
+    def __init__(self, node: str, env: dict, log_dir: Path, params: dict | None = None,
+                 name: str | None = None):
+        self.name = name or node
+        self.log_path = Path(log_dir) / f'{self.name}.log'
+        cmd = [sys.executable, '-m', f'claw_rl_ros.nodes.{node}', '--ros-args']
+        for key, value in (params or {}).items():
+            cmd += ['-p', f'{key}:={ros_value(value)}']
+        if name:
+            cmd += ['-r', f'__node:={name}']
+        self._log = open(self.log_path, 'w')
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=self._log,
+                                     stderr=subprocess.STDOUT)
+
+    @property
+    def log(self) -> str:
+        if not self._log.closed:
+            self._log.flush()
+        return self.log_path.read_text()
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def wait_exit(self, timeout: float) -> int:
+        return self.proc.wait(timeout=timeout)
+
+    def stop(self, timeout: float = 10.0) -> int:
+        """SIGINT, then SIGTERM, then SIGKILL (each after ``timeout`` / 2 s)."""
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            if self.proc.poll() is None:
+                self.proc.send_signal(sig)
+                try:
+                    self.proc.wait(timeout=timeout / 2)
+                except subprocess.TimeoutExpired:
+                    continue
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self._log.close()
+        return self.proc.returncode
+
+
+class Probe:
+    """The test's own node: records messages by topic, publishes, calls services; thread-safe."""
+
+    def __init__(self, name: str = 'probe'):
+        self.context = Context()
+        rclpy.init(context=self.context)
+        self.node = Node(name, context=self.context)
+        self.executor = SingleThreadedExecutor(context=self.context)
+        self.executor.add_node(self.node)
+        self._cond = threading.Condition()
+        self.messages: dict[str, list[tuple[float, Any]]] = {}
+        self._pubs: dict[str, Any] = {}
+        self._thread = threading.Thread(target=self._spin, daemon=True)
+        self._thread.start()
+
+    def _spin(self) -> None:
+        try:
+            while self.context.ok():
+                self.executor.spin_once(timeout_sec=0.05)
+        except Exception:  # noqa: BLE001 - the context was shut down under the executor
+            pass
+
+    def subscribe(self, topic: str, msg_type, qos) -> None:
+        """Record every message on ``topic`` as (time.monotonic(), msg)."""
+        with self._cond:
+            self.messages.setdefault(topic, [])
+
+        def callback(msg, topic=topic):
+            with self._cond:
+                self.messages[topic].append((time.monotonic(), msg))
+                self._cond.notify_all()
+        self.node.create_subscription(msg_type, topic, callback, qos)
+
+    def count(self, topic: str) -> int:
+        with self._cond:
+            return len(self.messages[topic])
+
+    def since(self, topic: str, index: int) -> list:
+        with self._cond:
+            return [m for _, m in self.messages[topic][index:]]
+
+    def wait_for(self, topic: str, predicate: Callable[[Any], bool] = lambda m: True,
+                 timeout: float = 10.0, start: int = 0, fail: bool = True):
+        """The first message at index >= start that satisfies predicate; on timeout the test
+        fails (or None is returned with ``fail=False``)."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while True:
+                for _, msg in self.messages[topic][start:]:
+                    if predicate(msg):
+                        return msg
+                left = deadline - time.monotonic()
+                if left <= 0 and not fail:
+                    return None
+                if left <= 0:
+                    pytest.fail(f'no matching message on {topic} within {timeout} s '
+                                f'({len(self.messages[topic])} received)')
+                self._cond.wait(left)
+
+    def wait_count(self, topic: str, n: int, timeout: float = 10.0) -> list:
+        """Wait until ``n`` messages have arrived on ``topic`` in total; returns them."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while len(self.messages[topic]) < n:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    pytest.fail(f'{topic}: {len(self.messages[topic])} of {n} messages within '
+                                f'{timeout} s')
+                self._cond.wait(left)
+            return [m for _, m in self.messages[topic]]
+
+    def publish(self, topic: str, msg, qos=10) -> None:
+        if topic not in self._pubs:
+            self._pubs[topic] = self.node.create_publisher(type(msg), topic, qos)
+        self._pubs[topic].publish(msg)
+
+    def wait_subscribers(self, topic: str, n: int = 1, timeout: float = 10.0) -> None:
+        """Wait until ``n`` subscribers have matched this probe's publisher on ``topic``."""
+        deadline = time.monotonic() + timeout
+        while self._pubs[topic].get_subscription_count() < n:
+            if time.monotonic() > deadline:
+                pytest.fail(f'no subscriber on {topic} within {timeout} s')
+            time.sleep(0.02)
+
+    def call(self, srv_type, name: str, request, timeout: float = 10.0):
+        """Call a service and return its response (fails on timeout)."""
+        client = self.node.create_client(srv_type, name)
+        try:
+            if not client.wait_for_service(timeout_sec=timeout):
+                pytest.fail(f'service {name} not available within {timeout} s')
+            future = client.call_async(request)
+            deadline = time.monotonic() + timeout
+            while not future.done():
+                if time.monotonic() > deadline:
+                    pytest.fail(f'no reply from {name} within {timeout} s')
+                time.sleep(0.005)
+            return future.result()
+        finally:
+            self.node.destroy_client(client)
+
+    def set_parameter(self, node_name: str, name: str, value: Any, timeout: float = 10.0):
+        """``<node>/set_parameters`` with one parameter; returns its SetParametersResult."""
+        param = Parameter(name, value=value).to_parameter_msg()
+        request = SetParameters.Request(parameters=[param])
+        return self.call(SetParameters, f'{node_name}/set_parameters', request,
+                         timeout).results[0]
+
+    def close(self) -> None:
+        self.context.try_shutdown()
+        self._thread.join(timeout=5)
+        self.node.destroy_node()
+
+
+@pytest.fixture(scope='module')
+def probe(ros_env):
+    p = Probe()
+    yield p
+    p.close()

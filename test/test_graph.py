@@ -1,0 +1,244 @@
+"""The graph description: what each graph and argument resolves to, and the errors it raises.
+
+``claw-rl up`` and the launch files both start exactly these resolved nodes, so these are the
+facts both share. The parameter-file rule is checked against rcl itself (a real rclpy process).
+"""
+
+import json
+from pathlib import Path
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from claw_rl_ros.core import paths
+from claw_rl_ros.core.config import ConfigError
+from claw_rl_ros.launch_graph import EXECUTABLES, Graph, GRAPHS, NodeEntry, resolve, ros_command
+from claw_rl_ros.launch_graph.description import (Argument, inline_params_yaml,
+                                                  node_pattern_matches, normalize_namespace)
+from ros_helpers import ros_env  # noqa: F401 - fixture
+
+CONFIG = paths.share_dir() / 'config'
+
+
+def by_name(nodes):
+    return {node.name: node for node in nodes}
+
+
+@pytest.fixture
+def model(tmp_path):
+    path = tmp_path / 'student.onnx'
+    path.write_bytes(b'not checked here: the policy node validates models')
+    return path
+
+
+def test_the_graphs_and_their_arguments():
+    assert set(GRAPHS) == {'stand', 'sim', 'policy', 'control'}
+    args = {name: [a.name for a in g.arguments] for name, g in GRAPHS.items()}
+    assert args['control'] == ['robot', 'model', 'mode', 'namespace', 'use_sim_time']
+    assert args['sim'] == ['robot', 'mode', 'namespace', 'use_sim_time']
+    assert args['policy'] == ['robot', 'model', 'namespace', 'use_sim_time']
+    assert args['stand'] == ['robot', 'seconds']
+    defaults = GRAPHS['control'].defaults()
+    assert defaults == {'robot': 'claw_quadruped', 'model': '', 'mode': 'realtime',
+                        'namespace': '', 'use_sim_time': 'true'}
+    # A policy alone usually drives hardware: wall time unless told otherwise.
+    assert GRAPHS['policy'].defaults()['use_sim_time'] == 'false'
+
+
+def test_control_defaults_resolve_to_sim_and_policy_nodes():
+    nodes = resolve(GRAPHS['control'])
+    assert [(n.executable, n.name, n.namespace, n.fqn) for n in nodes] == [
+        ('sim_node', 'sim_node', '/', '/sim_node'),
+        ('policy_node', 'policy_node', '/', '/policy_node')]
+    sim, policy = nodes
+    assert sim.param_files == (str((CONFIG / 'sim_node.yaml').resolve()),)
+    assert policy.param_files == (str((CONFIG / 'policy_node.yaml').resolve()),)
+    assert dict(sim.parameters) == {'robot': 'claw_quadruped', 'mode': 'realtime',
+                                    'publish_clock': True}
+    assert dict(policy.parameters) == {'robot': 'claw_quadruped', 'model_path': '',
+                                       'use_sim_time': True}
+    assert sim.remappings == () and sim.arguments == () and not sim.exits
+    assert sim.module == 'claw_rl_ros.nodes.sim_node'
+    assert policy.module == 'claw_rl_ros.nodes.policy_node'
+
+
+def test_every_argument_reaches_the_nodes(model, tmp_path, monkeypatch):
+    robot_yaml = tmp_path / 'my_robot.yaml'
+    robot_yaml.write_text('robot: {}\n')
+    monkeypatch.chdir(tmp_path)
+    nodes = by_name(resolve(GRAPHS['control'], {
+        'model': 'student.onnx', 'mode': 'lockstep', 'namespace': 'robot1/front',
+        'use_sim_time': 'false', 'robot': 'my_robot.yaml'}))
+    sim, policy = nodes['sim_node'], nodes['policy_node']
+    # A relative model or robot path is made absolute: every process finds the same file.
+    assert policy.parameters['model_path'] == str(model)
+    assert sim.parameters['robot'] == policy.parameters['robot'] == str(robot_yaml)
+    assert sim.parameters['mode'] == 'lockstep'
+    assert sim.parameters['publish_clock'] is False
+    assert policy.parameters['use_sim_time'] is False
+    assert sim.namespace == policy.namespace == '/robot1/front'
+    assert sim.fqn == '/robot1/front/sim_node'
+    # A robot name stays a name (the nodes look it up in config/robots/).
+    policy = by_name(resolve(GRAPHS['policy'], {'robot': 'other_dog'}))['policy_node']
+    assert policy.parameters['robot'] == 'other_dog'
+    assert policy.parameters['use_sim_time'] is False
+
+
+def test_sim_and_policy_graphs_hold_one_node_each(model):
+    sim, = resolve(GRAPHS['sim'], {'mode': 'lockstep'})
+    assert (sim.name, sim.parameters['mode'], sim.parameters['publish_clock']) == (
+        'sim_node', 'lockstep', True)
+    policy, = resolve(GRAPHS['policy'], {'model': str(model)})
+    assert (policy.name, policy.parameters['model_path']) == ('policy_node', str(model))
+
+
+def test_stand_is_a_one_shot_claw_rl_command():
+    stand, = resolve(GRAPHS['stand'], {'seconds': '0.5'})
+    assert (stand.executable, stand.name, stand.exits, stand.module) == (
+        'claw_rl', 'stand', True, 'claw_rl_ros.cli')
+    assert stand.arguments == ('stand', '--robot', 'claw_quadruped', '--seconds', '0.5')
+    assert stand.parameters == {} and stand.param_files == ()
+
+
+@pytest.mark.parametrize('values, key, words', [
+    ({'modle': 'x.onnx'}, 'modle', 'unknown argument'),
+    ({'mode': 'fast'}, 'mode', 'realtime, lockstep'),
+    ({'model': 'missing.onnx'}, 'model', 'no such file'),
+    ({'namespace': 'robot-1'}, 'namespace', 'not a valid ROS namespace'),
+    ({'namespace': '1robot'}, 'namespace', 'not a valid ROS namespace'),
+    ({'use_sim_time': 'yes'}, 'use_sim_time', 'true, false'),
+])
+def test_bad_arguments_are_named_with_the_fix(values, key, words, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError) as info:
+        resolve(GRAPHS['control'], values)
+    assert info.value.key == key and "graph 'control'" in info.value.source
+    assert words in str(info.value)
+
+
+def test_namespace_normalisation():
+    assert normalize_namespace('') == '/'
+    assert normalize_namespace('/') == '/'
+    assert normalize_namespace('robot1') == '/robot1'
+    assert normalize_namespace('/robot1/front/') == '/robot1/front'
+
+
+def test_ros_command_is_launch_ros_order(model):
+    sim, policy = resolve(GRAPHS['control'], {'model': str(model), 'namespace': 'r1'})
+    cmd = ros_command(policy, '/tmp/inline.yaml')
+    assert cmd == ['--ros-args', '-r', '__node:=policy_node', '-r', '__ns:=/r1',
+                   '--params-file', policy.param_files[0], '--params-file', '/tmp/inline.yaml']
+    # Inline parameters go into a file keyed by the node's full name, as launch_ros writes it.
+    assert yaml.safe_load(inline_params_yaml(policy)) == {
+        '/r1/policy_node': {'ros__parameters': dict(policy.parameters)}}
+    stand, = resolve(GRAPHS['stand'])
+    assert ros_command(stand, None) == [*stand.arguments, '--ros-args', '-r', '__node:=stand',
+                                        '-r', '__ns:=/']
+    with pytest.raises(ValueError):
+        ros_command(sim, None)  # inline parameters need their file
+
+
+def test_remappings_follow_the_parameters():
+    graph = Graph('remapped', 'test', (), lambda v: [NodeEntry(
+        'policy_node', 'policy_node', parameters={'robot': 'claw_quadruped'},
+        remappings=(('joint_commands', '/fwd/commands'), ('imu', 'imu/data')))])
+    node, = resolve(graph)
+    assert node.remappings == (('joint_commands', '/fwd/commands'), ('imu', 'imu/data'))
+    assert ros_command(node, 'p.yaml')[-4:] == ['-r', 'joint_commands:=/fwd/commands',
+                                                '-r', 'imu:=imu/data']
+
+
+def test_a_graph_of_n_actors_is_one_entry():
+    """The shape the training graph will have: N from an argument, unique names, namespace."""
+    graph = Graph('train', 'trainer + N actors', (
+        Argument('actors', '2', 'actor processes'), Argument('namespace', '', 'ns')),
+        lambda v: [NodeEntry('claw_rl', 'trainer')] + [
+            NodeEntry('sim_node', f'actor_{i}', parameters={'seed': i})
+            for i in range(int(v['actors']))])
+    nodes = resolve(graph, {'actors': '3', 'namespace': 'train'})
+    assert [n.fqn for n in nodes] == ['/train/trainer', '/train/actor_0', '/train/actor_1',
+                                      '/train/actor_2']
+    assert [n.parameters.get('seed') for n in nodes] == [None, 0, 1, 2]
+
+
+def test_entry_mistakes_are_caught():
+    same = Graph('dup', 'test', (), lambda v: [NodeEntry('sim_node', 'a'),
+                                               NodeEntry('policy_node', 'a')])
+    with pytest.raises(ConfigError, match='/a is used twice'):
+        resolve(same)
+    unknown = Graph('unknown', 'test', (), lambda v: [NodeEntry('trainer_node', 't')])
+    with pytest.raises(ConfigError, match='trainer_node.*not installed'):
+        resolve(unknown)
+    bad_name = Graph('bad', 'test', (), lambda v: [NodeEntry('sim_node', 'sim-node')])
+    with pytest.raises(ConfigError, match='a node name is'):
+        resolve(bad_name)
+    missing = Graph('missing', 'test', (), lambda v: [NodeEntry(
+        'sim_node', 'sim_node', param_files=('no_such_file.yaml',))])
+    with pytest.raises(ConfigError, match='no_such_file.yaml does not exist'):
+        resolve(missing)
+
+
+def test_a_parameter_file_that_would_not_apply_is_an_error(tmp_path):
+    """rcl ignores a section keyed ``sim_node`` for ``/robot1/sim_node``: say so, don't run."""
+    plain = tmp_path / 'plain.yaml'
+    plain.write_text('sim_node:\n  ros__parameters:\n    seed: 3\n')
+    wild = tmp_path / 'wild.yaml'
+    wild.write_text('/**/sim_node:\n  ros__parameters:\n    seed: 3\n')
+
+    def graph(path):
+        return Graph('g', 'test', (Argument('namespace', '', 'ns'),), lambda v: [
+            NodeEntry('sim_node', 'sim_node', param_files=(str(path),))])
+    assert resolve(graph(plain))[0].param_files == (str(plain),)
+    assert resolve(graph(wild), {'namespace': 'robot1'})[0].param_files == (str(wild),)
+    with pytest.raises(ConfigError, match=r'no section applies to /robot1/sim_node.*"/\*\*/'):
+        resolve(graph(plain), {'namespace': 'robot1'})
+
+
+def test_package_parameter_files_apply_to_their_nodes_in_any_namespace():
+    for graph in GRAPHS.values():
+        resolve(graph, {'namespace': 'robot1/front'} if any(
+            a.name == 'namespace' for a in graph.arguments) else {})
+
+
+CASES = [('sim_node', '/sim_node'), ('sim_node', '/r1/sim_node'),
+         ('/**/sim_node', '/sim_node'), ('/**/sim_node', '/r1/a/sim_node'),
+         ('/**', '/r1/sim_node'), ('/r1/sim_node', '/r1/sim_node'),
+         ('/*/sim_node', '/r1/sim_node'), ('/*/sim_node', '/sim_node'),
+         ('/r1/*', '/r1/policy_node'), ('/r1/*', '/r2/policy_node'),
+         ('/**/policy_node', '/r1/sim_node')]
+
+
+def test_node_pattern_rule_agrees_with_rcl(tmp_path, ros_env):
+    """Each (key, node) pair: does rcl apply the section? Asked of a real rclpy process."""
+    script = tmp_path / 'probe_params.py'
+    script.write_text(
+        'import json, sys\n'
+        'import rclpy\n'
+        'from rclpy.context import Context\n'
+        'out = []\n'
+        'for i, (key, fqn) in enumerate(json.loads(sys.argv[1])):\n'
+        '    path = f"{sys.argv[2]}/p{i}.yaml"\n'
+        '    open(path, "w").write(f"{key}:\\n  ros__parameters:\\n    probe: 7\\n")\n'
+        '    ns, name = fqn.rsplit("/", 1)\n'
+        '    ctx = Context()\n'
+        '    rclpy.init(args=["x", "--ros-args", "--params-file", path], context=ctx)\n'
+        '    node = rclpy.create_node(name, namespace=ns or "/", context=ctx)\n'
+        '    out.append(node.declare_parameter("probe", 0).value == 7)\n'
+        '    node.destroy_node()\n'
+        '    rclpy.shutdown(context=ctx)\n'
+        'print(json.dumps(out))\n')
+    result = subprocess.run([sys.executable, str(script), json.dumps(CASES), str(tmp_path)],
+                            capture_output=True, text=True, timeout=60, env=ros_env)
+    assert result.returncode == 0, result.stderr
+    applied = json.loads(result.stdout.strip().splitlines()[-1])
+    assert applied == [node_pattern_matches(key, fqn) for key, fqn in CASES]
+    assert applied.count(True) >= 5 and applied.count(False) >= 4  # both outcomes covered
+
+
+def test_every_executable_is_a_module_with_main():
+    import importlib
+    for exe, module in EXECUTABLES.items():
+        assert callable(importlib.import_module(module).main), exe
+        assert (Path(__file__).resolve().parents[1] / 'scripts' / exe).is_file(), exe
