@@ -281,12 +281,15 @@ def main() -> None:
         models = [good_model(robot, tmp / f'{k}.onnx', seed=k, hidden=(256, 256, 256))
                   for k in range(2)]
         bench = Bench(tmp)
+        print(f'machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the '
+              'start (other processes compete for the same cores)', flush=True)
         if not args.only_walk:
             control_numbers(bench, models, args)
         if args.student.is_file():
             compare_walk(bench, robot, args.student, args.walk_episodes, args.walk_seconds)
         else:
             print(f'walk check skipped: {args.student} does not exist', flush=True)
+        print(f'load average {os.getloadavg()[0]:.1f} at the end', flush=True)
         bench.probe.close()
 
 
