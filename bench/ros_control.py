@@ -187,8 +187,9 @@ def transport(model: Path) -> dict:
     return {'model_bytes': len(data), 'uint8_topic_ms': topic, 'byte_array_param_ms': param}
 
 
-def compare_walk(bench: Bench, robot, student: Path, episodes: int, seconds: float) -> None:
-    """Tracking error and falls at 0.5 m/s: realtime ROS loop vs in-process evaluation."""
+def compare_walk(bench: Bench, robot, student: Path, episodes: int, seconds: float,
+                 mode: str = 'realtime') -> None:
+    """Tracking error and falls at 0.5 m/s: the ROS loop vs in-process evaluation."""
     from geometry_msgs.msg import Twist
     from nav_msgs.msg import Odometry
     from std_srvs.srv import Trigger
@@ -202,7 +203,7 @@ def compare_walk(bench: Bench, robot, student: Path, episodes: int, seconds: flo
     offline = evaluate(OnnxPolicy(student, robot), cfg, robot, episodes=episodes,
                        command=(0.5, 0.0, 0.0))
     bench.probe.subscribe('odom', Odometry, SENSOR_QOS)
-    sim = bench.node('sim_node', {'mode': 'realtime', 'reset_on_fall': True})
+    sim = bench.node('sim_node', {'mode': mode, 'reset_on_fall': True})
     policy = bench.node('policy_node', {'use_sim_time': True, 'model_path': str(student)})
     cmd = Twist()
     cmd.linear.x = 0.5
@@ -229,7 +230,7 @@ def compare_walk(bench: Bench, robot, student: Path, episodes: int, seconds: flo
     finally:
         policy.stop(), sim.stop()
     err = np.mean(errors, axis=0) if errors else [float('nan')] * 3
-    print(f'walk at 0.5 m/s, {episodes} x {seconds:g} s: ROS realtime loop tracking error vx '
+    print(f'walk at 0.5 m/s, {episodes} x {seconds:g} s: ROS {mode} loop tracking error vx '
           f'{err[0]:.3f} m/s, vy {err[1]:.3f}, yaw {err[2]:.3f}, falls {falls}/{episodes} | '
           f'in-process eval vx {offline.tracking_error_vx:.3f} m/s, vy '
           f'{offline.tracking_error_vy:.3f}, yaw {offline.tracking_error_yaw:.3f}, falls '
@@ -269,6 +270,8 @@ def main() -> None:
     parser.add_argument('--student', type=Path, default=STUDENT)
     parser.add_argument('--walk-episodes', type=int, default=10)
     parser.add_argument('--walk-seconds', type=float, default=10.0)
+    parser.add_argument('--walk-modes', nargs='+', default=['realtime'],
+                        choices=['realtime', 'lockstep'])
     parser.add_argument('--only-walk', action='store_true', help='skip parts 1-3')
     args = parser.parse_args()
     if args.role:
@@ -281,12 +284,17 @@ def main() -> None:
         models = [good_model(robot, tmp / f'{k}.onnx', seed=k, hidden=(256, 256, 256))
                   for k in range(2)]
         bench = Bench(tmp)
+        print(f'machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the '
+              'start (other processes compete for the same cores)', flush=True)
         if not args.only_walk:
             control_numbers(bench, models, args)
         if args.student.is_file():
-            compare_walk(bench, robot, args.student, args.walk_episodes, args.walk_seconds)
+            for mode in args.walk_modes:
+                compare_walk(bench, robot, args.student, args.walk_episodes, args.walk_seconds,
+                             mode)
         else:
             print(f'walk check skipped: {args.student} does not exist', flush=True)
+        print(f'load average {os.getloadavg()[0]:.1f} at the end', flush=True)
         bench.probe.close()
 
 

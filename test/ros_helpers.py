@@ -30,6 +30,7 @@ from rclpy.parameter import Parameter
 from rcl_interfaces.srv import SetParameters
 
 ROOT = Path(__file__).resolve().parents[1]
+_STARTED: list['NodeProcess'] = []
 
 
 @pytest.fixture(scope='module')
@@ -43,6 +44,9 @@ def ros_env(tmp_path_factory):
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     yield dict(os.environ)
+    # Safety net: no node of this module outlives it, even when a test or fixture failed.
+    for proc in list(_STARTED):
+        proc.stop()
     for key, value in saved.items():
         if value is None:
             os.environ.pop(key, None)
@@ -76,6 +80,7 @@ class NodeProcess:
         self._log = open(self.log_path, 'w')
         self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=self._log,
                                      stderr=subprocess.STDOUT)
+        _STARTED.append(self)
 
     @property
     def log(self) -> str:
@@ -102,7 +107,14 @@ class NodeProcess:
             self.proc.kill()
             self.proc.wait()
         self._log.close()
+        if self in _STARTED:
+            _STARTED.remove(self)
         return self.proc.returncode
+
+
+def stop_all(*procs: NodeProcess) -> dict[str, int]:
+    """Stop every process (even if one misbehaves); returns {name: exit code}."""
+    return {proc.name: proc.stop() for proc in procs}
 
 
 class Probe:

@@ -8,7 +8,7 @@ from std_srvs.srv import SetBool, Trigger
 
 from claw_rl_ros.nodes.ros_io import SENSOR_QOS, to_sec
 from control_models import good_model
-from ros_helpers import NodeProcess, probe, ros_env  # noqa: F401 - pytest fixtures
+from ros_helpers import NodeProcess, probe, ros_env, stop_all  # noqa: F401 - fixtures
 
 
 @pytest.fixture(scope='module')
@@ -19,8 +19,8 @@ def loop(ros_env, probe, robot, tmp_path_factory):  # noqa: F811
     policy = NodeProcess('policy_node', ros_env, d, {
         'use_sim_time': True, 'model_path': str(good_model(robot, d / 'a.onnx'))})
     yield sim, policy
-    for proc in (policy, sim):
-        assert proc.stop() == 0, proc.log
+    codes = stop_all(policy, sim)
+    assert codes == {'policy_node': 0, 'sim_node': 0}, sim.log + policy.log
 
 
 def test_lockstep_steps_once_per_command_and_services_work(loop, probe, robot):  # noqa: F811

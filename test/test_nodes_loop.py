@@ -13,7 +13,7 @@ from std_msgs.msg import Float64MultiArray, String, UInt8MultiArray
 from claw_rl_ros.nodes.ros_io import COMMAND_QOS, LATCHED_QOS, SENSOR_QOS
 from control_models import (corrupted_model, good_model, wrong_shape_model,
                             wrong_spec_model)
-from ros_helpers import NodeProcess, probe, ros_env  # noqa: F401 - pytest fixtures
+from ros_helpers import NodeProcess, probe, ros_env, stop_all  # noqa: F401 - fixtures
 
 CAP = 200_000  # policy max_model_bytes: the 256x256 student (~330 KB) is oversized
 
@@ -41,9 +41,8 @@ def graph(ros_env, probe, tmp_path_factory):  # noqa: F811
     policy = NodeProcess('policy_node', ros_env, logs,
                          {'use_sim_time': True, 'max_model_bytes': CAP})
     yield {'sim': sim, 'policy': policy}
-    for proc in (policy, sim):
-        code = proc.stop()
-        assert code == 0, f'{proc.name} exited {code}:\n{proc.log}'
+    codes = stop_all(policy, sim)
+    assert codes == {'policy_node': 0, 'sim_node': 0}, sim.log + policy.log
 
 
 def status(probe, node, predicate=lambda v: True, timeout=10.0, start=0):  # noqa: F811

@@ -130,30 +130,28 @@ class SimNode(Node):
     def publish_state(self) -> None:
         r = self.sim.readings()
         stamp = to_stamp(r.time if self.params['publish_clock'] else now_sec(self))
-        if self.params['publish_clock']:
-            self.pub_clock.publish(Clock(clock=stamp))
         imu, js, odom = self.imu, self.js, self.odom
         imu.header.stamp = js.header.stamp = odom.header.stamp = stamp
-        q, w, a = r.imu_quat, r.imu_gyro, r.imu_acc
-        o = imu.orientation
-        o.w, o.x, o.y, o.z = (float(v) for v in q)
-        v = imu.angular_velocity
-        v.x, v.y, v.z = (float(x) for x in w)
-        v = imu.linear_acceleration
-        v.x, v.y, v.z = (float(x) for x in a)
-        self.pub_imu.publish(imu)
+        o, w, a = imu.orientation, imu.angular_velocity, imu.linear_acceleration
+        o.w, o.x, o.y, o.z = (float(v) for v in r.imu_quat)
+        w.x, w.y, w.z = (float(v) for v in r.imu_gyro)
+        a.x, a.y, a.z = (float(v) for v in r.imu_acc)
         js.position, js.velocity = doubles(r.joint_pos), doubles(r.joint_vel)
         js.effort = doubles(r.joint_effort)
-        self.pub_js.publish(js)
-        self.awaiting = time.perf_counter()
-        self.tick_rate.tick(self.awaiting)
         pose, twist = odom.pose.pose, odom.twist.twist
-        pose.position.x, pose.position.y, pose.position.z = (float(x) for x in r.base_pos)
+        pose.position.x, pose.position.y, pose.position.z = (float(v) for v in r.base_pos)
         o = pose.orientation
-        o.w, o.x, o.y, o.z = (float(x) for x in r.base_quat)
-        twist.linear.x, twist.linear.y, twist.linear.z = (float(x) for x in r.base_lin_vel)
-        twist.angular.x, twist.angular.y, twist.angular.z = (float(x) for x in r.base_ang_vel)
+        o.w, o.x, o.y, o.z = (float(v) for v in r.base_quat)
+        twist.linear.x, twist.linear.y, twist.linear.z = (float(v) for v in r.base_lin_vel)
+        twist.angular.x, twist.angular.y, twist.angular.z = (float(v) for v in r.base_ang_vel)
+        # The policy acts on joint_states: publish it last, after everything it needs.
+        if self.params['publish_clock']:
+            self.pub_clock.publish(Clock(clock=stamp))
         self.pub_odom.publish(odom)
+        self.pub_imu.publish(imu)
+        self.awaiting = time.perf_counter()
+        self.pub_js.publish(js)
+        self.tick_rate.tick(self.awaiting)
 
     # -------------------------------------------------------------------------- services
     def on_reset(self, request, response):

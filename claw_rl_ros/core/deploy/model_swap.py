@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import OrderedDict
 import hashlib
 from pathlib import Path
+import threading
 
 import numpy as np
 
@@ -90,9 +91,9 @@ def read_model_file(path: str | Path, max_bytes: int = DEFAULT_MAX_MODEL_BYTES) 
 class ModelCache:
     """Offered models by sha256: the validated policy or the rejection reason (LRU, bounded).
 
-    ``offer`` validates bytes as they arrive (off the activation path); ``get`` returns the
-    policy for a hash (full hex digest or a prefix of at least 8 characters) or raises
-    ModelRejected with the stored reason.
+    ``offer`` validates bytes as they arrive (off the activation path; thread-safe, so it may
+    run on a worker thread); ``get`` returns the policy for a hash (full hex digest or a prefix
+    of at least 8 characters) or raises ModelRejected with the stored reason.
     """
 
     def __init__(self, robot: RobotSpec, max_bytes: int = DEFAULT_MAX_MODEL_BYTES,
@@ -101,19 +102,24 @@ class ModelCache:
         self.max_bytes = max_bytes
         self.capacity = capacity
         self._entries: OrderedDict[str, OnnxPolicy | ModelRejected] = OrderedDict()
+        self._lock = threading.Lock()
 
     def offer(self, data: bytes) -> tuple[str, OnnxPolicy | ModelRejected]:
         """Validate and remember ``data``; returns (sha256, policy or the rejection)."""
         sha = hashlib.sha256(data).hexdigest()
-        if sha not in self._entries:
+        with self._lock:
+            known = self._entries.get(sha)
+        if known is None:
             try:
-                self._entries[sha] = validate_model(data, self.robot, self.max_bytes)
+                known = validate_model(data, self.robot, self.max_bytes)
             except ModelRejected as exc:
-                self._entries[sha] = exc
-        self._entries.move_to_end(sha)
-        while len(self._entries) > self.capacity:
-            self._entries.popitem(last=False)
-        return sha, self._entries[sha]
+                known = exc
+        with self._lock:
+            self._entries[sha] = known
+            self._entries.move_to_end(sha)
+            while len(self._entries) > self.capacity:
+                self._entries.popitem(last=False)
+        return sha, known
 
     def get(self, sha256: str) -> OnnxPolicy:
         """The validated policy offered with this hash, or ModelRejected saying why not."""
@@ -121,15 +127,17 @@ class ModelCache:
         if len(key) < 8:
             raise ModelRejected(f'model_sha256 {sha256!r} is too short; give at least 8 hex '
                                 'characters of the sha256 of the bytes sent on policy/model')
-        hits = [s for s in self._entries if s.startswith(key)]
+        with self._lock:
+            entries = dict(self._entries)
+        hits = [s for s in entries if s.startswith(key)]
         if not hits:
-            known = [version_of(s) for s in self._entries] or 'none'
+            known = [version_of(s) for s in entries] or 'none'
             raise ModelRejected(f'no model with sha256 {sha256!r} was received on policy/model '
                                 f'(have {known}); publish the bytes first')
         if len(hits) > 1:
             raise ModelRejected(f'model_sha256 {sha256!r} matches {len(hits)} models; give '
                                 'more characters')
-        entry = self._entries[hits[0]]
+        entry = entries[hits[0]]
         if isinstance(entry, ModelRejected):
             raise ModelRejected(str(entry))
         return entry
