@@ -16,7 +16,7 @@ def test_missing_robot_config_exits_2_with_one_line(capsys):
     assert main(['spec', '--robot', 'no_such_robot']) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
-    assert 'no_such_robot.yaml: file not found' in err
+    assert 'robot: no_such_robot: no robot of that name' in err and '--robot path/to' in err
 
 
 def test_console_script_runs_as_module():
