@@ -7,8 +7,9 @@
    swap's activation time (set_parameters request -> reply, and -> model_version message).
 3. hot-swap transport: serialising the model as a ``uint8[]`` message field versus a
    BYTE_ARRAY parameter (the alternative design), in this process.
-4. with ``--student`` (default /work/notes/student.onnx when it exists): tracking error and
-   falls at 0.5 m/s through the realtime loop next to the in-process evaluation.
+4. with ``--student`` (default: the newest ``runs/*/student.onnx``, e.g. from ``make train``):
+   tracking error and falls at 0.5 m/s through the realtime loop next to the in-process
+   evaluation.
 
 Usage: .venv/bin/python bench/ros_control.py [--seconds 60] [--swaps 10]
 """
@@ -30,7 +31,9 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / 'test'))
-STUDENT = Path('/work/notes/student.onnx')
+# The newest student `make train` left in runs/ (None: the walk comparison is skipped).
+STUDENT = max((ROOT / 'runs').glob('*/student.onnx'), key=lambda p: p.stat().st_mtime,
+              default=None)
 
 
 def ping_pong(role: str, seconds: float) -> None:
@@ -288,7 +291,7 @@ def main() -> None:
               'start (other processes compete for the same cores)', flush=True)
         if not args.only_walk:
             control_numbers(bench, models, args)
-        if args.student.is_file():
+        if args.student is not None and args.student.is_file():
             for mode in args.walk_modes:
                 compare_walk(bench, robot, args.student, args.walk_episodes, args.walk_seconds,
                              mode)
