@@ -10,7 +10,7 @@ PIP := $(BIN)/python -m pip --disable-pip-version-check
 TRAIN_CONFIG ?= config/train_ppo.yaml
 PYTEST_ARGS ?=
 
-.PHONY: venv sysdeps train test bench bench-opd clean-venv
+.PHONY: venv sysdeps train test bench bench-opd bench-ros clean-venv
 
 venv: $(STAMP)
 
@@ -44,6 +44,11 @@ bench: venv
 	$(PIP) install -q -r requirements-bench.txt
 	$(BIN)/python bench/env_throughput.py
 	$(BIN)/python bench/ppo_vs_sb3.py
+
+# The ROS control loop: lockstep vs a bare ping-pong, realtime latency with hot swaps, and the
+# newest runs/*/student.onnx walking through the loop (a few minutes; wants an idle machine).
+bench-ros: venv
+	$(BIN)/python bench/ros_control.py
 
 # OPD vs PPO from scratch (trains PPO with evaluations, then a distilled student): ~15 minutes.
 bench-opd: venv
