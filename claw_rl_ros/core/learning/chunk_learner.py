@@ -12,11 +12,16 @@ from __future__ import annotations
 
 from collections import deque
 import hashlib
+from pathlib import Path
 import time
+from typing import Any
 
 import numpy as np
 import torch
 
+from . import checkpoint as ckpt
+from ..config import to_dict
+from ..deploy.export import export_onnx
 from .networks import ActorCritic
 from .opd import alpha_at
 from .ppo import PPO
@@ -151,3 +156,58 @@ class ChunkLearner:
                 stats[key] = float(np.average(values, weights=weights)) if len(chunks) > 1 \
                     else float(values[0])
         return stats
+
+    # ------------------------------------------------------------------ export, checkpoints
+    def export_student(self, robot: Any, path: str | Path) -> bytes:
+        """The student as ONNX (written atomically to ``path``) with ``policy_version`` and
+        ``action_std`` [A] in its metadata (what actors sample with); returns its bytes."""
+        std = [float(x) for x in self.policy.log_std.detach().exp()]
+        export_onnx(self.policy, robot, path, action_clip=self.cfg.env.clip_actions,
+                    extra_metadata={'policy_version': self.policy_version, 'action_std': std,
+                                    'iteration': self.iteration, 'total_steps': self.total_steps,
+                                    'algorithm': self.cfg.algorithm})
+        return Path(path).read_bytes()
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything to resume: weights, teacher, optimizer, counters, RNG, episode logs."""
+        return {'iteration': self.iteration, 'policy_version': self.policy_version,
+                'total_steps': self.total_steps, 'config': to_dict(self.cfg),
+                'obs_dims': self.obs_dims, 'num_actions': self.num_actions,
+                'model': self.policy.state_dict(),
+                'teacher': self.alg.teacher.state_dict() if self.alg.teacher is not None
+                else None,
+                'optimizer': self.alg.optimizer.state_dict(),
+                'learning_rate': self.alg.learning_rate,
+                'rng': {'generator': self.generator.get_state()},
+                'episodes': {'returns': list(self.returns), 'lengths': list(self.lengths),
+                             'sums': {k: list(v) for k, v in self._episode_sums.items()}}}
+
+    def save(self, run_dir: str | Path, keep: int) -> Path:
+        """An atomic checkpoint ``run_dir/checkpoints/model_<iteration>.pt`` (loadable by
+        ``claw-rl export`` and as a frozen teacher)."""
+        path = ckpt.checkpoint_path(run_dir, self.iteration)
+        ckpt.save_checkpoint(path, self.state_dict())
+        ckpt.prune_checkpoints(run_dir, keep)
+        return path
+
+    def load(self, path: str | Path) -> None:
+        """Continue from a :meth:`save` checkpoint (same sizes)."""
+        payload = ckpt.load_checkpoint(path)
+        if payload['obs_dims'] != self.obs_dims or payload['num_actions'] != self.num_actions:
+            raise ValueError(f'{path}: checkpoint has obs_dims {payload["obs_dims"]} and '
+                             f'{payload["num_actions"]} actions, the trainer {self.obs_dims} '
+                             f'and {self.num_actions}')
+        self.policy.load_state_dict(payload['model'])
+        if payload['teacher'] is not None and self.alg.teacher is not None:
+            self.alg.teacher.load_state_dict(payload['teacher'])
+        self.alg.optimizer.load_state_dict(payload['optimizer'])
+        self.alg.learning_rate = payload['learning_rate']
+        self.generator.set_state(payload['rng']['generator'])
+        self.iteration = payload['iteration']
+        self.policy_version = payload.get('policy_version', self.iteration)
+        self.total_steps = payload['total_steps']
+        episodes = payload['episodes']
+        self.returns.extend(episodes['returns'])
+        self.lengths.extend(episodes['lengths'])
+        for k, v in episodes['sums'].items():
+            self._episode_sums.setdefault(k, deque(maxlen=200)).extend(v)
