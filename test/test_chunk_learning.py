@@ -2,6 +2,7 @@
 encoded chunk), and the learner accepts several actors' chunks and critic-less actors."""
 
 import copy
+import hashlib
 
 import numpy as np
 import pytest
@@ -117,4 +118,47 @@ def test_actor_without_critic_gets_values_from_the_learner():
     # ...and the bootstrap really changed the time-out rewards.
     mask = torch.from_numpy(chunk.truncated)
     assert not torch.equal(with_values[1][mask], torch.from_numpy(chunk.rewards)[mask])
+    live.close()
+
+
+def test_onnx_actor_acts_with_the_exported_student(tmp_path):
+    from claw_rl_ros.core.deploy.model_swap import validate_model
+    from claw_rl_ros.core.learning.batched_actor import OnnxBehaviour
+    live = LocalActorLearner(tiny_config(**SHORT))
+    live.iteration()
+    learner, actor = live.learner, live.actors[0]
+    data = learner.export_student(actor.env.robot, tmp_path / 'student.onnx')
+    behaviour = OnnxBehaviour(validate_model(data, actor.env.robot))
+    assert behaviour.policy_version == 1
+    torch.testing.assert_close(behaviour.std, learner.policy.log_std.detach().exp())
+    live.lag.publish(1, hashlib.sha256(data).hexdigest())
+    actor.use_behaviour(behaviour)
+    chunk = live.gate.admit(encode_chunk(actor.collect()))
+    assert chunk.values is None and chunk.final_values is None
+    assert (chunk.model_sha, chunk.policy_version) == (behaviour.model_sha, 1)
+    # The behaviour mean is the learner's student mean on the same observations.
+    obs = {g: torch.from_numpy(np.array(v[0])) for g, v in chunk.obs.items()}
+    mean, _ = learner.policy.action_mean_std(obs)
+    np.testing.assert_allclose(chunk.mu[0], mean.detach().numpy(), atol=1e-5)
+    metrics = learner.learn([chunk])
+    assert np.isfinite(metrics['value_loss']) and learner.policy_version == 2
+    live.close()
+
+
+def test_learner_checkpoint_resumes_the_next_update_exactly(tmp_path):
+    # The actor samples with its own generator: the learner's RNG state is all that is saved.
+    live = LocalActorLearner(tiny_config(**SHORT), generator_shared=False)
+    live.iteration()
+    path = live.learner.save(tmp_path, keep=2)
+    live.publish()
+    chunk = decode_chunk(encode_chunk(live.actors[0].collect()), live.learner.spec)
+    resumed = ChunkLearner(tiny_config(**SHORT), live.learner.obs_dims,
+                           live.learner.num_actions)
+    resumed.load(path)
+    assert resumed.policy_version == 1 and resumed.total_steps == live.learner.total_steps
+    expected = live.learner.learn([chunk])
+    got = resumed.learn([chunk])
+    for key in ('value_loss', 'surrogate_loss', 'learning_rate'):
+        assert got[key] == expected[key], key
+    assert torch.equal(params_of(live.learner), params_of(resumed))
     live.close()
