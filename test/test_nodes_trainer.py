@@ -1,6 +1,7 @@
 """trainer_node + two actor_nodes in two namespaces as real processes on loopback DDS: chunks of
 both actors are used, the trainer pushes new students through the hot-swap mechanism (versions
-advance at both actors), checkpoints are written, and every process stops cleanly."""
+advance at both actors), training goes on when an actor dies and a restarted actor gets the
+current model, checkpoints are written, and every process stops cleanly."""
 
 from pathlib import Path
 import subprocess
@@ -61,7 +62,16 @@ def test_two_actors_feed_one_trainer_and_get_its_pushes(ros_env, probe, tmp_path
                            len(distinct_versions(probe, t)) >= 3, timeout=240)
         accepted = probe.wait_for('/trainer/metrics/accepted', lambda m: m.data >= 4,
                                   timeout=60)
-        assert accepted.data >= 4
+        # An actor dies: training goes on with the other one.
+        assert actors[1].stop(timeout=60) == 0
+        probe.wait_for('/trainer/metrics/accepted', lambda m: m.data >= accepted.data + 4,
+                       timeout=120)
+        # It comes back (holding no model): the trainer sends it the current model again.
+        mark = probe.count('/b/policy/model_version')
+        actors[1] = NamespacedNode('actor_node', ros_env, tmp_path,
+                                   {'config': str(config), 'seed': 1}, '/b')
+        probe.wait_for('/b/policy/model_version', lambda m: m.data not in ('none', ''),
+                       timeout=120, start=mark)
     finally:
         codes = {}
         for proc in [trainer, *actors]:

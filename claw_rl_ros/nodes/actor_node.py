@@ -51,6 +51,7 @@ class ActorNode(Node):
         self.create_subscription(UInt8MultiArray, 'policy/model', self.on_model, LATCHED_QOS)
         self.add_on_set_parameters_callback(self.on_set_parameters)
         self.create_timer(0.001, self.on_tick)
+        self.pub_version.publish(String(data='none'))  # tells the trainer: no model yet
         self.get_logger().info(f'{self.env.num_envs} worlds x {self.actor.num_steps} steps per '
                                f'chunk on {topic}; waiting for a model')
 

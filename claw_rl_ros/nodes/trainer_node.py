@@ -9,7 +9,9 @@ of ``train_one_epoch``; then the student is exported to ONNX (policy version and
 its metadata), checkpointed atomically, and pushed through the policy node's hot-swap mechanism
 to every node in ``push_targets``: bytes on ``<namespace>/policy/model`` (latched), then
 ``model_sha256`` through ``<node>/set_parameters``; replies are logged with their reason and a
-refusal does not stop training. Targets that are not up yet are retried every 0.5 s. Metrics
+refusal does not stop training. Targets that are not up yet are retried every 0.5 s, and a
+target whose ``policy/model_version`` reports another model (e.g. restarted) is sent the
+current one again. Metrics
 go to ``trainer/metrics/<name>`` (``std_msgs/Float32``). On start it resumes from the newest
 checkpoint in ``run_dir``.
 
@@ -26,7 +28,7 @@ from pathlib import Path
 from rcl_interfaces.msg import Parameter as ParameterMsg, ParameterType, ParameterValue
 from rcl_interfaces.srv import SetParameters
 from rclpy.node import Node
-from std_msgs.msg import Float32, UInt8MultiArray
+from std_msgs.msg import Float32, String, UInt8MultiArray
 
 from ..core.learning import checkpoint as ckpt
 from ..core.learning.chunk_filter import ChunkGate, PolicyLagFilter
@@ -72,6 +74,11 @@ class TrainerNode(Node):
         self.targets = {t: {'client': self.create_client(SetParameters, f'{t}/set_parameters'),
                             'acked': '', 'busy': False} for t in targets}
         self.metric_pubs: dict[str, object] = {}
+        # A target that reports another version (e.g. restarted, holding no model) gets the
+        # current one again.
+        for ns in self.model_pubs:
+            self.create_subscription(String, f'{ns.rstrip("/")}/policy/model_version',
+                                     lambda m, ns=ns: self.on_version(ns, m.data), LATCHED_QOS)
         self.create_subscription(UInt8MultiArray, topic, self.on_chunk, COMMAND_QOS)
         self.create_timer(0.5, self.activate_targets)
         self.push()
@@ -126,10 +133,19 @@ class TrainerNode(Node):
             future = target['client'].call_async(request)
             future.add_done_callback(lambda f, n=name, s=self.sha: self.on_reply(n, s, f))
 
+    def on_version(self, namespace: str, version: str) -> None:
+        if self.sha and not self.sha.startswith(version or '-'):
+            for name, target in self.targets.items():
+                if _namespace(name) == namespace:
+                    target['acked'] = ''
+
     def on_reply(self, name: str, sha: str, future) -> None:
         target = self.targets[name]
         target['busy'] = False
-        result = future.result().results[0]
+        response = future.result()
+        if response is None:  # cancelled (shutting down)
+            return
+        result = response.results[0]
         if result.successful:
             target['acked'] = sha
             self.get_logger().info(f'{name} now acts with {sha[:12]}')
