@@ -15,7 +15,8 @@ current one again. Metrics
 go to ``trainer/metrics/<name>`` (``std_msgs/Float32``). On start it resumes from the newest
 checkpoint in ``run_dir``.
 
-Parameters: config (train YAML), run_dir, push_targets (node names), chunk_topic,
+Parameters: config (train YAML), run_dir, push_targets (node names; relative ones are in the
+trainer's namespace), chunk_topic,
 chunks_per_iteration, max_policy_lag.
 """
 
@@ -50,7 +51,8 @@ class TrainerNode(Node):
         super().__init__('trainer')
         cfg = load_train_config(self.declare_parameter('config', 'train_ppo.yaml').value)
         self.run_dir = Path(self.declare_parameter('run_dir', 'runs/live').value)
-        targets = self.declare_parameter('push_targets', ['/policy_node']).value
+        targets = [self._absolute(t) for t in
+                   self.declare_parameter('push_targets', ['policy_node']).value]
         topic = self.declare_parameter('chunk_topic', '/rollout_chunks').value
         self.per_iteration = self.declare_parameter('chunks_per_iteration', 1).value
         lag = self.declare_parameter('max_policy_lag', 0).value
@@ -82,6 +84,11 @@ class TrainerNode(Node):
         self.create_subscription(UInt8MultiArray, topic, self.on_chunk, COMMAND_QOS)
         self.create_timer(0.5, self.activate_targets)
         self.push()
+
+    def _absolute(self, name: str) -> str:
+        """A target node name; relative names are in the trainer's namespace."""
+        return name if name.startswith('/') else \
+            f'{self.get_namespace().rstrip("/")}/{name}'
 
     # ----------------------------------------------------------------------------- chunks
     def on_chunk(self, msg: UInt8MultiArray) -> None:
