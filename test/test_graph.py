@@ -34,7 +34,7 @@ def model(tmp_path):
 
 
 def test_the_graphs_and_their_arguments():
-    assert set(GRAPHS) == {'stand', 'sim', 'policy', 'control'}
+    assert set(GRAPHS) == {'stand', 'sim', 'policy', 'control', 'train'}
     args = {name: [a.name for a in g.arguments] for name, g in GRAPHS.items()}
     assert args['control'] == ['robot', 'model', 'mode', 'namespace', 'use_sim_time']
     assert args['sim'] == ['robot', 'mode', 'namespace', 'use_sim_time']
@@ -168,8 +168,8 @@ def test_entry_mistakes_are_caught():
                                                NodeEntry('policy_node', 'a')])
     with pytest.raises(ConfigError, match='/a is used twice'):
         resolve(same)
-    unknown = Graph('unknown', 'test', (), lambda v: [NodeEntry('trainer_node', 't')])
-    with pytest.raises(ConfigError, match='trainer_node.*not installed'):
+    unknown = Graph('unknown', 'test', (), lambda v: [NodeEntry('learner_node', 't')])
+    with pytest.raises(ConfigError, match='learner_node.*not installed'):
         resolve(unknown)
     bad_name = Graph('bad', 'test', (), lambda v: [NodeEntry('sim_node', 'sim-node')])
     with pytest.raises(ConfigError, match='a node name is'):
@@ -242,3 +242,18 @@ def test_every_executable_is_a_module_with_main():
     for exe, module in EXECUTABLES.items():
         assert callable(importlib.import_module(module).main), exe
         assert (Path(__file__).resolve().parents[1] / 'scripts' / exe).is_file(), exe
+
+
+def test_train_graph_is_a_trainer_pushing_to_n_actors():
+    trainer, *actors = resolve(GRAPHS['train'], {'actors': '3', 'worlds': '64',
+                                                 'namespace': 'lab'})
+    assert (trainer.executable, trainer.fqn) == ('trainer_node', '/lab/trainer')
+    assert [a.fqn for a in actors] == ['/lab/actor_0', '/lab/actor_1', '/lab/actor_2']
+    # Relative push targets: the trainer resolves them in its own namespace.
+    assert trainer.parameters['push_targets'] == ['actor_0', 'actor_1', 'actor_2']
+    assert trainer.parameters['chunks_per_iteration'] == 3
+    assert [a.parameters['seed'] for a in actors] == [0, 1, 2]
+    assert {a.parameters['num_envs'] for a in actors} == {64}
+    for bad in ({'actors': '0'}, {'actors': 'two'}, {'worlds': '-1'}):
+        with pytest.raises(ConfigError, match='not a whole number'):
+            resolve(GRAPHS['train'], bad)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
+from ..core.config import ConfigError
 from .description import (Argument, existing_path, Graph, NodeEntry, robot_argument, to_bool)
 
 ROBOT = Argument('robot', 'claw_quadruped',
@@ -51,6 +52,39 @@ def policy_node(values: Mapping[str, str], source: str) -> NodeEntry:
                                  'use_sim_time': to_bool(values, 'use_sim_time', source)})
 
 
+CONFIG = Argument('config', 'train_ppo.yaml', 'train YAML (config/<name> or a path): env, '
+                  'networks, PPO, distillation and rollout length, shared by trainer and actors')
+ACTORS = Argument('actors', '2', 'batched actor processes (actor_0 ... actor_<N-1>)')
+WORLDS = Argument('worlds', '0', "MuJoCo worlds per actor (0 = the config's env.num_envs)")
+RUN_DIR = Argument('run_dir', 'runs/live', 'trainer run directory: checkpoints and exported '
+                   'students; training resumes from its newest checkpoint')
+
+
+def _count(values: Mapping[str, str], name: str, source: str, minimum: int) -> int:
+    """A whole-number argument >= minimum; anything else is a ConfigError."""
+    try:
+        value = int(values[name])
+    except ValueError:
+        value = None
+    if value is None or value < minimum:
+        raise ConfigError(source, name, f'{values[name]!r} is not a whole number >= {minimum}')
+    return value
+
+
+def _train(values: Mapping[str, str]) -> list[NodeEntry]:
+    """trainer_node + N actor_nodes; the trainer pushes every new student to each actor."""
+    source = "graph 'train'"
+    actors = _count(values, 'actors', source, 1)
+    worlds = _count(values, 'worlds', source, 0)
+    names = [f'actor_{i}' for i in range(actors)]
+    trainer = NodeEntry('trainer_node', 'trainer', parameters={
+        'config': values['config'], 'run_dir': values['run_dir'], 'push_targets': names,
+        'chunks_per_iteration': actors})
+    return [trainer] + [NodeEntry('actor_node', name, parameters={
+        'config': values['config'], 'num_envs': worlds, 'seed': i})
+        for i, name in enumerate(names)]
+
+
 def _stand(values: Mapping[str, str]) -> list[NodeEntry]:
     return [NodeEntry('claw_rl', 'stand', exits=True, arguments=(
         'stand', '--robot', robot_argument(values['robot']), '--seconds', values['seconds']))]
@@ -68,4 +102,7 @@ GRAPHS: dict[str, Graph] = {graph.name: graph for graph in (
     Graph('control', 'the control loop: sim_node + policy_node serving a model',
           (ROBOT, MODEL, MODE, NAMESPACE, use_sim_time('true')),
           lambda v: [sim_node(v, "graph 'control'"), policy_node(v, "graph 'control'")]),
+    Graph('train', 'live training: trainer_node learning from N batched actor_nodes, pushing '
+          'each new student back to them', (CONFIG, ACTORS, WORLDS, RUN_DIR, NAMESPACE),
+          _train),
 )}

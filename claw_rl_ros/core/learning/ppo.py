@@ -17,6 +17,17 @@ from .storage import MiniBatch, RolloutStorage
 from .train_config import DistillationConfig, PPOConfig
 
 
+@torch.no_grad()
+def sample_transition(policy: ActorCritic, obs: Obs,
+                      generator: torch.Generator | None) -> dict[str, torch.Tensor]:
+    """Stochastic actions and what PPO stores with them: obs, actions [N, A], log_probs [N],
+    values [N], behaviour mu / sigma [N, A] (the learner's and the actors' one sampler)."""
+    mean, std = policy.action_mean_std(obs)
+    actions = torch.normal(mean, std, generator=generator)
+    return {'obs': obs, 'actions': actions, 'log_probs': gaussian_log_prob(actions, mean, std),
+            'values': policy.evaluate(obs).squeeze(-1), 'mu': mean, 'sigma': std}
+
+
 class PPO:
     """Clipped-surrogate PPO on an :class:`ActorCritic` student, plus alpha * KL to a teacher."""
 
@@ -52,12 +63,8 @@ class PPO:
     @torch.no_grad()
     def act(self, obs: Obs) -> torch.Tensor:
         """Sample actions [N, A] for the current observations and remember the transition."""
-        mean, std = self.policy.action_mean_std(obs)
-        actions = torch.normal(mean, std, generator=self.generator)
-        self._pending = {
-            'obs': obs, 'actions': actions, 'log_probs': gaussian_log_prob(actions, mean, std),
-            'values': self.policy.evaluate(obs).squeeze(-1), 'mu': mean, 'sigma': std}
-        return actions
+        self._pending = sample_transition(self.policy, obs, self.generator)
+        return self._pending['actions']
 
     @torch.no_grad()
     def process_env_step(self, rewards: torch.Tensor, dones: torch.Tensor,
@@ -78,6 +85,22 @@ class PPO:
         self.storage.compute_returns(last_values, self.cfg.gamma, self.cfg.lam,
                                      normalize_advantages=not
                                      self.cfg.normalize_advantage_per_mini_batch)
+
+    def learn(self, last_obs: Obs, alpha: float) -> dict[str, float]:
+        """The learning half of an iteration on the filled storage: GAE from ``last_obs``,
+        mini-batch updates of combined_loss, normaliser update, teacher EMA; mean losses (plus
+        ``kl_to_teacher`` before the update when there is a teacher)."""
+        self.compute_returns(last_obs)
+        kl_teacher = self.kl_to_teacher(self.storage.obs_flat()) \
+            if self.teacher is not None else None
+        losses = self.update(alpha)
+        # Normalisers learn from the rollout only now, so the rollout's behaviour policy is
+        # exactly the policy the update starts from (the adaptive-KL schedule relies on it).
+        self.policy.update_normalization(self.storage.obs_flat(max_samples=1 << 30))
+        self.update_teacher_with_ema()
+        if kl_teacher is not None:
+            losses['kl_to_teacher'] = kl_teacher
+        return losses
 
     def update(self, alpha: float = 0.0) -> dict[str, float]:
         """Mini-batch epochs of RL loss + alpha * KL(teacher || student); mean losses."""

@@ -51,6 +51,33 @@ def load_policy(path: str | Path) -> tuple[ActorCritic, TrainConfig, dict[str, A
     return policy, cfg, payload
 
 
+def load_teacher(cfg: TrainConfig, obs_dims: dict[str, int], num_actions: int) -> ActorCritic:
+    """The frozen teacher of ``cfg.distillation``, checked against the env's sizes."""
+    path = cfg.distillation.teacher_checkpoint
+    teacher, _, payload = load_policy(path)
+    if payload['num_actions'] != num_actions:
+        raise ConfigError(str(path), 'num_actions', f'teacher has {payload["num_actions"]} '
+                          f'actions, the robot {num_actions}')
+    for group in teacher.actor_obs_groups:
+        if payload['obs_dims'].get(group) != obs_dims.get(group):
+            raise ConfigError(str(path), 'obs_dims', f'teacher observation group {group!r} '
+                              f'has {payload["obs_dims"].get(group)} values, the env '
+                              f'{obs_dims.get(group)}')
+    return teacher
+
+
+def record_episodes(returns: deque, lengths: deque, sums: dict[str, deque],
+                    episode: dict[str, np.ndarray]) -> None:
+    """Append finished episodes (``return``, ``length_s``, ``reward/<term>`` [E]) to the logs."""
+    returns.extend(episode['return'].tolist())
+    lengths.extend(episode['length_s'].tolist())
+    for key, values in episode.items():
+        if key.startswith('reward/'):
+            # Per-term episode sums per second of episode, as legged_gym logs them.
+            per_s = values / np.maximum(episode['length_s'], 1e-6)
+            sums.setdefault(key, deque(maxlen=200)).extend(per_s.tolist())
+
+
 class OnPolicyRunner:
     """Trains a student with PPO (+ OPD) on a vec env that follows VecLocomotionEnv's contract."""
 
@@ -105,28 +132,15 @@ class OnPolicyRunner:
         return stats
 
     def _record_episodes(self, episode: dict[str, np.ndarray]) -> None:
-        self.returns.extend(episode['return'].tolist())
-        self.lengths.extend(episode['length_s'].tolist())
-        for key, values in episode.items():
-            if key.startswith('reward/'):
-                # Per-term episode sums per second of episode, as legged_gym logs them.
-                per_s = values / np.maximum(episode['length_s'], 1e-6)
-                self._episode_sums.setdefault(key, deque(maxlen=200)).extend(per_s.tolist())
+        record_episodes(self.returns, self.lengths, self._episode_sums, episode)
 
     def train_one_epoch(self) -> dict[str, float]:
         """collect_experience -> compute_gae -> combined_loss updates -> teacher EMA."""
         start = time.perf_counter()
         rollout = self.collect_experience()
         collect_s = time.perf_counter() - start
-        self.alg.compute_returns(self.obs)
-        alpha = alpha_at(self.cfg.distillation, self.iteration)
-        kl_teacher = self.alg.kl_to_teacher(self.alg.storage.obs_flat()) \
-            if self.alg.teacher is not None else None
-        losses = self.alg.update(alpha)
-        # Normalisers learn from the rollout only now, so the rollout's behaviour policy is
-        # exactly the policy the update starts from (the adaptive-KL schedule relies on it).
-        self.policy.update_normalization(self.alg.storage.obs_flat(max_samples=1 << 30))
-        self.alg.update_teacher_with_ema()
+        losses = self.alg.learn(self.obs, alpha_at(self.cfg.distillation, self.iteration))
+        kl_teacher = losses.pop('kl_to_teacher', None)
         elapsed = time.perf_counter() - start
         steps = self.cfg.runner.num_steps_per_env * self.env.num_envs
         self.iteration += 1
@@ -239,17 +253,7 @@ class OnPolicyRunner:
             self._episode_sums.setdefault(k, deque(maxlen=200)).extend(v)
 
     def _load_teacher(self) -> ActorCritic:
-        path = self.cfg.distillation.teacher_checkpoint
-        teacher, _, payload = load_policy(path)
-        if payload['num_actions'] != self.env.num_actions:
-            raise ConfigError(str(path), 'num_actions', f'teacher has {payload["num_actions"]} '
-                              f'actions, the robot {self.env.num_actions}')
-        for group in teacher.actor_obs_groups:
-            if payload['obs_dims'].get(group) != self.obs_dims.get(group):
-                raise ConfigError(str(path), 'obs_dims', f'teacher observation group {group!r} '
-                                  f'has {payload["obs_dims"].get(group)} values, the env '
-                                  f'{self.obs_dims.get(group)}')
-        return teacher
+        return load_teacher(self.cfg, self.obs_dims, self.env.num_actions)
 
     def close(self) -> None:
         self.env.close()

@@ -1,0 +1,158 @@
+"""The batched actor: N worlds of a vec env plus a local copy of the student -> rollout chunks.
+
+It runs exactly the runner's ``collect_experience`` (same sampler, :func:`~.ppo.
+sample_transition`, same time-out bootstrap inputs), but writes what it saw into a
+:class:`~.rollout_chunk.RolloutChunk` tagged with the model version that acted, instead of
+into the learner's storage. With the learner's generator and policy it reproduces the offline
+runner (test_chunk_learning.py).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+import torch
+
+from .networks import ActorCritic, gaussian_log_prob
+from .ppo import sample_transition
+from .rollout_chunk import RolloutChunk
+from .runner import obs_to_torch
+
+
+class OnnxBehaviour:
+    """An exported student as a behaviour policy: mean from onnxruntime (the deployed graph),
+    std from the model's ``action_std`` metadata, no critic (the trainer computes values).
+
+    ``policy`` is a validated :class:`~claw_rl_ros.core.deploy.onnx_policy.OnnxPolicy` whose
+    metadata holds ``action_std`` [A] and ``policy_version`` (written by the trainer's export).
+    """
+
+    def __init__(self, policy: Any):
+        meta = policy.metadata
+        missing = [k for k in ('action_std', 'policy_version') if k not in meta]
+        if missing:
+            raise ValueError(f'model {policy.sha256[:12]} has no {", ".join(missing)} metadata: '
+                             'actors need a model exported by the trainer')
+        self.std = torch.tensor(json.loads(meta['action_std']), dtype=torch.float32)
+        if self.std.shape != (policy.num_actions,) or not bool((self.std > 0).all()):
+            raise ValueError(f'action_std metadata {self.std.tolist()} must be '
+                             f'{policy.num_actions} positive values')
+        self.policy_version = int(json.loads(meta['policy_version']))
+        self.model_sha = policy.sha256[:12]
+        self.onnx = policy
+
+    def sample(self, obs: dict[str, torch.Tensor],
+               generator: torch.Generator | None) -> dict[str, torch.Tensor]:
+        """Like :func:`~.ppo.sample_transition` without ``values``."""
+        mean = torch.from_numpy(np.asarray(self.onnx(obs['policy'].numpy()), np.float32))
+        std = self.std.expand_as(mean)
+        actions = torch.normal(mean, std, generator=generator)
+        return {'actions': actions, 'log_probs': gaussian_log_prob(actions, mean, std),
+                'mu': mean, 'sigma': std}
+
+
+class BatchedActor:
+    """Acts in every world of ``env`` with ``policy``: an ActorCritic (mean, std and values) or
+    an :class:`OnnxBehaviour` (no values)."""
+
+    def __init__(self, env: Any, policy: Any, num_steps: int, actor_id: str = 'actor',
+                 generator: torch.Generator | None = None, seed: int = 0):
+        self.env = env
+        self.policy = policy
+        self.num_steps = num_steps
+        self.actor_id = actor_id
+        self.generator = generator if generator is not None else \
+            torch.Generator().manual_seed(seed)
+        self.model_sha = ''
+        self.policy_version = -1
+        self.seq = 0
+        obs, _ = env.reset()
+        self.obs = obs
+
+    def load_policy(self, state_dict: dict[str, torch.Tensor], version: int, sha: str) -> None:
+        """Act from now on with these weights, tagging chunks with (version, sha)."""
+        self.policy.load_state_dict(state_dict)
+        self.policy_version, self.model_sha = int(version), sha
+
+    def use_behaviour(self, behaviour: OnnxBehaviour) -> None:
+        """Act from now on with an exported model (its version and sha tag the chunks)."""
+        self.policy = behaviour
+        self.policy_version, self.model_sha = behaviour.policy_version, behaviour.model_sha
+
+    def _sample(self, obs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        if isinstance(self.policy, ActorCritic):
+            return sample_transition(self.policy, obs, self.generator)
+        return self.policy.sample(obs, self.generator)
+
+    @torch.no_grad()
+    def collect(self) -> RolloutChunk:
+        """``num_steps`` steps in every world -> one chunk (float32 arrays, [T, N, ...])."""
+        t_max, n, a = self.num_steps, self.env.num_envs, self.env.num_actions
+        dims = self.env.obs_dims
+        obs = {g: np.empty((t_max, n, d), np.float32) for g, d in dims.items()}
+        buf = {k: np.empty((t_max, n, a), np.float32) for k in ('actions', 'mu', 'sigma')}
+        buf.update({k: np.empty((t_max, n), np.float32)
+                    for k in ('log_probs', 'values', 'rewards')})
+        flags = {k: np.empty((t_max, n), bool) for k in ('terminated', 'truncated')}
+        final_obs: dict[str, list] = {g: [] for g in dims}
+        final_values, episodes, errors = [], [], []
+        diverged = 0
+        critic = isinstance(self.policy, ActorCritic)
+        for t in range(t_max):
+            step = self._sample(obs_to_torch(self.obs))
+            for g in dims:
+                obs[g][t] = self.obs[g]
+            for k in ('actions', 'mu', 'sigma', 'log_probs', 'values')[:5 if critic else 4]:
+                buf[k][t] = step[k].numpy()
+            self.obs, reward, terminated, truncated, extras = self.env.step(
+                step['actions'].numpy())
+            buf['rewards'][t] = reward
+            flags['terminated'][t], flags['truncated'][t] = terminated, truncated
+            if truncated.any() and critic:
+                # Time-out worlds: their final observation and its value (all worlds in one
+                # batch, as the runner evaluates them), kept for the truncated rows only.
+                values = self.policy.evaluate(obs_to_torch(extras['final_obs'])).squeeze(-1)
+                final_values.append(values.numpy()[truncated])
+            if truncated.any():
+                for g in dims:
+                    final_obs[g].append(extras['final_obs'][g][truncated])
+            if 'episode' in extras:
+                episodes.append(extras['episode'])
+            errors.append(extras.get('tracking_error', {}))
+            diverged += extras.get('diverged', 0)
+        self.seq += 1
+        return RolloutChunk(
+            model_sha=self.model_sha, policy_version=self.policy_version,
+            actor_id=self.actor_id, seq=self.seq, obs=obs, log_probs=buf['log_probs'],
+            actions=buf['actions'], mu=buf['mu'], sigma=buf['sigma'],
+            values=buf['values'] if critic else None,
+            rewards=buf['rewards'], terminated=flags['terminated'],
+            truncated=flags['truncated'],
+            final_obs={g: _rows(final_obs[g], dims[g]) for g in dims},
+            final_values=None if not critic else np.concatenate(final_values)
+            if final_values else np.zeros(0, np.float32),
+            last_obs={g: np.array(self.obs[g], np.float32) for g in dims},
+            episodes=_episodes(episodes), stats=_stats(errors, diverged))
+
+
+def _rows(parts: list[np.ndarray], dim: int) -> np.ndarray:
+    return np.concatenate(parts).astype(np.float32) if parts else np.zeros((0, dim), np.float32)
+
+
+def _episodes(logs: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """Per-episode logs of the chunk, [E] each (``env_ids`` left out: they mean nothing to the
+    trainer)."""
+    if not logs:
+        return {}
+    keys = [k for k in logs[0] if k != 'env_ids']
+    return {k: np.concatenate([log[k] for log in logs]).astype(np.float32) for k in keys}
+
+
+def _stats(errors: list[dict[str, float]], diverged: int) -> dict[str, float]:
+    """The runner's rollout statistics: diverged worlds, mean tracking errors over steps."""
+    stats = {'diverged': float(diverged)}
+    for key in errors[0]:
+        stats[f'tracking_error/{key}'] = float(np.mean([e[key] for e in errors]))
+    return stats

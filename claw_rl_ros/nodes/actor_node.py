@@ -1,0 +1,94 @@
+"""actor_node: N MuJoCo worlds + the pushed student -> rollout chunks (thin ROS glue).
+
+Acts with :class:`~claw_rl_ros.core.learning.batched_actor.BatchedActor` (stochastic actions
+around the ONNX student's mean, std from the model's metadata) and publishes one encoded
+:mod:`rollout chunk <claw_rl_ros.core.learning.rollout_chunk>` per ``num_steps_per_env`` steps
+on ``chunk_topic`` (``std_msgs/UInt8MultiArray``, reliable). Models arrive exactly as at the
+policy node: bytes on ``policy/model`` (validated on arrival by the same ModelCache), activated
+by setting parameter ``model_sha256``; the reply says success or the exact reason. Until a model
+is active the actor waits. A chunk is always acted by one model: swaps happen between chunks.
+
+Parameters: config (train YAML: env, num_steps_per_env), num_envs (0 = the config's),
+seed, chunk_topic, max_model_bytes.
+"""
+
+from __future__ import annotations
+
+import array
+
+from rcl_interfaces.msg import SetParametersResult
+from rclpy.node import Node
+from std_msgs.msg import String, UInt8MultiArray
+
+from ..core.deploy.model_swap import DEFAULT_MAX_MODEL_BYTES, ModelCache, ModelRejected
+from ..core.learning.batched_actor import BatchedActor, OnnxBehaviour
+from ..core.learning.rollout_chunk import encode_chunk
+from ..core.learning.train_config import load_train_config
+from ..core.sim.env import VecLocomotionEnv
+from .ros_io import COMMAND_QOS, LATCHED_QOS, spin
+
+
+class ActorNode(Node):
+    """A batched actor; see the module docstring."""
+
+    def __init__(self):
+        super().__init__('actor')
+        cfg = load_train_config(self.declare_parameter('config', 'train_ppo.yaml').value)
+        num_envs = self.declare_parameter('num_envs', 0).value
+        seed = self.declare_parameter('seed', 0).value
+        topic = self.declare_parameter('chunk_topic', '/rollout_chunks').value
+        cap = self.declare_parameter('max_model_bytes', DEFAULT_MAX_MODEL_BYTES).value
+        self.declare_parameter('model_sha256', '')
+        if num_envs:
+            cfg.env.num_envs = num_envs
+        cfg.env.seed = seed
+        self.env = VecLocomotionEnv(cfg.env)
+        self.models = ModelCache(self.env.robot, cap)
+        self.actor = BatchedActor(self.env, None, cfg.runner.num_steps_per_env,
+                                  self.get_fully_qualified_name(), seed=seed)
+        self.pub_chunk = self.create_publisher(UInt8MultiArray, topic, COMMAND_QOS)
+        self.pub_version = self.create_publisher(String, 'policy/model_version', LATCHED_QOS)
+        self.create_subscription(UInt8MultiArray, 'policy/model', self.on_model, LATCHED_QOS)
+        self.add_on_set_parameters_callback(self.on_set_parameters)
+        self.create_timer(0.001, self.on_tick)
+        self.pub_version.publish(String(data='none'))  # tells the trainer: no model yet
+        self.get_logger().info(f'{self.env.num_envs} worlds x {self.actor.num_steps} steps per '
+                               f'chunk on {topic}; waiting for a model')
+
+    def on_model(self, msg: UInt8MultiArray) -> None:
+        sha, verdict = self.models.offer(bytes(msg.data))
+        if isinstance(verdict, ModelRejected):
+            self.get_logger().warning(f'model {sha[:12]} received and rejected: {verdict}')
+
+    def on_set_parameters(self, params) -> SetParametersResult:
+        for p in params:
+            if p.name == 'model_sha256' and p.value:
+                try:
+                    behaviour = OnnxBehaviour(self.models.get(p.value))
+                except (ModelRejected, ValueError) as exc:
+                    self.get_logger().warning(f'hot swap rejected: {exc}')
+                    return SetParametersResult(successful=False, reason=str(exc))
+                self.actor.use_behaviour(behaviour)
+                self.pub_version.publish(String(data=behaviour.model_sha))
+            elif p.name in ('config', 'num_envs', 'seed', 'chunk_topic', 'max_model_bytes'):
+                return SetParametersResult(successful=False,
+                                           reason=f'{p.name} is read-only after start-up')
+        return SetParametersResult(successful=True, reason=f'acting with {self.actor.model_sha}')
+
+    def on_tick(self) -> None:
+        if self.actor.policy is None:
+            return
+        payload = encode_chunk(self.actor.collect())
+        self.pub_chunk.publish(UInt8MultiArray(data=array.array('B', payload)))
+
+    def destroy_node(self) -> None:
+        self.env.close()
+        super().destroy_node()
+
+
+def main(args=None) -> int:
+    return spin(ActorNode, args)
+
+
+if __name__ == '__main__':
+    raise SystemExit(main())

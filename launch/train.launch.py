@@ -1,0 +1,14 @@
+"""Live training: trainer_node learning from N batched actor_nodes and pushing each new student
+back to them through the policy node's hot-swap mechanism.
+
+    ros2 launch claw_rl_ros train.launch.py actors:=2 worlds:=64 run_dir:=runs/live
+
+Thin: the nodes, names, parameters and arguments come from claw_rl_ros.launch_graph (graph
+'train'), the description `claw-rl up train` runs too.
+"""
+
+from claw_rl_ros.launch_graph.ros_launch import generate_launch_description as describe
+
+
+def generate_launch_description():
+    return describe('train')

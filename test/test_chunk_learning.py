@@ -1,0 +1,164 @@
+"""Actor + chunk learner in one process reproduce the offline runner bit for bit (through the
+encoded chunk), and the learner accepts several actors' chunks and critic-less actors."""
+
+import copy
+import hashlib
+
+import numpy as np
+import pytest
+import torch
+
+from claw_rl_ros.core.learning.batched_actor import BatchedActor
+from claw_rl_ros.core.learning.chunk_filter import ChunkGate, PolicyLagFilter
+from claw_rl_ros.core.learning.chunk_learner import ChunkLearner, state_sha
+from claw_rl_ros.core.learning.rollout_chunk import decode_chunk, encode_chunk
+from claw_rl_ros.core.learning.runner import OnPolicyRunner
+from claw_rl_ros.core.sim.env import VecLocomotionEnv
+from test_training import params_of, tiny_config
+
+# Short episodes so that time-outs (bootstrapped from final observations) happen within three
+# iterations of 8 steps.
+SHORT = {'env': {'episode_length_s': 0.2}}
+EXACT = ('value_loss', 'surrogate_loss', 'entropy', 'approx_kl', 'distillation_loss',
+         'learning_rate', 'action_std', 'mean_reward', 'diverged', 'tracking_error/lin_vel_x',
+         'tracking_error/ang_vel_yaw')
+
+
+class LocalActorLearner:
+    """One batched actor and a chunk learner wired in-process, chunks through the codec."""
+
+    def __init__(self, cfg, actors=1, generator_shared=True):
+        cfg.env.seed = cfg.runner.seed
+        self.envs = [VecLocomotionEnv(copy.deepcopy(cfg.env)) for _ in range(actors)]
+        env = self.envs[0]
+        self.learner = ChunkLearner(cfg, env.obs_dims, env.num_actions)
+        self.lag = PolicyLagFilter()
+        self.gate = ChunkGate(self.learner.spec, self.lag)
+        gen = self.learner.generator if generator_shared else None
+        self.actors = [BatchedActor(e, copy.deepcopy(self.learner.policy),
+                                    cfg.runner.num_steps_per_env, f'actor_{i}', generator=gen,
+                                    seed=i) for i, e in enumerate(self.envs)]
+
+    def publish(self):
+        learner = self.learner
+        sha = state_sha(learner.policy)[:12]
+        self.lag.publish(learner.policy_version, sha)
+        for actor in self.actors:
+            actor.load_policy(learner.policy.state_dict(), learner.policy_version, sha)
+
+    def iteration(self):
+        self.publish()
+        chunks = [self.gate.admit(encode_chunk(a.collect())) for a in self.actors]
+        return self.learner.learn(chunks)
+
+    def close(self):
+        for env in self.envs:
+            env.close()
+
+
+@pytest.mark.parametrize('distillation', [{}, {'teacher_mode': 'ema', 'alpha': 1.0}])
+def test_actor_and_learner_reproduce_the_offline_runner(tmp_path, distillation):
+    runner = OnPolicyRunner(tiny_config(**SHORT, distillation=distillation), tmp_path)
+    offline = [runner.train_one_epoch() for _ in range(3)]
+    live = LocalActorLearner(tiny_config(**SHORT, distillation=distillation))
+    online = [live.iteration() for _ in range(3)]
+    assert torch.equal(params_of(runner), torch.cat([p.detach().flatten() for p in
+                                                     live.learner.policy.parameters()]))
+    for a, b in zip(runner.policy.state_dict().values(),
+                    live.learner.policy.state_dict().values()):
+        assert torch.equal(a, b)  # normalisers too
+    if distillation:
+        assert torch.equal(torch.cat([p.flatten() for p in runner.alg.teacher.parameters()]),
+                           torch.cat([p.flatten() for p in live.learner.alg.teacher.parameters()]))
+        assert online[-1]['distillation_loss'] > 0
+        assert online[-1]['kl_to_teacher'] == offline[-1]['kl_to_teacher']
+    for i, (off, on) in enumerate(zip(offline, online)):
+        for key in EXACT:
+            assert off[key] == on[key], (i, key)
+        # Episode logs travel as float32 (the runner keeps float64 sums).
+        expected = pytest.approx(off['mean_episode_return'], rel=1e-5, nan_ok=True)
+        assert on['mean_episode_return'] == expected
+        assert on['total_steps'] == off['total_steps']
+    # The rollouts did contain time-outs (so the bootstrap from final observations was used).
+    assert live.learner.lengths and min(live.learner.lengths) == pytest.approx(0.2)
+    assert live.gate.counters.accepted == 3 and live.gate.counters.total_dropped == 0
+    assert live.learner.policy_version == 3
+    runner.close()
+    live.close()
+
+
+def test_two_actors_fill_one_batch_side_by_side():
+    live = LocalActorLearner(tiny_config(**SHORT), actors=2, generator_shared=False)
+    metrics = live.iteration()
+    assert metrics['chunks'] == 2 and metrics['total_steps'] == 2 * 16 * 8
+    assert live.learner.alg.storage.num_envs == 32
+    # The second actor's worlds occupy columns 16..31 of the storage.
+    live.publish()
+    chunk = live.actors[1].collect()
+    live.learner.fill([live.actors[0].collect(), chunk])
+    np.testing.assert_array_equal(live.learner.alg.storage.obs['policy'][:, 16:].numpy(),
+                                  chunk.obs['policy'])
+    live.close()
+
+
+def test_actor_without_critic_gets_values_from_the_learner():
+    live = LocalActorLearner(tiny_config(**SHORT))
+    live.publish()
+    live.actors[0].collect()  # reach the first time-outs (step 10) in the next chunk
+    chunk = decode_chunk(encode_chunk(live.actors[0].collect()), live.learner.spec)
+    assert chunk.truncated.any()
+    live.learner.fill([chunk])
+    with_values = (live.learner.alg.storage.values.clone(),
+                   live.learner.alg.storage.rewards.clone())
+    chunk.values, chunk.final_values = None, None
+    live.learner.fill([decode_chunk(encode_chunk(chunk), live.learner.spec)])
+    for expected, got in zip(with_values, (live.learner.alg.storage.values,
+                                           live.learner.alg.storage.rewards)):
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+    # ...and the bootstrap really changed the time-out rewards.
+    mask = torch.from_numpy(chunk.truncated)
+    assert not torch.equal(with_values[1][mask], torch.from_numpy(chunk.rewards)[mask])
+    live.close()
+
+
+def test_onnx_actor_acts_with_the_exported_student(tmp_path):
+    from claw_rl_ros.core.deploy.model_swap import validate_model
+    from claw_rl_ros.core.learning.batched_actor import OnnxBehaviour
+    live = LocalActorLearner(tiny_config(**SHORT))
+    live.iteration()
+    learner, actor = live.learner, live.actors[0]
+    data = learner.export_student(actor.env.robot, tmp_path / 'student.onnx')
+    behaviour = OnnxBehaviour(validate_model(data, actor.env.robot))
+    assert behaviour.policy_version == 1
+    torch.testing.assert_close(behaviour.std, learner.policy.log_std.detach().exp())
+    live.lag.publish(1, hashlib.sha256(data).hexdigest())
+    actor.use_behaviour(behaviour)
+    chunk = live.gate.admit(encode_chunk(actor.collect()))
+    assert chunk.values is None and chunk.final_values is None
+    assert (chunk.model_sha, chunk.policy_version) == (behaviour.model_sha, 1)
+    # The behaviour mean is the learner's student mean on the same observations.
+    obs = {g: torch.from_numpy(np.array(v[0])) for g, v in chunk.obs.items()}
+    mean, _ = learner.policy.action_mean_std(obs)
+    np.testing.assert_allclose(chunk.mu[0], mean.detach().numpy(), atol=1e-5)
+    metrics = learner.learn([chunk])
+    assert np.isfinite(metrics['value_loss']) and learner.policy_version == 2
+    live.close()
+
+
+def test_learner_checkpoint_resumes_the_next_update_exactly(tmp_path):
+    # The actor samples with its own generator: the learner's RNG state is all that is saved.
+    live = LocalActorLearner(tiny_config(**SHORT), generator_shared=False)
+    live.iteration()
+    path = live.learner.save(tmp_path, keep=2)
+    live.publish()
+    chunk = decode_chunk(encode_chunk(live.actors[0].collect()), live.learner.spec)
+    resumed = ChunkLearner(tiny_config(**SHORT), live.learner.obs_dims,
+                           live.learner.num_actions)
+    resumed.load(path)
+    assert resumed.policy_version == 1 and resumed.total_steps == live.learner.total_steps
+    expected = live.learner.learn([chunk])
+    got = resumed.learn([chunk])
+    for key in ('value_loss', 'surrogate_loss', 'learning_rate'):
+        assert got[key] == expected[key], key
+    assert torch.equal(params_of(live.learner), params_of(resumed))
+    live.close()
