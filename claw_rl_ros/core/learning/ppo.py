@@ -61,8 +61,13 @@ class PPO:
 
     @torch.no_grad()
     def process_env_step(self, rewards: torch.Tensor, dones: torch.Tensor,
-                         time_outs: torch.Tensor, final_obs: Obs | None) -> None:
-        """Store the step; time-outs are bootstrapped with the value of their final state."""
+                         time_outs: torch.Tensor, final_obs: Obs | None,
+                         next_obs: Obs | None = None) -> None:
+        """Store the step; time-outs are bootstrapped with the value of their final state.
+
+        ``next_obs`` (the observation after the step) is part of the interface for off-policy
+        algorithms; PPO bootstraps from ``compute_returns`` and does not need it.
+        """
         if final_obs is not None and time_outs.any():
             final_values = self.policy.evaluate(final_obs).squeeze(-1)
             # A select, not a product: a NaN value of a world that did not time out (a
@@ -78,6 +83,18 @@ class PPO:
         self.storage.compute_returns(last_values, self.cfg.gamma, self.cfg.lam,
                                      normalize_advantages=not
                                      self.cfg.normalize_advantage_per_mini_batch)
+
+    def rollout_obs(self, max_samples: int = 4096) -> Obs:
+        """Observations [B, dim] of the stored rollout (normaliser and KL metric)."""
+        return self.storage.obs_flat(max_samples)
+
+    def state_dict(self) -> dict:
+        """Optimiser and (adaptive) learning rate, for a checkpoint."""
+        return {'optimizer': self.optimizer.state_dict(), 'learning_rate': self.learning_rate}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.optimizer.load_state_dict(state['optimizer'])
+        self.learning_rate = state['learning_rate']
 
     def update(self, alpha: float = 0.0) -> dict[str, float]:
         """Mini-batch epochs of RL loss + alpha * KL(teacher || student); mean losses."""
