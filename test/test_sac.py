@@ -112,6 +112,23 @@ def fill_replay(alg: SAC, steps=64):
                              None, next_obs=obs)
 
 
+def test_time_outs_bootstrap_from_their_final_state_and_terminations_do_not():
+    runner, alg = sac_on_reach()
+    obs = runner.obs
+    alg.act(obs)
+    nxt = {k: v + 1.0 for k, v in obs.items()}
+    final = {k: v - 5.0 for k, v in obs.items()}
+    # World 0 timed out, world 1 terminated, worlds 2 and 3 go on.
+    alg.process_env_step(torch.ones(4), torch.tensor([1.0, 1.0, 0.0, 0.0]),
+                         torch.tensor([1.0, 0.0, 0.0, 0.0]), final, next_obs=nxt)
+    buf = alg.storage
+    assert buf.terminated[0].tolist() == [0.0, 1.0, 0.0, 0.0]
+    assert buf.dones[0].tolist() == [1.0, 1.0, 0.0, 0.0]
+    assert torch.equal(buf.next_obs['policy'][0, :2], final['policy'][:2])
+    assert torch.equal(buf.next_obs['policy'][0, 2:], nxt['policy'][2:])
+    runner.close()
+
+
 @pytest.mark.parametrize('target_entropy, grows', [(5.0, True), (-50.0, False)])
 def test_temperature_moves_towards_the_target_entropy(target_entropy, grows):
     runner, alg = sac_on_reach(target_entropy=target_entropy, learning_starts=0)
@@ -137,10 +154,11 @@ def test_default_target_entropy_is_minus_the_action_count():
 
 
 # ------------------------------------------------------------------------------ distillation
-@pytest.mark.parametrize('algorithm', ['ppo', 'sac'])
-def test_distillation_reaches_teacher_and_student_only_through_the_registry(algorithm):
-    cfg = config(algorithm, sac={'learning_starts': 0},
-                 distillation={'teacher_mode': 'ema', 'alpha': 50.0})
+def distil_through_a_fake_teacher(algorithm: str, alpha: float) -> tuple[float, dict]:
+    """Train 4 iterations with a registry teacher that is a constant Gaussian (the teacher
+    module itself is NaN); final KL(teacher || student) and the registry calls."""
+    cfg = config(algorithm, sac={'learning_starts': 0, 'utd_ratio': 1.0, 'actor_lr': 1e-3},
+                 distillation={'teacher_mode': 'ema', 'alpha': 1.0})
     runner = OnPolicyRunner(cfg, '/nonexistent', env=reach_env(4))
     alg = runner.alg
     assert isinstance(alg, {'ppo': PPO, 'sac': SAC}[algorithm])
@@ -149,7 +167,7 @@ def test_distillation_reaches_teacher_and_student_only_through_the_registry(algo
         for p in alg.teacher.parameters():
             p.fill_(float('nan'))
     calls = {'teacher': 0, 'student': 0}
-    target_mean, target_std = 0.8, 0.3
+    target_mean, target_std = -1.5, 0.3
 
     def teacher_fn(obs):
         calls['teacher'] += 1
@@ -165,19 +183,27 @@ def test_distillation_reaches_teacher_and_student_only_through_the_registry(algo
     alg.registry.register('teacher', teacher_fn)
     alg.registry.register('student', counting_student)
     obs = runner.obs
-    kl_before = alg.kl_to_teacher(obs)
     for _ in range(4):
         runner.collect_experience()
         alg.compute_returns(runner.obs)
-        losses = alg.update(50.0)
-        assert math.isfinite(losses['distillation_loss']) and losses['distillation_loss'] > 0
-    assert calls['teacher'] > 0 and calls['student'] > 0
-    mean, std = student_fn(obs)
-    kl = gaussian_kl(torch.full_like(mean, target_mean), torch.full_like(std, target_std),
-                     mean, std).mean()
-    assert float(kl.detach()) == pytest.approx(alg.kl_to_teacher(obs), rel=1e-5)
-    assert alg.kl_to_teacher(obs) < 0.75 * kl_before
+        losses = alg.update(alpha)
+        assert math.isfinite(losses['distillation_loss'])
+    with torch.no_grad():
+        mean, std = student_fn(obs)
+    kl = float(gaussian_kl(torch.full_like(mean, target_mean), torch.full_like(std, target_std),
+                           mean, std).mean())
+    assert kl == pytest.approx(alg.kl_to_teacher(obs), rel=1e-5)
     runner.close()
+    return kl, calls
+
+
+@pytest.mark.parametrize('algorithm', ['ppo', 'sac'])
+def test_distillation_reaches_teacher_and_student_only_through_the_registry(algorithm):
+    kl_rl, _ = distil_through_a_fake_teacher(algorithm, 0.0)
+    kl_opd, calls = distil_through_a_fake_teacher(algorithm, 20.0)
+    assert calls['teacher'] > 0 and calls['student'] > 0
+    # Only the registry's teacher can have pulled the student there.
+    assert kl_opd < 0.6 * kl_rl, (kl_opd, kl_rl)
 
 
 # ------------------------------------------------------------------------------- the switch
