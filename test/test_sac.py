@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from claw_rl_ros.core.config import from_dict, to_dict
+from claw_rl_ros.core.config import from_dict, merge, to_dict
+from claw_rl_ros.core.deploy.export import export_checkpoint, verify_onnx
+from claw_rl_ros.core.deploy.onnx_policy import OnnxPolicy
 from claw_rl_ros.core.learning import checkpoint as ckpt
 from claw_rl_ros.core.learning.opd import gaussian_kl
 from claw_rl_ros.core.learning.ppo import PPO
@@ -262,3 +264,26 @@ def test_resume_with_the_replay_buffer_is_exact(tmp_path):
     ppo = OnPolicyRunner(config('ppo'), tmp_path / 'd', env=reach_env(4))
     with pytest.raises(Exception, match='trained with sac'):
         ppo.load(ckpt.checkpoint_path(tmp_path / 'a', 2))
+
+
+# -------------------------------------------------------------------------------- export
+def test_sac_student_on_the_claw_env_exports_its_squashed_mean(robot, tmp_path):
+    cfg = from_dict(TrainConfig, merge(to_dict(config(max_iterations=1)), {
+        'env': {'num_envs': 8, 'episode_length_s': 1.0, 'num_threads': 1},
+        'sac': {'learning_starts': 32, 'action_bound': 0.8}}), source='test')
+    runner = OnPolicyRunner(cfg, tmp_path)
+    runner.learn()
+    runner.close()
+    policy = runner.policy
+    assert policy.actor_normalizer.count > 0  # the normaliser is in the graph, not identity
+    path = export_checkpoint(ckpt.latest_checkpoint(tmp_path), tmp_path / 'student.onnx')
+    model = OnnxPolicy(path, robot)
+    assert model.metadata['algorithm'] == '"sac"'
+    assert verify_onnx(policy, path) < 1e-5
+    obs = np.random.default_rng(0).standard_normal((64, robot.policy_obs.dim)).astype(
+        np.float32) * 2.0
+    with torch.no_grad():
+        mean, _ = policy.action_mean_std({'policy': torch.from_numpy(obs)})
+    # The deterministic action is the tanh of the pre-tanh mean, scaled to +-action_bound.
+    np.testing.assert_allclose(model(obs), 0.8 * np.tanh(mean.numpy()), atol=1e-5)
+    assert np.abs(model(obs)).max() <= 0.8

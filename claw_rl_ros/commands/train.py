@@ -149,7 +149,8 @@ def _export_and_evaluate(runner, run_dir: Path) -> dict[str, Any]:
     robot = runner.env.robot
     onnx_path = export_onnx(runner.policy, robot, run_dir / 'student.onnx',
                             extra_metadata={'iteration': runner.iteration,
-                                            'total_steps': runner.total_steps},
+                                            'total_steps': runner.total_steps,
+                                            'algorithm': runner.cfg.algorithm},
                             action_clip=runner.cfg.env.clip_actions)
     out: dict[str, Any] = {'student_onnx': str(onnx_path)}
     episodes = runner.cfg.runner.eval_episodes
