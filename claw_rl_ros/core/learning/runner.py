@@ -61,6 +61,15 @@ def build_policy(cfg: TrainConfig, obs_dims: dict[str, int], num_actions: int,
     return policy
 
 
+def make_vec_env(cfg: TrainConfig) -> Any:
+    """The batched env of a run: ``cfg.gym_env`` through GymVecEnv, else the robot env."""
+    if cfg.gym_env:
+        from ..sim.gym_vec import GymVecEnv
+        return GymVecEnv(cfg.gym_env, cfg.env.num_envs, seed=cfg.runner.seed)
+    cfg.env.seed = cfg.runner.seed
+    return VecLocomotionEnv(cfg.env)
+
+
 def load_policy(path: str | Path) -> tuple[ActorCritic, TrainConfig, dict[str, Any]]:
     """An actor-critic (with its config and the checkpoint payload) from a checkpoint file."""
     from ..config import from_dict
@@ -85,8 +94,7 @@ class OnPolicyRunner:
             torch.set_num_threads(r.torch_threads)
         self.generator = torch.Generator().manual_seed(r.seed)
         if env is None:
-            cfg.env.seed = r.seed
-            env = VecLocomotionEnv(cfg.env)
+            env = make_vec_env(cfg)
         self.env = env
         self.obs_dims = dict(env.obs_dims)
         self.policy = build_policy(cfg, self.obs_dims, env.num_actions, env)

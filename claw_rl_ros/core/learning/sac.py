@@ -139,8 +139,10 @@ class SAC:
         self.distill = distill
         self.generator = generator
         self.target_critic = copy.deepcopy(policy.critic).requires_grad_(False)
-        self.actor_optimizer = torch.optim.Adam(policy.actor.parameters(), lr=cfg.actor_lr)
-        self.critic_optimizer = torch.optim.Adam(policy.critic.parameters(), lr=cfg.critic_lr)
+        self.actor_optimizer = torch.optim.Adam(policy.actor.parameters(), lr=cfg.actor_lr,
+                                                fused=True)
+        self.critic_optimizer = torch.optim.Adam(policy.critic.parameters(), lr=cfg.critic_lr,
+                                                 fused=True)
         num_actions = policy.action_scale.shape[0]
         # Automatic temperature: minimise -log_ent_coef * (log pi + target entropy).
         self.target_entropy = -float(num_actions) if cfg.target_entropy is None \
@@ -251,6 +253,8 @@ class SAC:
         self.critic_optimizer.step()
         # Actor: minimise ent_coef log pi(a|s) - min Q(s, a), a reparameterised, + alpha KL.
         a, logp = self.policy.sample(b.obs, self.generator)
+        # The critics only pass gradients through to the action here: no weight gradients.
+        self.policy.critic.requires_grad_(False)
         q_pi = torch.min(*self.policy.critic(self.policy.critic_input(b.obs), a))
         actor_loss = (ent_coef * logp - q_pi).mean()
         distillation = compute_distillation_loss(self.registry, b.obs) \
@@ -258,6 +262,7 @@ class SAC:
         loss = combined_loss(actor_loss, distillation, alpha)
         self.actor_optimizer.zero_grad()
         loss.backward()
+        self.policy.critic.requires_grad_(True)
         self._clip(self.policy.actor)
         self.actor_optimizer.step()
         # Temperature: grows while the entropy -log pi is below the target, shrinks above it.

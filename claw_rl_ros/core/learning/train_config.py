@@ -120,6 +120,9 @@ class TrainConfig:
     algorithm: Literal['ppo', 'sac'] = param('ppo', 'training algorithm (ppo or sac); only '
                                                     'the trainer changes')
     env: EnvConfig = param(EnvConfig(), 'environment')
+    gym_env: str = param('', 'train on this Gymnasium env id (Box actions) instead of the robot; '
+                             'it uses env.num_envs copies and runner.seed, the rest of env is '
+                             'unused')
     policy: PolicyConfig = param(PolicyConfig(), 'networks')
     ppo: PPOConfig = param(PPOConfig(), 'PPO')
     sac: SACConfig = param(SACConfig(), 'SAC (used when algorithm is sac)')
