@@ -43,6 +43,12 @@ def test_train_a_gymnasium_env_from_the_command_line(algorithm, loss, tmp_path, 
     # Resume continues the same run (for SAC with its replay buffer).
     assert main(['train', '--resume', str(run), '--set', 'runner.max_iterations=3']) == 0
     assert [r['total_steps'] for r in rows(run)] == ['100', '200', '300']
+    # claw-rl eval runs the newest checkpoint on the run's env.
+    report = tmp_path / 'eval.json'
+    assert main(['eval', '--run-dir', str(run), '--episodes', '2', '--json', str(report)]) == 0
+    result = json.loads(report.read_text())
+    assert result['checkpoint'] == 'model_3.pt' and result['env'] == 'Pendulum-v1'
+    assert result['algorithm'] == algorithm and -2000 < result['mean_return'] < 0
 
 
 @pytest.mark.parametrize('env, match', [('gym:NoSuchEnv-v0', 'NoSuchEnv'),
@@ -52,3 +58,10 @@ def test_bad_gymnasium_envs_exit_2_with_one_line(env, match, tmp_path, capsys):
     assert main(['train', '--env', env, '--run-dir', str(tmp_path / 'r'), *TINY]) == 2
     err = capsys.readouterr().err
     assert match in err and '--env' in err and 'Traceback' not in err
+
+
+def test_eval_needs_a_model_or_a_gymnasium_run(tmp_path, capsys):
+    assert main(['eval']) == 2
+    assert 'give an exported .onnx student with --model' in capsys.readouterr().err
+    assert main(['eval', '--run-dir', str(tmp_path)]) == 2
+    assert 'no checkpoints' in capsys.readouterr().err
