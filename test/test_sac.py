@@ -257,10 +257,16 @@ def test_resume_with_the_replay_buffer_is_exact(tmp_path):
     assert resumed.alg.ent_coef == first.alg.ent_coef
     assert torch.equal(resumed.alg.storage.rewards, first.alg.storage.rewards)
     # Without the buffer in the checkpoint the file is smaller and resume starts it empty.
-    light = config(max_iterations=1, sac={'learning_starts': 64, 'checkpoint_replay': False})
+    light = config(max_iterations=1, sac={'learning_starts': 100, 'checkpoint_replay': False})
     OnPolicyRunner(light, tmp_path / 'c', env=reach_env(4)).learn()
     full_size = ckpt.checkpoint_path(tmp_path / 'a', 1).stat().st_size
     assert ckpt.checkpoint_path(tmp_path / 'c', 1).stat().st_size < full_size
+    light_resumed = OnPolicyRunner(light, tmp_path / 'e', env=reach_env(4))
+    light_resumed.load(ckpt.checkpoint_path(tmp_path / 'c', 1))
+    assert len(light_resumed.alg.storage) == 0
+    # The policy acts; updates wait until learning_starts transitions are stored again.
+    assert light_resumed.train_one_epoch()['updates'] == 0.0
+    assert light_resumed.train_one_epoch()['updates'] > 0
     ppo = OnPolicyRunner(config('ppo'), tmp_path / 'd', env=reach_env(4))
     with pytest.raises(Exception, match='trained with sac'):
         ppo.load(ckpt.checkpoint_path(tmp_path / 'a', 2))
