@@ -293,3 +293,21 @@ def test_sac_student_on_the_claw_env_exports_its_squashed_mean(robot, tmp_path):
     # The deterministic action is the tanh of the pre-tanh mean, scaled to +-action_bound.
     np.testing.assert_allclose(model(obs), 0.8 * np.tanh(mean.numpy()), atol=1e-5)
     assert np.abs(model(obs)).max() <= 0.8
+
+
+def test_frozen_teacher_must_come_from_the_same_algorithm(tmp_path):
+    for algorithm in ('ppo', 'sac'):
+        OnPolicyRunner(config(algorithm, max_iterations=1), tmp_path / algorithm,
+                       env=reach_env(4)).learn()
+    sac_teacher = ckpt.latest_checkpoint(tmp_path / 'sac')
+    frozen = {'teacher_mode': 'frozen', 'alpha': 1.0, 'teacher_checkpoint': str(sac_teacher)}
+    student = OnPolicyRunner(config(distillation=frozen), tmp_path / 'student', env=reach_env(4))
+    assert isinstance(student.alg.teacher, SACPolicy)
+    teacher_params = torch.cat([p.flatten() for p in student.alg.teacher.parameters()])
+    student.train_one_epoch()
+    # Frozen: the teacher is exactly the checkpoint's student and gets no updates.
+    assert torch.equal(teacher_params,
+                       torch.cat([p.flatten() for p in student.alg.teacher.parameters()]))
+    frozen['teacher_checkpoint'] = str(ckpt.latest_checkpoint(tmp_path / 'ppo'))
+    with pytest.raises(Exception, match='teacher was trained with ppo, the student uses sac'):
+        OnPolicyRunner(config(distillation=frozen), tmp_path / 'bad', env=reach_env(4))
