@@ -221,7 +221,11 @@ class SAC:
         """``utd_ratio`` gradient steps per new transition (once learning_starts is reached)."""
         keys = ('critic_loss', 'actor_loss', 'ent_coef_loss', 'entropy', 'q_mean',
                 'distillation_loss')
-        if self.num_transitions < self.cfg.learning_starts:
+        # Also after a resume without the replay buffer: updates wait until it holds
+        # learning_starts transitions again (the policy, not random actions, fills it).
+        refilled = len(self.storage) >= min(self.cfg.learning_starts,
+                                            self.storage.capacity * self.storage.num_envs)
+        if self.num_transitions < self.cfg.learning_starts or not refilled:
             self._owed_updates = 0.0
             return {**{k: float('nan') for k in keys}, 'ent_coef': self.ent_coef,
                     'alpha': alpha, 'updates': 0.0}
