@@ -52,15 +52,47 @@ def _load_model(args: argparse.Namespace, config_robot: str | None):
     return policy, robot
 
 
+def _cmd_eval_run(args: argparse.Namespace) -> int:
+    """A Gymnasium run's newest checkpoint on its env: mean return of the deterministic policy."""
+    from ..core.deploy.evaluate_gym import evaluate_policy
+    from ..core.learning import checkpoint as ckpt
+    from ..core.learning.runner import load_policy
+    path = ckpt.latest_checkpoint(args.run_dir)
+    if path is None:
+        raise ConfigError('--run-dir', str(args.run_dir), 'no checkpoints/model_<it>.pt in it; '
+                          'give the directory of a claw-rl train --env gym:... run')
+    policy, cfg, payload = load_policy(path)
+    if not cfg.gym_env:
+        raise ConfigError('--run-dir', str(args.run_dir), 'this run trained the robot; export '
+                          'it (claw-rl export) and evaluate the .onnx with --model')
+    returns = evaluate_policy(policy, cfg.gym_env, args.episodes, seed=args.seed)
+    report = {'run_dir': str(args.run_dir), 'checkpoint': path.name, 'env': cfg.gym_env,
+              'algorithm': cfg.algorithm, 'episodes': args.episodes,
+              'mean_return': float(returns.mean()), 'std_return': float(returns.std())}
+    print(f'{cfg.gym_env} ({cfg.algorithm}, {path.name}): mean return '
+          f'{report["mean_return"]:.1f} +- {report["std_return"]:.1f} over {args.episodes} '
+          'episodes')
+    if args.json:
+        from ..core.learning.checkpoint import atomic_write_bytes
+        atomic_write_bytes(args.json, (json.dumps(report, indent=2) + '\n').encode())
+        print(f'wrote {args.json}')
+    return 0
+
+
 def _cmd_eval(args: argparse.Namespace) -> int:
+    if args.episodes < 1:
+        raise ConfigError('--episodes', '', f'{args.episodes} is out of range; give 1 or more')
+    if args.run_dir:
+        return _cmd_eval_run(args)
+    if not args.model:
+        raise ConfigError('--model', '', 'give an exported .onnx student with --model, or a '
+                          'Gymnasium training run with --run-dir')
     if args.gif:
         _default_gl_backend()
     from ..core.learning.checkpoint import atomic_write_bytes
     from ..core.sim.env_config import EnvConfig
     from ..core.deploy.evaluate import evaluate
     from ..core.learning.train_config import load_train_config
-    if args.episodes < 1:
-        raise ConfigError('--episodes', '', f'{args.episodes} is out of range; give 1 or more')
     if args.gif and Path(args.gif).suffix.lower() not in ('.gif', '.png'):
         raise ConfigError('--gif', '', f'{args.gif}: name a .gif (animation) or .png (strip)')
     base = load_train_config(args.config).env if args.config else EnvConfig()
@@ -93,8 +125,12 @@ def _render(policy, robot, args: argparse.Namespace, command) -> None:
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     """Register ``eval`` on the claw-rl parser."""
-    ev = subparsers.add_parser('eval', help='evaluate an ONNX student in simulation')
-    ev.add_argument('--model', required=True, help='exported .onnx student')
+    ev = subparsers.add_parser('eval', help='evaluate an ONNX student in simulation, or a '
+                               'Gymnasium training run')
+    source = ev.add_mutually_exclusive_group()
+    source.add_argument('--model', help='exported .onnx student')
+    source.add_argument('--run-dir', help='a claw-rl train --env gym:... run: its newest '
+                        'checkpoint on its Gymnasium env')
     ev.add_argument('--episodes', type=int, default=20, help='episodes (parallel worlds)')
     ev.add_argument('--command', type=float, nargs=3, metavar=('VX', 'VY', 'WZ'),
                     help='fixed command for every episode [m/s, m/s, rad/s] (default: sample)')

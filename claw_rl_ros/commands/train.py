@@ -3,6 +3,11 @@
 Run directory: config.yaml (resolved), checkpoints/model_<it>.pt, metrics.csv, TensorBoard
 events, learning_curve.png, student.onnx and eval.json. Ctrl-C saves a checkpoint and exits;
 ``--resume RUN_DIR`` continues from the newest checkpoint.
+
+``--env gym:<EnvId>`` trains on any Box-action Gymnasium env instead of the robot (through
+GymVecEnv, with ``config/train_gym_<algorithm>.yaml``, CleanRL / SB3 defaults, unless
+``--config`` is given); ``--algorithm ppo|sac`` picks the trainer. A Gymnasium run ends with an
+evaluation of the deterministic policy (no ONNX: the export carries a robot spec).
 """
 
 from __future__ import annotations
@@ -25,8 +30,13 @@ from ..core.learning.train_config import load_train_config, TrainConfig
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     """Register ``train`` on the claw-rl parser."""
     p = subparsers.add_parser('train', help='train a locomotion policy (PPO / PPO + OPD)')
-    p.add_argument('--config', default='train_ppo.yaml',
-                   help='train YAML (a path, or a name in the package config/ folder)')
+    p.add_argument('--config', default=None,
+                   help='train YAML (a path, or a name in the package config/ folder; default '
+                        'train_ppo.yaml, or train_gym_<algorithm>.yaml with --env gym:...)')
+    p.add_argument('--env', metavar='gym:ENV_ID', default=None,
+                   help='train on a Gymnasium env (Box actions), e.g. gym:HalfCheetah-v5')
+    p.add_argument('--algorithm', choices=('ppo', 'sac'), default=None,
+                   help='trainer (overrides the config\'s algorithm)')
     p.add_argument('--teacher', help='checkpoint of a frozen teacher (enables OPD, frozen mode)')
     p.add_argument('--resume', metavar='RUN_DIR', help='continue a run from its last checkpoint')
     p.add_argument('--run-dir', help='run directory (default: runner.run_dir/<run_name>)')
@@ -55,6 +65,14 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
 def resolve_config(args: argparse.Namespace) -> tuple[TrainConfig, Path, Path | None]:
     """(config, run_dir, checkpoint to resume or None) from the command line."""
     overrides = parse_overrides(args.set)
+    if args.algorithm:
+        overrides['algorithm'] = args.algorithm
+    if args.env:
+        prefix, _, env_id = args.env.partition(':')
+        if prefix != 'gym' or not env_id:
+            raise ConfigError('--env', args.env, 'expected gym:<EnvId>, e.g. '
+                              'gym:HalfCheetah-v5 (the robot env is the default)')
+        overrides['gym_env'] = env_id
     if args.teacher:
         if not Path(args.teacher).is_file():
             raise ConfigError(args.teacher, '', 'teacher checkpoint not found; pass an existing '
@@ -71,7 +89,9 @@ def resolve_config(args: argparse.Namespace) -> tuple[TrainConfig, Path, Path | 
         data = merge(load_yaml(run_dir / 'config.yaml'), overrides)
         return from_dict(TrainConfig, data, source=str(run_dir / 'config.yaml')), run_dir, \
             resume_from
-    cfg = load_train_config(args.config, overrides)
+    config = args.config or (f'train_gym_{args.algorithm or "ppo"}.yaml' if args.env
+                             else 'train_ppo.yaml')
+    cfg = load_train_config(config, overrides)
     if cfg.distillation.teacher_mode == 'frozen':
         ckpt.load_checkpoint(cfg.distillation.teacher_checkpoint)  # fail before building
     name = cfg.runner.run_name or time.strftime('%Y%m%d-%H%M%S')
@@ -89,12 +109,13 @@ def run_train(args: argparse.Namespace) -> int:
     run_dir.mkdir(parents=True, exist_ok=True)
     ckpt.atomic_write_bytes(run_dir / 'config.yaml',
                             yaml.safe_dump(to_dict(cfg), sort_keys=False).encode())
-    runner = OnPolicyRunner(cfg, run_dir)
+    runner = _make_runner(OnPolicyRunner, cfg, run_dir)
     if resume_from is not None:
         runner.load(resume_from)
         print(f'resumed {run_dir} at iteration {runner.iteration} ({resume_from.name})')
     logger = MetricsLogger(run_dir, resume_iteration=runner.iteration)
-    print(f'training {cfg.env.robot}: {cfg.env.num_envs} worlds x '
+    print(f'training {cfg.gym_env or cfg.env.robot} with {cfg.algorithm}: '
+          f'{cfg.env.num_envs} worlds x '
           f'{cfg.runner.num_steps_per_env} steps per iteration, up to '
           f'{cfg.runner.max_iterations} iterations'
           + (f' or {cfg.runner.time_budget_s:.0f} s' if cfg.runner.time_budget_s else '')
@@ -127,6 +148,18 @@ def run_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _make_runner(runner_cls, cfg: TrainConfig, run_dir: Path):
+    """The runner; a Gymnasium env that cannot be made or used is a one-line ConfigError."""
+    if not cfg.gym_env:
+        return runner_cls(cfg, run_dir)
+    import gymnasium as gym
+    try:
+        return runner_cls(cfg, run_dir)
+    except (gym.error.Error, TypeError, ValueError) as exc:
+        raise ConfigError('--env', f'gym:{cfg.gym_env}', f'{exc} (give a registered '
+                          'Gymnasium id with a Box action space)') from None
+
+
 def _log_iteration(runner, logger, iteration: int, metrics: dict) -> None:
     logger.log(iteration, metrics)
     r = runner.cfg.runner
@@ -140,6 +173,8 @@ def _log_iteration(runner, logger, iteration: int, metrics: dict) -> None:
 
 def _export_and_evaluate(runner, run_dir: Path) -> dict[str, Any]:
     """student.onnx (if the actor is deployable) and an evaluation of it."""
+    if runner.cfg.gym_env:
+        return _evaluate_gym(runner)
     from ..core.deploy.export import export_onnx
     from ..core.deploy.evaluate import evaluate
     from ..core.deploy.onnx_policy import OnnxPolicy
@@ -149,7 +184,8 @@ def _export_and_evaluate(runner, run_dir: Path) -> dict[str, Any]:
     robot = runner.env.robot
     onnx_path = export_onnx(runner.policy, robot, run_dir / 'student.onnx',
                             extra_metadata={'iteration': runner.iteration,
-                                            'total_steps': runner.total_steps},
+                                            'total_steps': runner.total_steps,
+                                            'algorithm': runner.cfg.algorithm},
                             action_clip=runner.cfg.env.clip_actions)
     out: dict[str, Any] = {'student_onnx': str(onnx_path)}
     episodes = runner.cfg.runner.eval_episodes
@@ -160,3 +196,18 @@ def _export_and_evaluate(runner, run_dir: Path) -> dict[str, Any]:
         print(f'evaluation at 0.5 m/s forward:\n{report.format()}')
         out['eval_forward_0.5'] = report.to_dict()
     return out
+
+
+def _evaluate_gym(runner) -> dict[str, Any]:
+    """Mean return of the deterministic policy over ``eval_episodes`` fresh episodes."""
+    from ..core.deploy.evaluate_gym import evaluate_policy
+    episodes = runner.cfg.runner.eval_episodes
+    if not episodes:
+        return {}
+    returns = evaluate_policy(runner.policy, runner.cfg.gym_env, episodes,
+                              seed=runner.cfg.runner.seed + 1000)
+    report = {'episodes': episodes, 'mean_return': float(returns.mean()),
+              'std_return': float(returns.std())}
+    print(f'evaluation of the deterministic policy: mean return {report["mean_return"]:.1f} '
+          f'+- {report["std_return"]:.1f} over {episodes} episodes')
+    return {'eval': report}

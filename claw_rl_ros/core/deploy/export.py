@@ -1,11 +1,13 @@
 """Export the student's deterministic action to ONNX, with the normaliser and the robot spec.
 
 The graph is ``actions [batch, A] = clip(actor(normalise(obs [batch, obs_dim])), +-action_clip)``:
-``ActorCritic.act_inference`` on the ``policy`` observation group, clipped as the env clips the
-actions it trained with (``env.clip_actions``), so every consumer of the file gets the trained
-action range; the metadata holds the robot spec (joints, pose, gains, limits, observation
-layout) plus ``action_clip``, which deployment checks. The file is
-written only after ``onnx.checker`` and a torch/onnxruntime parity check pass, and atomically.
+the student's ``act_inference`` on the ``policy`` observation group (a PPO ``ActorCritic``: the
+Gaussian mean; a SAC ``SACPolicy``: ``bias + scale * tanh(mean)``, the squashed mean in the
+env's action range), clipped as the env clips the actions it trained with
+(``env.clip_actions``), so every consumer of the file gets the trained action range; the
+metadata holds the robot spec (joints, pose, gains, limits, observation layout) plus
+``action_clip``, which deployment checks. The file is written only after ``onnx.checker`` and a
+torch/onnxruntime parity check pass, and atomically.
 """
 
 from __future__ import annotations

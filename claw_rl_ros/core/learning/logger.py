@@ -23,11 +23,12 @@ def _duration(seconds: float) -> str:
 class MetricsLogger:
     """Append one row per iteration to metrics.csv and TensorBoard; print progress."""
 
-    def __init__(self, run_dir: Path, resume_iteration: int = 0, stream: TextIO = sys.stdout,
+    def __init__(self, run_dir: Path, resume_iteration: int = 0, stream: TextIO | None = None,
                  tensorboard: bool = True):
         self.run_dir = Path(run_dir)
         self.csv_path = self.run_dir / 'metrics.csv'
-        self.stream = stream
+        # sys.stdout at construction, not at import (it may have been replaced since).
+        self.stream = stream if stream is not None else sys.stdout
         self.columns: list[str] | None = None
         if resume_iteration and self.csv_path.exists():
             self._truncate(resume_iteration)

@@ -10,6 +10,7 @@ import copy
 
 import torch
 
+from .algorithm import Algorithm
 from .networks import ActorCritic, gaussian_entropy, gaussian_log_prob
 from .opd import combined_loss, compute_distillation_loss, gaussian_kl, update_teacher_with_ema
 from .registry import Obs, PolicyRegistry
@@ -28,7 +29,7 @@ def sample_transition(policy: ActorCritic, obs: Obs,
             'values': policy.evaluate(obs).squeeze(-1), 'mu': mean, 'sigma': std}
 
 
-class PPO:
+class PPO(Algorithm):
     """Clipped-surrogate PPO on an :class:`ActorCritic` student, plus alpha * KL to a teacher."""
 
     def __init__(self, policy: ActorCritic, cfg: PPOConfig, distill: DistillationConfig,
@@ -68,8 +69,13 @@ class PPO:
 
     @torch.no_grad()
     def process_env_step(self, rewards: torch.Tensor, dones: torch.Tensor,
-                         time_outs: torch.Tensor, final_obs: Obs | None) -> None:
-        """Store the step; time-outs are bootstrapped with the value of their final state."""
+                         time_outs: torch.Tensor, final_obs: Obs | None,
+                         next_obs: Obs | None = None) -> None:
+        """Store the step; time-outs are bootstrapped with the value of their final state.
+
+        ``next_obs`` (the observation after the step) is part of the interface for off-policy
+        algorithms; PPO bootstraps from ``compute_returns`` and does not need it.
+        """
         if final_obs is not None and time_outs.any():
             final_values = self.policy.evaluate(final_obs).squeeze(-1)
             # A select, not a product: a NaN value of a world that did not time out (a
@@ -86,21 +92,17 @@ class PPO:
                                      normalize_advantages=not
                                      self.cfg.normalize_advantage_per_mini_batch)
 
-    def learn(self, last_obs: Obs, alpha: float) -> dict[str, float]:
-        """The learning half of an iteration on the filled storage: GAE from ``last_obs``,
-        mini-batch updates of combined_loss, normaliser update, teacher EMA; mean losses (plus
-        ``kl_to_teacher`` before the update when there is a teacher)."""
-        self.compute_returns(last_obs)
-        kl_teacher = self.kl_to_teacher(self.storage.obs_flat()) \
-            if self.teacher is not None else None
-        losses = self.update(alpha)
-        # Normalisers learn from the rollout only now, so the rollout's behaviour policy is
-        # exactly the policy the update starts from (the adaptive-KL schedule relies on it).
-        self.policy.update_normalization(self.storage.obs_flat(max_samples=1 << 30))
-        self.update_teacher_with_ema()
-        if kl_teacher is not None:
-            losses['kl_to_teacher'] = kl_teacher
-        return losses
+    def rollout_obs(self, max_samples: int = 4096) -> Obs:
+        """Observations [B, dim] of the stored rollout (normaliser and KL metric)."""
+        return self.storage.obs_flat(max_samples)
+
+    def state_dict(self) -> dict:
+        """Optimiser and (adaptive) learning rate, for a checkpoint."""
+        return {'optimizer': self.optimizer.state_dict(), 'learning_rate': self.learning_rate}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.optimizer.load_state_dict(state['optimizer'])
+        self.learning_rate = state['learning_rate']
 
     def update(self, alpha: float = 0.0) -> dict[str, float]:
         """Mini-batch epochs of RL loss + alpha * KL(teacher || student); mean losses."""

@@ -17,7 +17,11 @@ from ..sim.env import VecLocomotionEnv
 from .networks import ActorCritic
 from .opd import alpha_at
 from .ppo import PPO
+from .sac import SAC, SACPolicy
 from .train_config import TrainConfig
+
+# The trainer of each ``algorithm`` value: the only place the algorithm is chosen.
+ALGORITHMS = {'ppo': PPO, 'sac': SAC}
 
 
 def _mean(values) -> float:
@@ -28,9 +32,25 @@ def obs_to_torch(obs: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
     return {k: torch.as_tensor(v, dtype=torch.float32) for k, v in obs.items()}
 
 
-def build_policy(cfg: TrainConfig, obs_dims: dict[str, int], num_actions: int) -> ActorCritic:
-    """The student actor-critic for the given observation group sizes."""
+def build_policy(cfg: TrainConfig, obs_dims: dict[str, int], num_actions: int,
+                 env: Any | None = None) -> ActorCritic | SACPolicy:
+    """The student of ``cfg.algorithm`` for the given observation group sizes.
+
+    A SAC student squashes its actions into the env's action range (``action_low`` /
+    ``action_high`` of a Gymnasium env, else +-``sac.action_bound``); the range is a buffer of
+    the module, so a checkpoint restores it.
+    """
     p = cfg.policy
+    if cfg.algorithm == 'sac':
+        bound = cfg.sac.action_bound
+        return SACPolicy(
+            sum(obs_dims[g] for g in p.actor_obs_groups),
+            sum(obs_dims[g] for g in p.critic_obs_groups), num_actions,
+            actor_hidden_dims=p.actor_hidden_dims, critic_hidden_dims=p.critic_hidden_dims,
+            activation=p.activation, normalize_obs=p.normalize_obs,
+            actor_obs_groups=p.actor_obs_groups, critic_obs_groups=p.critic_obs_groups,
+            action_low=torch.as_tensor(getattr(env, 'action_low', -bound), dtype=torch.float32),
+            action_high=torch.as_tensor(getattr(env, 'action_high', bound), dtype=torch.float32))
     policy = ActorCritic(
         sum(obs_dims[g] for g in p.actor_obs_groups),
         sum(obs_dims[g] for g in p.critic_obs_groups), num_actions,
@@ -39,6 +59,15 @@ def build_policy(cfg: TrainConfig, obs_dims: dict[str, int], num_actions: int) -
         actor_obs_groups=p.actor_obs_groups, critic_obs_groups=p.critic_obs_groups,
         min_std=p.min_noise_std)
     return policy
+
+
+def make_vec_env(cfg: TrainConfig) -> Any:
+    """The batched env of a run: ``cfg.gym_env`` through GymVecEnv, else the robot env."""
+    if cfg.gym_env:
+        from ..sim.gym_vec import GymVecEnv
+        return GymVecEnv(cfg.gym_env, cfg.env.num_envs, seed=cfg.runner.seed)
+    cfg.env.seed = cfg.runner.seed
+    return VecLocomotionEnv(cfg.env)
 
 
 def load_policy(path: str | Path) -> tuple[ActorCritic, TrainConfig, dict[str, Any]]:
@@ -51,10 +80,16 @@ def load_policy(path: str | Path) -> tuple[ActorCritic, TrainConfig, dict[str, A
     return policy, cfg, payload
 
 
-def load_teacher(cfg: TrainConfig, obs_dims: dict[str, int], num_actions: int) -> ActorCritic:
-    """The frozen teacher of ``cfg.distillation``, checked against the env's sizes."""
+def load_teacher(cfg: TrainConfig, obs_dims: dict[str, int],
+                 num_actions: int) -> ActorCritic | SACPolicy:
+    """The frozen teacher of ``cfg.distillation``, checked against the algorithm and sizes."""
     path = cfg.distillation.teacher_checkpoint
-    teacher, _, payload = load_policy(path)
+    teacher, teacher_cfg, payload = load_policy(path)
+    if teacher_cfg.algorithm != cfg.algorithm:
+        raise ConfigError(str(path), 'algorithm', f'teacher was trained with '
+                          f'{teacher_cfg.algorithm}, the student uses {cfg.algorithm}: their '
+                          "action distributions live in different spaces (SAC's are pre-tanh); "
+                          'use a teacher trained with the same algorithm')
     if payload['num_actions'] != num_actions:
         raise ConfigError(str(path), 'num_actions', f'teacher has {payload["num_actions"]} '
                           f'actions, the robot {num_actions}')
@@ -79,7 +114,9 @@ def record_episodes(returns: deque, lengths: deque, sums: dict[str, deque],
 
 
 class OnPolicyRunner:
-    """Trains a student with PPO (+ OPD) on a vec env that follows VecLocomotionEnv's contract."""
+    """Trains a student with PPO or SAC (``cfg.algorithm``, + OPD) on a vec env that follows
+    VecLocomotionEnv's contract. The loop is the same for both: SAC's storage is its replay
+    buffer and its ``update`` takes ``utd_ratio`` gradient steps per collected transition."""
 
     def __init__(self, cfg: TrainConfig, run_dir: str | Path, env: Any | None = None):
         self.cfg = cfg
@@ -90,13 +127,13 @@ class OnPolicyRunner:
             torch.set_num_threads(r.torch_threads)
         self.generator = torch.Generator().manual_seed(r.seed)
         if env is None:
-            cfg.env.seed = r.seed
-            env = VecLocomotionEnv(cfg.env)
+            env = make_vec_env(cfg)
         self.env = env
         self.obs_dims = dict(env.obs_dims)
-        self.policy = build_policy(cfg, self.obs_dims, env.num_actions)
+        self.policy = build_policy(cfg, self.obs_dims, env.num_actions, env)
         teacher = self._load_teacher() if cfg.distillation.teacher_mode == 'frozen' else None
-        self.alg = PPO(self.policy, cfg.ppo, cfg.distillation, teacher, self.generator)
+        self.alg = ALGORITHMS[cfg.algorithm](self.policy, getattr(cfg, cfg.algorithm),
+                                             cfg.distillation, teacher, self.generator)
         self.alg.init_storage(r.num_steps_per_env, env.num_envs, self.obs_dims, env.num_actions)
         self.iteration = 0
         self.total_steps = 0
@@ -118,9 +155,10 @@ class OnPolicyRunner:
             obs, reward, terminated, truncated, extras = self.env.step(actions.numpy())
             final = obs_to_torch(extras['final_obs']) if 'final_obs' in extras else None
             done = torch.as_tensor(terminated | truncated, dtype=torch.float32)
-            self.alg.process_env_step(torch.as_tensor(reward), done,
-                                      torch.as_tensor(truncated, dtype=torch.float32), final)
             self.obs = obs_to_torch(obs)
+            self.alg.process_env_step(torch.as_tensor(reward), done,
+                                      torch.as_tensor(truncated, dtype=torch.float32), final,
+                                      next_obs=self.obs)
             rewards.append(float(reward.mean()))
             errors.append(extras.get('tracking_error', {}))
             diverged += extras.get('diverged', 0)
@@ -199,8 +237,7 @@ class OnPolicyRunner:
             'obs_dims': self.obs_dims, 'num_actions': self.env.num_actions,
             'model': self.policy.state_dict(),
             'teacher': self.alg.teacher.state_dict() if self.alg.teacher is not None else None,
-            'optimizer': self.alg.optimizer.state_dict(),
-            'learning_rate': self.alg.learning_rate,
+            'algorithm_state': self.alg.state_dict(),
             'rng': {'torch': torch.get_rng_state(), 'generator': self.generator.get_state()},
             'env': self._env_state(),
             'obs': {k: v.clone() for k, v in self.obs.items()},
@@ -227,14 +264,19 @@ class OnPolicyRunner:
     def load(self, path: str | Path) -> None:
         """Continue exactly where the checkpoint left off (model, optimizer, env, RNG)."""
         payload = ckpt.load_checkpoint(path)
+        if payload.get('config', {}).get('algorithm', 'ppo') != self.cfg.algorithm:
+            raise ConfigError(str(path), 'algorithm', f'checkpoint was trained with '
+                              f'{payload["config"].get("algorithm", "ppo")}, this run uses '
+                              f'{self.cfg.algorithm}; resume with the same algorithm')
         if payload['obs_dims'] != self.obs_dims or payload['num_actions'] != self.env.num_actions:
             raise ConfigError(str(path), 'obs_dims', f'checkpoint was trained with '
                               f'{payload["obs_dims"]}, this env has {self.obs_dims}')
         self.policy.load_state_dict(payload['model'])
         if payload['teacher'] is not None and self.alg.teacher is not None:
             self.alg.teacher.load_state_dict(payload['teacher'])
-        self.alg.optimizer.load_state_dict(payload['optimizer'])
-        self.alg.learning_rate = payload['learning_rate']
+        # Checkpoints from before algorithm_state kept PPO's optimizer at the top level.
+        self.alg.load_state_dict(payload.get('algorithm_state') or {
+            'optimizer': payload['optimizer'], 'learning_rate': payload['learning_rate']})
         torch.set_rng_state(payload['rng']['torch'])
         self.generator.set_state(payload['rng']['generator'])
         if payload['env'] is None:
@@ -252,7 +294,7 @@ class OnPolicyRunner:
         for k, v in episodes['sums'].items():
             self._episode_sums.setdefault(k, deque(maxlen=200)).extend(v)
 
-    def _load_teacher(self) -> ActorCritic:
+    def _load_teacher(self) -> ActorCritic | SACPolicy:
         return load_teacher(self.cfg, self.obs_dims, self.env.num_actions)
 
     def close(self) -> None:

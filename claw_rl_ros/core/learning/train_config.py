@@ -50,6 +50,37 @@ class PPOConfig:
 
 
 @dataclass
+class SACConfig:
+    """SAC hyper-parameters; defaults are stable-baselines3's SAC (CleanRL's sac_continuous_action
+    where SB3 has none: the [-5, 2] log-std range; learning_starts is CleanRL's 5e3, SB3 uses
+    100). Network sizes come from ``policy`` (SB3 / CleanRL use [256, 256] relu)."""
+
+    buffer_size: int = param(1_000_000, 'replay capacity in transitions (SB3 1e6)', ge=1)
+    learning_starts: int = param(5000, 'uniform random actions and no updates for this many '
+                                       'transitions (CleanRL 5e3, SB3 100)', ge=0)
+    batch_size: int = param(256, 'transitions per gradient step (SB3 256)', ge=1)
+    utd_ratio: float = param(1.0, 'gradient steps per collected transition (SB3 train_freq=1, '
+                                  'gradient_steps=1: 1.0; many worlds want less)', gt=0)
+    gamma: float = param(0.99, 'discount (SB3 0.99)', ge=0, le=1)
+    tau: float = param(0.005, 'Polyak rate of the target critics (SB3 0.005)', gt=0, le=1)
+    target_update_interval: int = param(1, 'gradient steps between target updates (SB3 1)',
+                                        ge=1)
+    actor_lr: float = param(3e-4, 'actor Adam learning rate (SB3 3e-4)', gt=0)
+    critic_lr: float = param(3e-4, 'critic Adam learning rate (SB3 3e-4; CleanRL 1e-3)', gt=0)
+    ent_coef_lr: float = param(3e-4, 'temperature Adam learning rate (SB3 3e-4)', gt=0)
+    init_ent_coef: float = param(1.0, 'initial entropy temperature (SB3 auto_1.0)', gt=0)
+    auto_ent_coef: bool = param(True, 'tune the temperature towards target_entropy (SB3 auto)')
+    target_entropy: Optional[float] = param(None, 'target policy entropy (None = -|A|, SB3)')
+    n_step: int = param(1, 'n-step returns (1 = plain SAC)', ge=1)
+    max_grad_norm: float = param(0.0, 'gradient-norm clip of actor and critic (0 = none, '
+                                      'SB3)', ge=0)
+    action_bound: float = param(1.0, 'envs without a bounded action space (the claw env) get '
+                                     'actions in +-action_bound; Gymnasium envs use theirs', gt=0)
+    checkpoint_replay: bool = param(True, 'save the replay buffer in checkpoints (exact '
+                                          'resume; large files)')
+
+
+@dataclass
 class DistillationConfig:
     """Online policy distillation: loss = RL loss + alpha * KL(teacher || student)."""
 
@@ -86,10 +117,15 @@ class RunnerConfig:
 class TrainConfig:
     """Everything a training run needs; written resolved into its run directory."""
 
-    algorithm: Literal['ppo'] = param('ppo', 'training algorithm')
+    algorithm: Literal['ppo', 'sac'] = param('ppo', 'training algorithm (ppo or sac); only '
+                                                    'the trainer changes')
     env: EnvConfig = param(EnvConfig(), 'environment')
+    gym_env: str = param('', 'train on this Gymnasium env id (Box actions) instead of the robot; '
+                             'it uses env.num_envs copies and runner.seed, the rest of env is '
+                             'unused')
     policy: PolicyConfig = param(PolicyConfig(), 'networks')
     ppo: PPOConfig = param(PPOConfig(), 'PPO')
+    sac: SACConfig = param(SACConfig(), 'SAC (used when algorithm is sac)')
     distillation: DistillationConfig = param(DistillationConfig(), 'online distillation')
     runner: RunnerConfig = param(RunnerConfig(), 'loop, logging, checkpoints')
 

@@ -1,0 +1,36 @@
+"""The one algorithm interface every trainer implements (rsl_rl): PPO and SAC are selected by
+config and the loops (offline runner, chunk-fed trainer) only call these methods."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .registry import Obs
+
+
+class Algorithm:
+    """``act`` -> ``process_env_step`` per control step, then :meth:`learn` per iteration.
+
+    Subclasses provide ``policy`` (with ``update_normalization``), ``teacher`` (or None),
+    ``storage``, and the methods ``compute_returns``, ``rollout_obs``, ``update``,
+    ``kl_to_teacher``, ``update_teacher_with_ema``, ``state_dict``, ``load_state_dict``.
+    """
+
+    policy: Any
+    teacher: Any
+
+    def learn(self, last_obs: Obs, alpha: float) -> dict[str, float]:
+        """The learning half of ``train_one_epoch`` on the collected data: returns from
+        ``last_obs``, the update with combined_loss (RL + alpha * KL(teacher || student)), the
+        normaliser update, the teacher's EMA; mean losses (plus ``kl_to_teacher``, measured
+        before the update, when there is a teacher)."""
+        self.compute_returns(last_obs)
+        kl_teacher = self.kl_to_teacher(self.rollout_obs()) if self.teacher is not None else None
+        losses = self.update(alpha)
+        # Normalisers learn from the rollout only now, so the rollout's behaviour policy is
+        # exactly the policy the update starts from (the adaptive-KL schedule relies on it).
+        self.policy.update_normalization(self.rollout_obs(max_samples=1 << 30))
+        self.update_teacher_with_ema()
+        if kl_teacher is not None:
+            losses['kl_to_teacher'] = kl_teacher
+        return losses
