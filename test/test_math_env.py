@@ -1,0 +1,339 @@
+"""Env maths at the loop level: time-out vs termination, episode bookkeeping, reward terms and
+the reward sum on crafted StepData, observation layouts (order, scales, errors)."""
+
+import math
+
+import numpy as np
+import pytest
+
+from claw_rl_ros.core.sim import rewards as R
+from claw_rl_ros.core.sim.observations import ObservationLayout, RobotState
+
+J = 12
+ZEROS = np.zeros((3, J))
+
+
+def quiet_env(make_env, n=3, **kw):
+    """Deterministic worlds: no randomisation, no noise, standing commands."""
+    kw.setdefault('randomization', {'enabled': False})
+    kw.setdefault('noise', {'enabled': False})
+    kw.setdefault('commands', {'standing_probability': 1.0})
+    env = make_env(num_envs=n, **kw)
+    env.reset(seed=0)
+    return env
+
+
+def flip(env, i):
+    """Turn world i upside down just above the floor: a failure at the next step."""
+    env.physics.qpos[i, 3:7] = [0.0, 1.0, 0.0, 0.0]
+    env.physics.qpos[i, 2] = 0.1
+
+
+# --------------------------------------------------------------------------- episode ends
+def test_episode_length_rounds_up_to_whole_control_steps(make_env):
+    env = quiet_env(make_env, episode_length_s=0.21)
+    assert env.max_episode_length == 11      # ceil(0.21 / 0.02)
+    for step in range(10):
+        _, _, terminated, truncated, extras = env.step(ZEROS)
+        assert not truncated.any() and 'final_obs' not in extras, step
+    _, _, terminated, truncated, extras = env.step(ZEROS)
+    assert truncated.all() and not terminated.any()
+    assert extras['time_outs'] is truncated
+
+
+def test_a_world_that_fails_on_its_last_step_is_terminated_not_truncated(make_env):
+    env = quiet_env(make_env, episode_length_s=0.1)
+    for _ in range(4):
+        env.step(ZEROS)
+    flip(env, 1)
+    _, _, terminated, truncated, extras = env.step(ZEROS)
+    # World 1 both hit the time limit and fell: the fall wins, no bootstrap.
+    assert terminated.tolist() == [False, True, False]
+    assert truncated.tolist() == [True, False, True]
+    assert extras['time_outs'].tolist() == [True, False, True]
+    assert sorted(extras['episode']['env_ids'].tolist()) == [0, 1, 2]
+
+
+def test_truncation_is_never_set_for_a_terminated_world_over_a_random_rollout(make_env):
+    env = make_env(num_envs=6, episode_length_s=0.3)
+    env.reset(seed=3)
+    rng = np.random.default_rng(1)
+    seen_terminal = seen_truncated = 0
+    for _ in range(60):
+        _, _, terminated, truncated, _ = env.step(rng.normal(0, 3.0, (6, J)))
+        assert not (terminated & truncated).any()
+        seen_terminal += terminated.sum()
+        seen_truncated += truncated.sum()
+    assert seen_terminal > 0 and seen_truncated > 0
+
+
+def test_final_obs_and_episode_log_of_a_failed_world(make_env):
+    env = quiet_env(make_env, n=2)
+    for _ in range(3):
+        env.step(np.zeros((2, J)))
+    returns = env.episode_return.copy()
+    sums = {k: v.copy() for k, v in env.reward_manager.episode_sums.items()}
+    flip(env, 0)
+    obs, reward, terminated, truncated, extras = env.step(np.zeros((2, J)))
+    assert terminated.tolist() == [True, False]
+    log = extras['episode']
+    assert log['env_ids'].tolist() == [0]
+    assert log['length_s'].tolist() == pytest.approx([4 * env.dt])
+    assert log['return'].tolist() == pytest.approx([returns[0] + reward[0]])
+    assert set(log) == {'env_ids', 'length_s', 'return'} | {f'reward/{k}' for k in sums}
+    for k in sums:
+        assert len(log[f'reward/{k}']) == 1
+        # The finished world's sums restart at 0; the other world's keep counting.
+        assert env.reward_manager.episode_sums[k][0] == 0.0
+    assert env.episode_return[0] == 0.0 and env.episode_return[1] != 0.0
+    # final_obs holds the upside-down world; obs the fresh start (gravity z up vs down).
+    assert extras['final_obs']['policy'].shape == obs['policy'].shape
+    assert extras['final_obs']['policy'][0, 5] > 0.5 and obs['policy'][0, 5] < -0.99
+
+
+def test_reset_clears_every_per_world_buffer(make_env):
+    env = quiet_env(make_env, n=2)
+    for _ in range(5):
+        env.step(np.full((2, J), 0.3))
+    env.feet_air_time[:] = 0.7
+    flip(env, 1)
+    env.step(np.full((2, J), 0.3))
+    assert env.episode_step.tolist() == [6, 0]
+    for name in ('actions', 'last_actions', 'last_joint_vel'):
+        assert (getattr(env, name)[1] == 0).all(), name
+        assert (getattr(env, name)[0] != 0).any(), name
+    assert (env.feet_air_time[1] == 0).all()
+    assert not env.last_contacts[1].any() and not env.foot_contact[1].any()
+    np.testing.assert_allclose(env.targets[1], env.robot.default_joint_pos)
+    assert 0.0 <= env.gait_phase[1] < 1.0
+
+
+def test_tracking_error_is_the_mean_absolute_body_frame_error(make_env):
+    env = quiet_env(make_env, n=2)
+    s = R.StepData(base_quat=None, base_ang_vel=np.array([[0, 0, 0.5], [0, 0, -1.0]]),
+                   joint_pos=None, joint_vel=None, last_action=None,
+                   commands=np.array([[1.0, 0.0, 0.0], [0.0, 0.5, 1.0]]),
+                   base_lin_vel=np.array([[0.5, 0.2, 9.0], [0.1, 0.1, 9.0]]))
+    err = env._tracking_error(s)
+    assert err == pytest.approx({'lin_vel_x': (0.5 + 0.1) / 2, 'lin_vel_y': (0.2 + 0.4) / 2,
+                                 'ang_vel_yaw': (0.5 + 2.0) / 2})
+
+
+def test_command_sampling_zeroes_slow_planar_commands_and_stands(make_env):
+    env = quiet_env(make_env, n=400, commands={'min_speed': 0.3, 'standing_probability': 0.25,
+                                               'lin_vel_x': [-0.5, 0.5],
+                                               'lin_vel_y': [-0.5, 0.5],
+                                               'ang_vel_yaw': [0.5, 1.0]})
+    c = env.commands
+    speed = np.linalg.norm(c[:, :2], axis=1)
+    # Planar commands are either 0 or at least min_speed; the yaw rate survives that.
+    assert ((speed == 0) | (speed >= 0.3)).all()
+    slow = (speed == 0) & (c[:, 2] != 0)
+    assert slow.sum() > 50 and (np.abs(c[slow, 2]) >= 0.5).all()
+    standing = (c == 0).all(axis=1)
+    assert 60 < standing.sum() < 140        # about 25 % of 400
+    assert (c[:, 0] >= -0.5).all() and (c[:, 0] <= 0.5).all()
+
+
+def test_rewards_of_a_step_use_the_configured_scales_times_dt(make_env):
+    env = quiet_env(make_env, n=2, rewards={'scales': {'termination': -50.0},
+                                            'only_positive': False})
+    env.step(np.zeros((2, J)))
+    flip(env, 1)
+    _, reward, terminated, _, _ = env.step(np.zeros((2, J)))
+    assert terminated.tolist() == [False, True]
+    # The failed world pays termination * dt on top of the other terms.
+    manager = env.reward_manager
+    assert manager.scales['termination'] == pytest.approx(-50.0 * env.dt)
+    assert reward[1] < reward[0] - 0.9
+
+
+# ----------------------------------------------------------------------------- reward terms
+def step_data(n=2):
+    return R.StepData(
+        base_quat=np.tile([1.0, 0, 0, 0], (n, 1)), base_ang_vel=np.zeros((n, 3)),
+        joint_pos=np.zeros((n, 4)), joint_vel=np.zeros((n, 4)),
+        commands=np.array([[0.6, 0.0, 0.0], [0.0, 0.0, 0.0]]), last_action=np.zeros((n, 4)),
+        base_lin_vel=np.zeros((n, 3)), base_height=np.array([0.3, 0.1]),
+        projected_gravity=np.tile([0.0, 0.0, -1.0], (n, 1)), joint_acc=np.zeros((n, 4)),
+        joint_torque=np.zeros((n, 4)), previous_action=np.zeros((n, 4)),
+        foot_air_time=np.zeros((n, 2)), first_contact=np.zeros((n, 2), bool),
+        penalised_contact=np.zeros((n, 3), bool), terminated=np.array([False, False]),
+        foot_contact=np.zeros((n, 2)), desired_stance=np.ones((n, 2), bool),
+        foot_height=np.zeros((n, 2)))
+
+
+def rparams(**kw):
+    base = dict(tracking_sigma=0.5, base_height_target=0.2, feet_air_time_target=0.25,
+                moving_command_threshold=0.2, default_joint_pos=np.array([0.1, -0.1, 0.2, 0.0]),
+                soft_joint_lower=np.array([-1.0, -1.0, -1.0, -1.0]),
+                soft_joint_upper=np.array([1.0, 1.0, 0.5, 1.0]), swing_height_target=0.1)
+    base.update(kw)
+    return R.RewardParams(**base)
+
+
+def test_tracking_kernels_use_sigma_and_the_planar_or_yaw_parts_only():
+    s, p = step_data(), rparams()
+    s.base_lin_vel[:] = [[0.2, 0.3, 5.0], [0.0, 0.0, -5.0]]
+    s.base_ang_vel[:] = [[7.0, 7.0, 0.4], [0.0, 0.0, 0.0]]
+    s.commands[1] = [0.0, 0.0, -0.6]
+    # (0.6 - 0.2)^2 + 0.3^2 = 0.25 -> exp(-0.25 / 0.5); world 1 tracks zero planar velocity.
+    np.testing.assert_allclose(R.tracking_lin_vel(s, p), [math.exp(-0.5), 1.0])
+    np.testing.assert_allclose(R.tracking_ang_vel(s, p), [math.exp(-0.16 / 0.5),
+                                                          math.exp(-0.36 / 0.5)])
+
+
+def test_pose_and_limit_terms_by_hand():
+    s, p = step_data(), rparams()
+    np.testing.assert_allclose(R.base_height(s, p), [0.01, 0.01])
+    s.joint_pos[0] = [-1.5, 0.0, 0.8, 1.25]     # 0.5 below, 0.3 and 0.25 above
+    np.testing.assert_allclose(R.dof_pos_limits(s, p), [1.05, 0.0])
+    s.joint_acc[1] = [1.0, -2.0, 0.0, 0.0]
+    s.joint_vel[1] = [0.0, 3.0, 0.0, 0.0]
+    np.testing.assert_allclose(R.dof_acc(s, p), [0.0, 5.0])
+    np.testing.assert_allclose(R.dof_vel(s, p), [0.0, 9.0])
+    s.last_action[0] = [1.0, 0.0, 0.0, 0.0]
+    s.previous_action[0] = [0.0, 0.0, -2.0, 0.0]
+    np.testing.assert_allclose(R.action_rate(s, p), [5.0, 0.0])
+
+
+def test_stand_still_and_air_time_switch_on_the_moving_command():
+    s, p = step_data(), rparams()
+    s.joint_pos[:] = [0.3, -0.1, 0.2, 0.5]       # |q - q0| = 0.2 + 0 + 0 + 0.5
+    s.foot_air_time[:] = [[0.45, 0.05], [0.45, 0.05]]
+    s.first_contact[:] = [[True, True], [True, False]]
+    # World 0 walks: air time counts ((0.2) + (-0.2)), stand_still does not; world 1 stands.
+    np.testing.assert_allclose(R.stand_still(s, p), [0.0, 0.7])
+    np.testing.assert_allclose(R.feet_air_time(s, p), [0.0, 0.0], atol=1e-12)
+    s.first_contact[0, 1] = False
+    np.testing.assert_allclose(R.feet_air_time(s, p), [0.2, 0.0])
+    # The threshold is strict: a command exactly at it is standing.
+    s.commands[0] = [0.2, 0.0, 0.0]
+    np.testing.assert_allclose(R.stand_still(s, p), [0.7, 0.7])
+    s.commands[0] = [0.0, 0.0, -0.25]
+    np.testing.assert_allclose(R.stand_still(s, p), [0.0, 0.7])
+
+
+def test_is_moving_combines_planar_speed_and_yaw_rate():
+    c = np.array([[0.12, 0.16, 0.0], [0.1, 0.1, 0.0], [0.0, 0.0, -0.3], [0.0, 0.0, 0.2],
+                  [0.0, 0.0, 0.0]])
+    assert R.is_moving(c, 0.19).tolist() == [True, False, True, True, False]
+    assert R.is_moving(c, 0.2).tolist() == [False, False, True, False, False]
+
+
+def test_gait_terms_clip_the_lift_and_count_only_swing_feet():
+    s, p = step_data(), rparams()
+    s.desired_stance[:] = [[False, False], [True, False]]
+    s.foot_height[:] = [[0.25, -0.05], [0.3, 0.04]]
+    s.foot_contact[:] = [[1.0, 0.0], [0.6, 0.4]]
+    # World 0: both swing, lifts clipped to 1 and 0; world 1: one swing foot at 0.4.
+    np.testing.assert_allclose(R.feet_clearance(s, p), [0.5, 0.4])
+    # Contact > 0.5 is "down": world 0 matches on foot 1 only; world 1 on both.
+    np.testing.assert_allclose(R.gait_contact(s, p), [0.5, 1.0])
+
+
+def test_reward_manager_without_clip_sums_every_term_and_accumulates_episodes():
+    s, p = step_data(), rparams()
+    s.terminated[:] = [True, False]
+    s.penalised_contact[0] = [True, True, False]
+    manager = R.RewardManager({'collision': -1.0, 'termination': -10.0, 'base_height': 0.0,
+                               'tracking_lin_vel': 2.0}, p, dt=0.1, num_envs=2,
+                              only_positive=False)
+    assert set(manager.scales) == {'collision', 'termination', 'tracking_lin_vel'}
+    total, terms = manager.compute(s)
+    lin = np.exp(-np.array([0.36, 0.0]) / 0.5) * 0.2
+    np.testing.assert_allclose(terms['collision'], [-0.2, 0.0])
+    np.testing.assert_allclose(terms['termination'], [-1.0, 0.0])
+    np.testing.assert_allclose(total, lin + [-0.2 - 1.0, 0.0])
+    manager.compute(s)
+    np.testing.assert_allclose(manager.episode_sums['termination'], [-2.0, 0.0])
+    popped = manager.pop_episode_sums(np.array([1]))
+    np.testing.assert_allclose(popped['tracking_lin_vel'], [2 * lin[1]])
+    np.testing.assert_allclose(manager.episode_sums['tracking_lin_vel'], [2 * lin[0], 0.0])
+    with pytest.raises(ValueError, match="unknown reward term 'fly'; available: "
+                                         'tracking_lin_vel, tracking_ang_vel, lin_vel_z'):
+        R.RewardManager({'fly': 1.0, 'collision': 1.0}, p, 0.1, 2, False)
+
+
+def test_clipped_total_adds_termination_after_the_clip():
+    s, p = step_data(), rparams()
+    s.terminated[:] = [True, True]
+    s.penalised_contact[:, 0] = True
+    manager = R.RewardManager({'collision': -30.0, 'termination': -1.0,
+                               'tracking_lin_vel': 1.0}, p, dt=0.1, num_envs=2,
+                              only_positive=True)
+    total, _ = manager.compute(s)
+    # The positive part is outweighed by the collision: clipped to 0, then -0.1 added.
+    np.testing.assert_allclose(total, [-0.1, -0.1])
+    manager = R.RewardManager({'collision': -30.0, 'tracking_lin_vel': 1.0}, p, dt=0.1,
+                              num_envs=2, only_positive=True)
+    np.testing.assert_allclose(manager.compute(s)[0], [0.0, 0.0])
+
+
+# ------------------------------------------------------------------------ observation layout
+def robot_state(n=2, j=3):
+    return RobotState(
+        base_quat=np.tile([1.0, 0.0, 0.0, 0.0], (n, 1)),
+        base_ang_vel=np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]),
+        joint_pos=np.array([[0.5, 0.6, 0.7], [0.1, 0.2, 0.3]]),
+        joint_vel=np.array([[7.0, 8.0, 9.0], [1.0, 1.0, 1.0]]),
+        commands=np.array([[0.4, -0.2, 0.3], [0.0, 0.0, 1.0]]),
+        last_action=np.array([[0.1, 0.2, 0.3], [0.4, 0.5, 0.6]]),
+        base_lin_vel=np.array([[0.9, 0.8, 0.7], [0.0, 0.0, 0.0]]),
+        base_height=np.array([0.25, 0.3]), foot_contact=np.array([[1.0, 0.0], [0.0, 1.0]]),
+        friction=np.array([0.8, 1.1]), added_mass=np.array([1.0, 2.0]),
+        com_offset=np.zeros((n, 3)), motor_strength=np.array([0.9, 1.1]),
+        gait_phase=np.array([0.25, 0.5]))
+
+
+def test_policy_layout_order_sizes_and_scales():
+    q0 = np.array([0.5, 0.5, 0.5])
+    layout = ObservationLayout([('velocity_commands', [2.0, 2.0, 0.25]), ('joint_pos', 1.0),
+                                ('base_ang_vel', 0.25), ('joint_vel', 0.05),
+                                ('gait_phase', 1.0), ('last_action', 3.0)],
+                               num_joints=3, num_feet=2, group='policy')
+    assert layout.names == ['velocity_commands', 'joint_pos', 'base_ang_vel', 'joint_vel',
+                            'gait_phase', 'last_action']
+    assert layout.dim == 3 + 3 + 3 + 3 + 2 + 3
+    assert [(s.start, s.size) for s in layout.slices] == \
+        [(0, 3), (3, 3), (6, 3), (9, 3), (12, 2), (14, 3)]
+    obs = layout.compute(robot_state(), q0)
+    assert obs.dtype == np.float32 and obs.shape == (2, 17)
+    np.testing.assert_allclose(obs[0], [0.8, -0.4, 0.075, 0.0, 0.1, 0.2, 0.25, 0.5, 0.75,
+                                        0.35, 0.4, 0.45, 1.0, 0.0, 0.3, 0.6, 0.9], atol=1e-6)
+    np.testing.assert_allclose(obs[1, 12:14], [0.0, -1.0], atol=1e-6)
+    np.testing.assert_allclose(layout.scale, [2, 2, 0.25, 1, 1, 1, 0.25, 0.25, 0.25, 0.05,
+                                              0.05, 0.05, 1, 1, 3, 3, 3])
+    meta = layout.to_metadata()
+    assert meta[0] == {'name': 'velocity_commands', 'size': 3, 'scale': [2.0, 2.0, 0.25]}
+    assert [m['name'] for m in meta] == layout.names and meta[-1]['scale'] == [3.0] * 3
+    assert all(type(v) is float for m in meta for v in m['scale'])
+
+
+def test_privileged_layout_and_term_vector():
+    layout = ObservationLayout([('base_height', 2.0), ('foot_contact', 1.0),
+                                ('motor_strength', 1.0), ('projected_gravity', 1.0)],
+                               num_joints=3, num_feet=2, group='privileged')
+    obs = layout.compute(robot_state(), np.zeros(3))
+    np.testing.assert_allclose(obs, [[0.5, 1.0, 0.0, 0.9, 0.0, 0.0, -1.0],
+                                     [0.6, 0.0, 1.0, 1.1, 0.0, 0.0, -1.0]], atol=1e-6)
+    vec = layout.term_vector({'foot_contact': 0.5, 'projected_gravity': 2.0, 'other': 9.0})
+    assert vec.dtype == np.float32
+    assert vec.tolist() == [0.0, 0.5, 0.5, 0.0, 2.0, 2.0, 2.0]
+    empty = ObservationLayout([], 3, 2, 'privileged')
+    assert empty.dim == 0 and empty.scale.shape == (0,) and empty.term_vector({}).shape == (0,)
+
+
+def test_layout_errors_name_group_term_and_fix():
+    with pytest.raises(ValueError, match="observation group 'policy': unknown term 'gps'; "
+                                         'available: base_ang_vel, projected_gravity'):
+        ObservationLayout([('gps', 1.0)], 3, 2, 'policy')
+    with pytest.raises(ValueError, match=r"observation group policy: term 'base_lin_vel' is "
+                                         r'simulation-only; move it to the privileged group '
+                                         r'\(the student must run on the real robot\)'):
+        ObservationLayout([('base_lin_vel', 1.0)], 3, 2, 'policy')
+    with pytest.raises(ValueError, match=r"observation group 'privileged': term 'com_offset' "
+                                         r'has 3 values but 2 scales; give one scale or 3'):
+        ObservationLayout([('com_offset', [1.0, 2.0])], 3, 2, 'privileged')
+    # A privileged term is fine in the privileged group.
+    assert ObservationLayout([('base_lin_vel', 1.0)], 3, 2, 'privileged').dim == 3
