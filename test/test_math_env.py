@@ -110,7 +110,8 @@ def test_reset_clears_every_per_world_buffer(make_env):
 
 def test_tracking_error_is_the_mean_absolute_body_frame_error(make_env):
     env = quiet_env(make_env, n=2)
-    s = R.StepData(base_quat=None, base_ang_vel=np.array([[0, 0, 0.5], [0, 0, -1.0]]),
+    s = R.StepData(base_quat=None, base_ang_vel=np.full((2, 3), np.nan),
+                   trunk_ang_vel=np.array([[0, 0, 0.5], [0, 0, -1.0]]),
                    joint_pos=None, joint_vel=None, last_action=None,
                    commands=np.array([[1.0, 0.0, 0.0], [0.0, 0.5, 1.0]]),
                    base_lin_vel=np.array([[0.5, 0.2, 9.0], [0.1, 0.1, 9.0]]))
@@ -151,7 +152,8 @@ def test_rewards_of_a_step_use_the_configured_scales_times_dt(make_env):
 # ----------------------------------------------------------------------------- reward terms
 def step_data(n=2):
     return R.StepData(
-        base_quat=np.tile([1.0, 0, 0, 0], (n, 1)), base_ang_vel=np.zeros((n, 3)),
+        base_quat=np.tile([1.0, 0, 0, 0], (n, 1)), base_ang_vel=np.full((n, 3), np.nan),
+        trunk_ang_vel=np.zeros((n, 3)),
         joint_pos=np.zeros((n, 4)), joint_vel=np.zeros((n, 4)),
         commands=np.array([[0.6, 0.0, 0.0], [0.0, 0.0, 0.0]]), last_action=np.zeros((n, 4)),
         base_lin_vel=np.zeros((n, 3)), base_height=np.array([0.3, 0.1]),
@@ -175,7 +177,7 @@ def rparams(**kw):
 def test_tracking_kernels_use_sigma_and_the_planar_or_yaw_parts_only():
     s, p = step_data(), rparams()
     s.base_lin_vel[:] = [[0.2, 0.3, 5.0], [0.0, 0.0, -5.0]]
-    s.base_ang_vel[:] = [[7.0, 7.0, 0.4], [0.0, 0.0, 0.0]]
+    s.trunk_ang_vel[:] = [[7.0, 7.0, 0.4], [0.0, 0.0, 0.0]]
     s.commands[1] = [0.0, 0.0, -0.6]
     # (0.6 - 0.2)^2 + 0.3^2 = 0.25 -> exp(-0.25 / 0.5); world 1 tracks zero planar velocity.
     np.testing.assert_allclose(R.tracking_lin_vel(s, p), [math.exp(-0.5), 1.0])

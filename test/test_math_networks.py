@@ -85,13 +85,14 @@ def trained_policy(normalize=True, **kw):
 def obs(n=4, seed=1):
     g = torch.Generator().manual_seed(seed)
     return {'policy': torch.randn(n, 3, generator=g) * 2 + 1,
+            'policy_noise_free': torch.randn(n, 3, generator=g) + 4,
             'privileged': torch.randn(n, 2, generator=g) - 1}
 
 
 def test_actor_critic_defaults_and_sizes():
     policy = trained_policy()
     assert policy.actor_obs_groups == ['policy']
-    assert policy.critic_obs_groups == ['policy', 'privileged']
+    assert policy.critic_obs_groups == ['policy_noise_free', 'privileged']
     assert policy.actor[0].in_features == 3 and policy.actor[-1].out_features == 2
     assert policy.critic[0].in_features == 5 and policy.critic[-1].out_features == 1
     assert isinstance(policy.actor[1], nn.ELU)

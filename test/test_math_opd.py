@@ -157,7 +157,8 @@ def test_ema_blends_float_state_and_copies_integer_buffers():
 
 
 def test_ppo_teacher_modes():
-    x = {'policy': torch.randn(4, 3), 'privileged': torch.randn(4, 2)}
+    x = {'policy': torch.randn(4, 3), 'policy_noise_free': torch.randn(4, 3),
+         'privileged': torch.randn(4, 2)}
     # none: no teacher, no KL, EMA is a no-op.
     plain = PPO(small_policy(0), PPOConfig(), DistillationConfig())
     assert plain.teacher is None and 'teacher' not in plain.registry

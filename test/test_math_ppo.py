@@ -20,6 +20,7 @@ from claw_rl_ros.core.learning.train_config import DistillationConfig, PPOConfig
 A = 2          # actions
 B = 6          # transitions in the crafted batch
 DT = torch.float64
+DIMS = {'policy': 3, 'policy_noise_free': 3, 'privileged': 2}
 
 
 def tiny_policy(seed=0, std=0.7, dtype=DT):
@@ -28,14 +29,19 @@ def tiny_policy(seed=0, std=0.7, dtype=DT):
     policy = ActorCritic(3, 5, A, actor_hidden_dims=[4], critic_hidden_dims=[4],
                          init_noise_std=std, normalize_obs=True).to(dtype)
     g = torch.Generator().manual_seed(seed + 100)
-    policy.update_normalization({'policy': torch.randn(50, 3, generator=g, dtype=dtype) * 2 + 1,
-                                 'privileged': torch.randn(50, 2, generator=g, dtype=dtype) - 3})
+    policy.update_normalization({
+        'policy': torch.randn(50, 3, generator=g, dtype=dtype) * 2 + 1,
+        'policy_noise_free': torch.randn(50, 3, generator=g, dtype=dtype) - 1,
+        'privileged': torch.randn(50, 2, generator=g, dtype=dtype) - 3})
     return policy
 
 
 def crafted_obs(seed=1, n=B, dtype=DT):
+    """The three groups; the noise-free copy differs from the noisy one, as in the env."""
     g = torch.Generator().manual_seed(seed)
-    return {'policy': torch.randn(n, 3, generator=g, dtype=dtype),
+    policy = torch.randn(n, 3, generator=g, dtype=dtype)
+    return {'policy': policy,
+            'policy_noise_free': policy + 0.5 * torch.randn(n, 3, generator=g, dtype=dtype),
             'privileged': torch.randn(n, 2, generator=g, dtype=dtype)}
 
 
@@ -48,9 +54,9 @@ def ref_mean_std(policy, obs):
 
 
 def ref_value(policy, obs):
-    """V [B] of the critic on [policy, privileged], normalised as above."""
+    """V [B] of the critic on [policy_noise_free, privileged], normalised as above."""
     norm = policy.critic_normalizer
-    x = torch.cat([obs['policy'], obs['privileged']], dim=-1)
+    x = torch.cat([obs['policy_noise_free'], obs['privileged']], dim=-1)
     return policy.critic((x - norm.mean) / (norm.var.sqrt() + norm.eps)).squeeze(-1)
 
 
@@ -299,7 +305,7 @@ def test_compute_returns_is_gae_from_the_last_observation(per_mini_batch):
     cfg = PPOConfig(gamma=0.9, lam=0.8, normalize_advantage_per_mini_batch=per_mini_batch)
     policy = tiny_policy(dtype=torch.float32)
     ppo = PPO(policy, cfg, DistillationConfig())
-    ppo.init_storage(3, 2, {'policy': 3, 'privileged': 2}, A)
+    ppo.init_storage(3, 2, DIMS, A)
     rewards = torch.tensor([[1.0, 0.0], [0.5, 2.0], [-1.0, 1.0]])
     dones = torch.tensor([[0.0, 1.0], [0.0, 0.0], [1.0, 0.0]])
     all_obs = fill(ppo, 3, 2, rewards, dones)
@@ -320,10 +326,9 @@ def test_update_averages_every_mini_batch_of_every_epoch_and_clears_storage(monk
     cfg = PPOConfig(num_learning_epochs=3, num_mini_batches=2)
     policy = tiny_policy(std=0.4, dtype=torch.float32)
     ppo = PPO(policy, cfg, DistillationConfig())
-    ppo.init_storage(2, 3, {'policy': 3, 'privileged': 2}, A)
+    ppo.init_storage(2, 3, DIMS, A)
     fill(ppo, 2, 3, torch.ones(2, 3), torch.zeros(2, 3))
-    ppo.compute_returns({'policy': torch.zeros(3, 3),
-                         'privileged': torch.zeros(3, 2)})
+    ppo.compute_returns(crafted_obs(9, 3, torch.float32))
     calls = []
 
     def fake(batch, alpha):
@@ -348,11 +353,10 @@ def test_real_update_reports_finite_means_and_changes_the_policy():
     cfg = PPOConfig(num_learning_epochs=2, num_mini_batches=2, schedule='fixed')
     policy = tiny_policy(dtype=torch.float32)
     ppo = PPO(policy, cfg, DistillationConfig())
-    ppo.init_storage(4, 3, {'policy': 3, 'privileged': 2}, A)
+    ppo.init_storage(4, 3, DIMS, A)
     g = torch.Generator().manual_seed(0)
     fill(ppo, 4, 3, torch.randn(4, 3, generator=g), torch.zeros(4, 3))
-    ppo.compute_returns({'policy': torch.zeros(3, 3),
-                         'privileged': torch.zeros(3, 2)})
+    ppo.compute_returns(crafted_obs(9, 3, torch.float32))
     before = copy.deepcopy(policy.state_dict())
     out = ppo.update()
     assert set(out) == {'value_loss', 'surrogate_loss', 'entropy', 'distillation_loss',
@@ -360,3 +364,81 @@ def test_real_update_reports_finite_means_and_changes_the_policy():
     assert all(math.isfinite(v) for v in out.values())
     assert out['value_loss'] > 0 and out['entropy'] > 0
     assert not torch.equal(before['actor.0.weight'], policy.state_dict()['actor.0.weight'])
+
+
+def test_loop_level_gae_with_a_time_out_bootstrap_and_a_nan_in_a_terminated_world():
+    """act -> process_env_step -> compute_returns on 2 worlds x 3 steps, checked by hand.
+
+    Step 1: world 0 times out (bootstrapped with gamma V(s_final)), world 1 fails in a
+    diverged state whose final observation is NaN: its reward must stay finite and unchanged.
+    """
+    gamma, lam = 0.9, 0.8
+    cfg = PPOConfig(gamma=gamma, lam=lam, normalize_advantage_per_mini_batch=True)
+    policy = tiny_policy(dtype=torch.float32)
+    ppo = PPO(policy, cfg, DistillationConfig())
+    ppo.init_storage(3, 2, DIMS, A)
+    rewards = [[1.0, 0.5], [2.0, -1.0], [0.5, 0.25]]
+    dones = [[0.0, 0.0], [1.0, 1.0], [0.0, 0.0]]
+    time_outs = [[0.0, 0.0], [1.0, 0.0], [0.0, 0.0]]
+    final = crafted_obs(20, 2, torch.float32)
+    final['privileged'][1] = float('nan')
+    for t in range(3):
+        ppo.act(crafted_obs(10 + t, 2, torch.float32))
+        ppo.process_env_step(torch.tensor(rewards[t]), torch.tensor(dones[t]),
+                             torch.tensor(time_outs[t]), final if t == 1 else None)
+    last = crafted_obs(30, 2, torch.float32)
+    ppo.compute_returns(last)
+    with torch.no_grad():
+        v = [ref_value(policy, crafted_obs(10 + t, 2, torch.float32)).tolist()
+             for t in range(3)]
+        v_final = ref_value(policy, final).tolist()
+        v_last = ref_value(policy, last).tolist()
+    assert math.isnan(v_final[1])
+    stored = [r[:] for r in rewards]
+    stored[1][0] += gamma * v_final[0]
+    torch.testing.assert_close(ppo.storage.rewards, torch.tensor(stored))
+    for n in range(2):
+        # The episode ends after step 1: steps 0-1 and step 2 are separate GAE chains.
+        a2 = stored[2][n] + gamma * v_last[n] - v[2][n]
+        a1 = stored[1][n] - v[1][n]
+        a0 = stored[0][n] + gamma * v[1][n] - v[0][n] + gamma * lam * a1
+        torch.testing.assert_close(ppo.storage.returns[:, n],
+                                   torch.tensor([a0 + v[0][n], a1 + v[1][n], a2 + v[2][n]]))
+
+
+def test_process_env_step_without_time_outs_or_final_obs_stores_rewards_as_given():
+    policy = tiny_policy(dtype=torch.float32)
+    ppo = PPO(policy, PPOConfig(gamma=0.5), DistillationConfig())
+    ppo.init_storage(2, 2, DIMS, A)
+    final = crafted_obs(4, 2, torch.float32)
+    ppo.act(crafted_obs(1, 2, torch.float32))
+    ppo.process_env_step(torch.tensor([1.0, 2.0]), torch.tensor([1.0, 0.0]),
+                         torch.zeros(2), final)
+    ppo.act(crafted_obs(2, 2, torch.float32))
+    ppo.process_env_step(torch.tensor([3.0, 4.0]), torch.tensor([1.0, 1.0]),
+                         torch.tensor([1.0, 1.0]), None)
+    assert ppo.storage.rewards.tolist() == [[1.0, 2.0], [3.0, 4.0]]
+    assert ppo.storage.dones.tolist() == [[1.0, 0.0], [1.0, 1.0]]
+
+
+def test_every_update_step_clamps_log_std_onto_the_floor():
+    """A step that lowers the std below min_std lands exactly on the floor (issue 7 defect 4)."""
+    torch.manual_seed(0)
+    policy = ActorCritic(3, 5, A, actor_hidden_dims=[4], critic_hidden_dims=[4],
+                         init_noise_std=0.052, normalize_obs=False, min_std=0.05)
+    cfg = PPOConfig(schedule='fixed', learning_rate=0.1, value_loss_coef=0.0, entropy_coef=0.0)
+    ppo = PPO(policy, cfg, DistillationConfig())
+    obs = crafted_obs(1, B, torch.float32)
+    with torch.no_grad():
+        mu, sigma = policy.action_mean_std(obs)
+    zeros = torch.zeros(B)
+    # Actions at the mean with positive advantages: the surrogate wants a narrower Gaussian.
+    batch = MiniBatch(obs=obs, actions=mu, values=zeros, advantages=torch.ones(B),
+                      returns=zeros, log_probs=torch.distributions.Normal(mu, sigma)
+                      .log_prob(mu).sum(-1), mu=mu, sigma=sigma)
+    ppo._update_mini_batch(batch, 0.0)
+    assert policy.log_std.grad.gt(0).all()      # the gradient step goes down...
+    torch.testing.assert_close(policy.log_std.detach(),
+                               torch.full((A,), math.log(0.05)))   # ...and stops on the floor
+    _, std = policy.action_mean_std(obs)
+    torch.testing.assert_close(std, torch.full((B, A), 0.05))

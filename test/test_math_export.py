@@ -1,0 +1,177 @@
+"""Export maths: the graph computes the clipped normalised mean, verify_onnx measures a real
+difference, the metadata carries the spec, action_clip and run details exactly."""
+
+import json
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import torch
+
+from claw_rl_ros.core.config import from_dict, to_dict
+from claw_rl_ros.core.deploy import export as E
+from claw_rl_ros.core.learning.checkpoint import save_checkpoint
+from claw_rl_ros.core.learning.networks import ActorCritic
+from claw_rl_ros.core.learning.runner import build_policy
+from claw_rl_ros.core.learning.train_config import TrainConfig
+from claw_rl_ros.core.sim.robot import METADATA_KEY
+
+
+def student(robot, seed=0):
+    """A small student whose normaliser is far from the identity."""
+    torch.manual_seed(seed)
+    d = robot.policy_obs.dim
+    policy = ActorCritic(d, d + robot.privileged_obs.dim, robot.num_joints,
+                         actor_hidden_dims=[16], critic_hidden_dims=[8])
+    policy.actor_normalizer.update(torch.randn(512, d) * torch.linspace(0.5, 4.0, d) + 2.0)
+    return policy
+
+
+def run(model_bytes, obs):
+    session = ort.InferenceSession(model_bytes, providers=['CPUExecutionProvider'])
+    return session.run(['actions'], {'obs': obs})[0]
+
+
+def test_deployed_action_is_the_clipped_normalised_mean(robot):
+    policy = student(robot)
+    obs = torch.from_numpy(E.random_observations(robot.policy_obs.dim, 64, seed=1))
+    with torch.no_grad():
+        raw = policy.act_inference({'policy': obs})
+    clip = float(raw.abs().quantile(0.5))
+    out = E.deployed_action(policy, obs, clip)
+    torch.testing.assert_close(out.detach(), raw.clamp(-clip, clip))
+    assert (out == clip).any() and (out == -clip).any() and (out.abs() < clip).any()
+
+
+def test_graph_computes_the_deployed_action_at_any_batch_size(robot):
+    policy = student(robot)
+    d = robot.policy_obs.dim
+    model = E._graph_bytes(policy, d, 17, 0.3)
+    obs = E.random_observations(d, 200, seed=4)
+    expected = E.deployed_action(policy, torch.from_numpy(obs), 0.3).detach().numpy()
+    np.testing.assert_allclose(run(model, obs), expected, atol=1e-5)
+    np.testing.assert_allclose(run(model, obs[:3]), expected[:3], atol=1e-5)
+    assert np.abs(run(model, obs)).max() == pytest.approx(0.3)
+    parsed = onnx.load_from_string(model)
+    assert [o.version for o in parsed.opset_import if o.domain in ('', 'ai.onnx')] == [17]
+    # The exported copy is float32 on CPU; the policy itself is left as it was.
+    assert next(policy.parameters()).dtype == torch.float32 and policy.training
+
+
+def test_verify_onnx_measures_the_largest_difference(robot):
+    policy, other = student(robot, 0), student(robot, 1)
+    d = robot.policy_obs.dim
+    model = E._graph_bytes(policy, d, 17, 1e9)
+    assert E.verify_onnx(policy, model) < 1e-5
+    obs = E.random_observations(d, 1000, seed=0)
+    with torch.no_grad():
+        gap = np.abs(policy.act_inference({'policy': torch.from_numpy(obs)}).numpy()
+                     - other.act_inference({'policy': torch.from_numpy(obs)}).numpy()).max()
+    assert E.verify_onnx(other, model) == pytest.approx(gap, rel=1e-4)
+    # A clip the model does not have is a difference too.
+    assert E.verify_onnx(policy, model, action_clip=0.01) > 0.05
+    # Fewer samples see a smaller (or equal) worst case; the seed picks them.
+    assert E.verify_onnx(other, model, num_samples=5, seed=3) < gap
+
+
+def test_random_observations_are_seeded_float32_at_three_scales():
+    a = E.random_observations(6, 3000, seed=7)
+    assert a.shape == (3000, 6) and a.dtype == np.float32
+    np.testing.assert_array_equal(a, E.random_observations(6, 3000, seed=7))
+    assert not np.array_equal(a, E.random_observations(6, 3000, seed=8))
+    row_std = a.std(axis=1)
+    # Rows drawn at 0.3, 1 and 3: all three spreads are present.
+    assert (row_std < 0.6).sum() > 500 and (row_std > 2.0).sum() > 500
+    assert ((row_std > 0.6) & (row_std < 1.6)).sum() > 500
+
+
+def test_metadata_holds_spec_with_clip_format_time_and_json_extras(robot):
+    props = E._metadata(robot, {'iteration': 7, 3: [1, 'a']}, 0.75)
+    assert set(props) == {METADATA_KEY, 'claw_rl_format', 'exported_at', 'iteration', '3'}
+    assert json.loads(props[METADATA_KEY]) == json.loads(json.dumps(
+        {**robot.to_metadata(), 'action_clip': 0.75}))
+    assert props['claw_rl_format'] == '1' and props['iteration'] == '7'
+    assert props['3'] == '[1, "a"]'
+    assert props['exported_at'].endswith('+00:00') and 'T' in props['exported_at']
+    assert E._metadata(robot, None, 1.0)[METADATA_KEY]
+    for key in E.RESERVED_KEYS:
+        with pytest.raises(ValueError, match=rf"extra_metadata may not set \['{key}'\]: "
+                                             'reserved for the exporter'):
+            E._metadata(robot, {key: 1, 'fine': 2}, 1.0)
+
+
+def test_set_metadata_replaces_existing_keys_in_place():
+    model = onnx.ModelProto()
+    E._set_metadata(model, {'a': '1', 'b': '2'})
+    E._set_metadata(model, {'b': '3', 'c': '4'})
+    assert [(p.key, p.value) for p in model.metadata_props] == [('a', '1'), ('b', '3'),
+                                                                ('c', '4')]
+
+
+def test_export_onnx_writes_names_doc_parity_and_the_clip(robot, tmp_path):
+    policy = student(robot)
+    path = E.export_onnx(policy, robot, tmp_path / 'sub' / 's.onnx', action_clip=0.2,
+                         extra_metadata={'run': 'x'})
+    assert path == tmp_path / 'sub' / 's.onnx' and path.is_file()
+    model = onnx.load(str(path))
+    assert model.producer_name == 'claw_rl_ros'
+    assert model.doc_string.startswith(f'{robot.name} student policy')
+    props = {p.key: p.value for p in model.metadata_props}
+    assert json.loads(props[METADATA_KEY])['action_clip'] == 0.2
+    assert json.loads(props['run']) == 'x'
+    assert 0.0 <= json.loads(props['parity_max_abs_diff']) < E.PARITY_TOLERANCE
+    obs = E.random_observations(robot.policy_obs.dim, 300, seed=2)
+    out = run(path.read_bytes(), obs)
+    assert np.abs(out).max() == pytest.approx(0.2)
+    for bad in (0.0, -1.0):
+        with pytest.raises(ValueError, match=rf'action_clip {bad!r} must be > 0 '
+                                             r'\(env.clip_actions\)'):
+            E.export_onnx(policy, robot, tmp_path / 'bad.onnx', action_clip=bad)
+    assert not (tmp_path / 'bad.onnx').exists()
+    assert E.DEFAULT_ACTION_CLIP == 10.0
+    with pytest.raises(ValueError, match='opset 16 is too old; use 17 or newer'):
+        E.export_onnx(policy, robot, tmp_path / 'old.onnx', opset=16)
+    E.export_onnx(policy, robot, tmp_path / 'new.onnx', opset=18)
+
+
+def test_export_refuses_an_actor_with_the_wrong_number_of_actions(robot, tmp_path):
+    d = robot.policy_obs.dim
+    policy = ActorCritic(d, d, robot.num_joints - 1, actor_hidden_dims=[4],
+                         critic_hidden_dims=[4])
+    message = (rf'the actor outputs \({robot.num_joints - 1},\) actions, robot '
+               rf'{robot.name!r} has {robot.num_joints} joints')
+    with pytest.raises(ValueError, match=message):
+        E.export_onnx(policy, robot, tmp_path / 'a.onnx')
+    teacher = ActorCritic(d + robot.privileged_obs.dim, d, robot.num_joints,
+                          actor_hidden_dims=[4], critic_hidden_dims=[4],
+                          actor_obs_groups=['policy_noise_free', 'privileged'])
+    with pytest.raises(ValueError, match=r'the actor reads observation groups '
+                                         r"\['policy_noise_free', 'privileged'\]; only an "
+                                         r"actor on \['policy'\] can be deployed \(privileged "
+                                         r'observations do not exist on the robot\): export '
+                                         r'the student, not the teacher'):
+        E.export_onnx(teacher, robot, tmp_path / 't.onnx')
+
+
+def test_export_checkpoint_uses_the_trained_clip_and_records_the_run(robot, tmp_path):
+    cfg = from_dict(TrainConfig, {'policy': {'actor_hidden_dims': [8],
+                                             'critic_hidden_dims': [8]},
+                                  'env': {'clip_actions': 0.4}})
+    dims = {'policy': robot.policy_obs.dim, 'policy_noise_free': robot.policy_obs.dim,
+            'privileged': robot.privileged_obs.dim}
+    policy = build_policy(cfg, dims, robot.num_joints)
+    with torch.no_grad():
+        policy.actor[-1].bias.fill_(100.0)     # far beyond the clip
+    save_checkpoint(tmp_path / 'model_5.pt', {
+        'config': to_dict(cfg), 'obs_dims': dims, 'num_actions': robot.num_joints,
+        'model': policy.state_dict(), 'iteration': 5, 'total_steps': 120,
+        'robot': robot.to_metadata()})
+    path = E.export_checkpoint(tmp_path / 'model_5.pt', tmp_path / 'student.onnx')
+    props = {p.key: p.value for p in onnx.load(str(path)).metadata_props}
+    assert json.loads(props[METADATA_KEY])['action_clip'] == 0.4
+    assert {k: json.loads(props[k]) for k in ('checkpoint', 'iteration', 'total_steps',
+                                              'algorithm')} == \
+        {'checkpoint': 'model_5.pt', 'iteration': 5, 'total_steps': 120, 'algorithm': 'ppo'}
+    out = run(path.read_bytes(), E.random_observations(robot.policy_obs.dim, 50, seed=0))
+    np.testing.assert_array_equal(out, np.float32(0.4))
