@@ -322,8 +322,10 @@ def test_privileged_layout_and_term_vector():
     vec = layout.term_vector({'foot_contact': 0.5, 'projected_gravity': 2.0, 'other': 9.0})
     assert vec.dtype == np.float32
     assert vec.tolist() == [0.0, 0.5, 0.5, 0.0, 2.0, 2.0, 2.0]
+    assert layout.group == 'privileged'
     empty = ObservationLayout([], 3, 2, 'privileged')
     assert empty.dim == 0 and empty.scale.shape == (0,) and empty.term_vector({}).shape == (0,)
+    assert empty.scale.dtype == np.float32 and empty.names == []
 
 
 def test_layout_errors_name_group_term_and_fix():

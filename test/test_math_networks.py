@@ -98,7 +98,15 @@ def test_actor_critic_defaults_and_sizes():
     assert isinstance(policy.actor[1], nn.ELU)
     torch.testing.assert_close(policy.log_std.detach(), torch.full((2,), math.log(0.3)))
     assert isinstance(policy.actor_normalizer, EmpiricalNormalization)
-    assert isinstance(trained_policy(False).critic_normalizer, nn.Identity)
+    plain = trained_policy(False)
+    assert isinstance(plain.actor_normalizer, nn.Identity)
+    assert isinstance(plain.critic_normalizer, nn.Identity)
+    assert isinstance(policy.critic_normalizer, EmpiricalNormalization)
+    # Defaults: std 1, ELU, normalisers on, no std floor.
+    default = ActorCritic(3, 5, 2, actor_hidden_dims=[4], critic_hidden_dims=[4])
+    assert default.log_std.tolist() == [0.0, 0.0] and default.min_std == 0.0
+    assert isinstance(default.actor[1], nn.ELU)
+    assert isinstance(default.actor_normalizer, EmpiricalNormalization)
 
 
 def test_act_inference_is_the_normalised_mean_and_std_is_exp_log_std():

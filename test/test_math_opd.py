@@ -11,6 +11,7 @@ from claw_rl_ros.core.learning.opd import (alpha_at, combined_loss, compute_dist
                                            gaussian_kl, update_teacher_with_ema)
 from claw_rl_ros.core.learning.ppo import PPO
 from claw_rl_ros.core.learning.registry import PolicyRegistry
+from claw_rl_ros.core.learning.storage import MiniBatch
 from claw_rl_ros.core.learning.train_config import DistillationConfig, PPOConfig
 
 
@@ -131,6 +132,9 @@ def test_alpha_schedule_is_linear_then_constant():
     assert alpha_at(no_length, 50) == 0.2
     constant = DistillationConfig(alpha=0.2, alpha_schedule_iterations=8, teacher_mode='ema')
     assert alpha_at(constant, 4) == 0.2
+    one_step = DistillationConfig(alpha=0.2, alpha_final=0.0, alpha_schedule_iterations=1,
+                                  teacher_mode='ema')
+    assert [alpha_at(one_step, i) for i in (0, 1, 2)] == [0.2, 0.0, 0.0]
 
 
 def small_policy(seed):
@@ -179,6 +183,13 @@ def test_ppo_teacher_modes():
     kl = ema.kl_to_teacher(x)
     expected = compute_distillation_loss(ema.registry, x).item()
     assert kl == pytest.approx(expected) and kl > 0
+    # alpha 0 is plain PPO even with a teacher: no KL is computed or reported.
+    zeros = torch.zeros(4)
+    mean, std = student.action_mean_std(x)
+    batch = MiniBatch(obs=x, actions=mean.detach(), values=zeros, advantages=zeros,
+                      returns=zeros, log_probs=zeros, mu=mean.detach(), sigma=std.detach())
+    assert ema._update_mini_batch(batch, 0.0)['distillation_loss'] == 0.0
+    assert ema._update_mini_batch(batch, 0.5)['distillation_loss'] > 0.0
     # frozen: the given teacher, never moved by EMA.
     teacher = small_policy(5)
     frozen = PPO(small_policy(0), PPOConfig(),

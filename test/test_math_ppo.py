@@ -349,21 +349,34 @@ def test_update_averages_every_mini_batch_of_every_epoch_and_clears_storage(monk
     assert ppo.storage.step == 0
 
 
-def test_real_update_reports_finite_means_and_changes_the_policy():
+def real_update(global_seed, generator_seed=0):
+    """One seeded PPO iteration on 4 steps x 3 worlds; returns (losses, policy)."""
     cfg = PPOConfig(num_learning_epochs=2, num_mini_batches=2, schedule='fixed')
     policy = tiny_policy(dtype=torch.float32)
-    ppo = PPO(policy, cfg, DistillationConfig())
+    ppo = PPO(policy, cfg, DistillationConfig(),
+              generator=torch.Generator().manual_seed(generator_seed))
     ppo.init_storage(4, 3, DIMS, A)
     g = torch.Generator().manual_seed(0)
     fill(ppo, 4, 3, torch.randn(4, 3, generator=g), torch.zeros(4, 3))
     ppo.compute_returns(crafted_obs(9, 3, torch.float32))
-    before = copy.deepcopy(policy.state_dict())
-    out = ppo.update()
+    torch.manual_seed(global_seed)
+    return ppo.update(), policy
+
+
+def test_real_update_reports_finite_means_and_changes_the_policy():
+    out, policy = real_update(0)
     assert set(out) == {'value_loss', 'surrogate_loss', 'entropy', 'distillation_loss',
                         'approx_kl', 'learning_rate', 'action_std', 'alpha'}
     assert all(math.isfinite(v) for v in out.values())
-    assert out['value_loss'] > 0 and out['entropy'] > 0
-    assert not torch.equal(before['actor.0.weight'], policy.state_dict()['actor.0.weight'])
+    assert out['value_loss'] > 0 and out['entropy'] > 0 and out['alpha'] == 0.0
+    assert not torch.equal(tiny_policy(dtype=torch.float32).actor[0].weight,
+                           policy.actor[0].weight)
+    # Sampling and shuffling draw from the PPO's generator only, never the global stream.
+    again, same = real_update(123)
+    other, _ = real_update(0, generator_seed=1)
+    assert again == out and other != out
+    for a, b in zip(policy.parameters(), same.parameters()):
+        assert torch.equal(a, b)
 
 
 def test_loop_level_gae_with_a_time_out_bootstrap_and_a_nan_in_a_terminated_world():

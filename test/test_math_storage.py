@@ -91,6 +91,18 @@ def filled_storage(steps=3, envs=4, dims=None, actions=2):
     return storage
 
 
+def test_every_buffer_is_preallocated_time_by_worlds():
+    s = RolloutStorage(3, 4, {'policy': 5, 'privileged': 2}, 2)
+    assert s.step == 0 and (s.num_steps, s.num_envs) == (3, 4)
+    assert {k: tuple(v.shape) for k, v in s.obs.items()} == {'policy': (3, 4, 5),
+                                                             'privileged': (3, 4, 2)}
+    for name in ('actions', 'mu', 'sigma'):
+        assert getattr(s, name).shape == (3, 4, 2), name
+    for name in ('rewards', 'dones', 'values', 'log_probs', 'returns', 'advantages'):
+        assert getattr(s, name).shape == (3, 4), name
+        assert getattr(s, name).dtype == torch.float32, name
+
+
 def test_add_puts_each_field_at_its_step_and_world():
     s = filled_storage()
     assert s.step == 3
@@ -110,7 +122,8 @@ def test_add_puts_each_field_at_its_step_and_world():
 
 def test_overflow_names_the_fix_and_clear_allows_refilling():
     s = filled_storage()
-    with pytest.raises(OverflowError, match=r'full \(3 steps\).*clear\(\)'):
+    with pytest.raises(OverflowError, match=r'^rollout storage is full \(3 steps\); call '
+                                            r'clear\(\) after each update$'):
         s.add({'policy': torch.zeros(4, 5), 'privileged': torch.zeros(4, 2)}, torch.zeros(4, 2),
               torch.zeros(4), torch.zeros(4), torch.zeros(4, 2), torch.ones(4, 2), torch.zeros(4),
               torch.zeros(4))
@@ -182,8 +195,31 @@ def test_mini_batches_drop_the_remainder_and_refuse_empty_batches():
     batches = list(s.mini_batches(5, 1, torch.Generator().manual_seed(0)))
     assert [b.actions.shape[0] for b in batches] == [2] * 5
     assert len({round(v.item(), 3) for b in batches for v in b.values}) == 10
+    # One transition per mini-batch is still a valid split.
+    assert len(list(s.mini_batches(12, 1))) == 12
     with pytest.raises(ValueError, match='12 transitions cannot make 13 mini-batches'):
         next(s.mini_batches(13, 1))
+
+
+def test_mini_batch_order_comes_from_the_given_generator():
+    s = filled_storage()
+    s.compute_returns(torch.zeros(4), 0.9, 0.8)
+
+    def order(seed):
+        return [b.log_probs.tolist() for b in s.mini_batches(3, 2, torch.Generator()
+                                                             .manual_seed(seed))]
+
+    torch.manual_seed(0)
+    first = order(5)
+    torch.manual_seed(1)
+    assert order(5) == first and order(6) != first
+
+
+def test_obs_flat_keeps_at_most_4096_rows_by_default():
+    s = RolloutStorage(41, 100, {'policy': 1}, 1)
+    s.obs['policy'][:] = torch.arange(4100, dtype=torch.float32).reshape(41, 100, 1)
+    rows = s.obs_flat()['policy'][:, 0]
+    assert rows.shape == (4096,) and rows[0] == 0 and rows[-1] == 4099
 
 
 def test_obs_flat_thins_evenly_and_keeps_the_ends():
