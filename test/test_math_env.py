@@ -436,3 +436,58 @@ def test_body_velocity_is_body_frame_planar_velocity_and_yaw_rate(make_env):
     p.qvel[1, 0:6] = [0.3, -0.4, 0.0, 0.0, 0.0, -0.2]
     np.testing.assert_allclose(env.body_velocity(), [[1.5, 0.0, 0.7], [0.3, -0.4, -0.2]],
                                atol=1e-12)
+
+
+def test_push_adds_a_uniform_planar_kick_to_the_chosen_worlds_only(make_env):
+    env = quiet_env(make_env, n=4, randomization={'enabled': False, 'push_velocity': 0.8})
+    p = env.physics
+    p.qvel[:, 0:6] = [0.1, -0.2, 0.05, 0.0, 0.0, 0.3]
+    before = p.qvel.copy()
+    twin = np.random.default_rng()
+    twin.bit_generator.state = env.rng.bit_generator.state
+    env._push(np.array([1, 3]))
+    kick = twin.uniform(-0.8, 0.8, (2, 2))
+    np.testing.assert_array_equal(p.qvel[[1, 3], 0:2], before[[1, 3], 0:2] + kick)
+    np.testing.assert_array_equal(np.delete(p.qvel, [1, 3], axis=0),
+                                  np.delete(before, [1, 3], axis=0))
+    np.testing.assert_array_equal(p.qvel[:, 2:], before[:, 2:])
+    # One world is pushed too; none is a no-op that draws nothing.
+    env._push(np.array([2]))
+    assert (p.qvel[2, 0:2] != before[2, 0:2]).all()
+    state = env.rng.bit_generator.state
+    env._push(np.array([], dtype=np.int64))
+    assert env.rng.bit_generator.state == state
+
+
+def test_pushes_over_many_worlds_fill_the_configured_range(make_env):
+    env = quiet_env(make_env, n=1)
+    kicks = []
+    for _ in range(300):
+        env.physics.qvel[:] = 0.0
+        env._push(np.array([0]))
+        kicks.append(env.physics.qvel[0, 0:2].copy())
+    kicks = np.array(kicks)
+    v = env.cfg.randomization.push_velocity
+    assert (np.abs(kicks) <= v).all() and kicks.min() < -0.8 * v and kicks.max() > 0.8 * v
+
+
+def test_actions_are_clipped_both_ways_and_a_diverged_world_gets_a_finite_placeholder(
+        make_env):
+    env = quiet_env(make_env, n=3, clip_actions=0.5)
+    actions = np.zeros((3, J))
+    actions[0, :2] = [2.0, -3.0]
+    actions[1, 0] = np.inf
+    _, reward, terminated, _, extras = env.step(actions)
+    assert env.last_actions[0, :2].tolist() == [0.5, -0.5]
+    np.testing.assert_allclose(env.targets[0, :2],
+                               np.clip(env.robot.default_joint_pos[:2]
+                                       + env.robot.action_scale * np.array([0.5, -0.5]),
+                                       env.robot.joint_lower[:2], env.robot.joint_upper[:2]))
+    # World 1 sent a non-finite action: a divergence, zero reward, finite final observation.
+    assert terminated.tolist() == [False, True, False] and reward[1] == 0.0
+    assert extras['diverged'] == 1 and env.diverged_count == 1
+    for group in extras['final_obs'].values():
+        assert np.isfinite(group).all()
+    env.physics.qvel[2, 7] = np.nan
+    env.step(np.zeros((3, J)))
+    assert env.diverged_count == 2
