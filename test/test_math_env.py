@@ -491,3 +491,36 @@ def test_actions_are_clipped_both_ways_and_a_diverged_world_gets_a_finite_placeh
     env.physics.qvel[2, 7] = np.nan
     env.step(np.zeros((3, J)))
     assert env.diverged_count == 2
+
+
+def test_gait_clock_wraps_and_tracking_error_is_reported_per_axis(make_env):
+    env = quiet_env(make_env, n=2, commands={'standing_probability': 0.0,
+                                             'lin_vel_x': [0.3, 0.6]})
+    env.gait_phase[:] = [0.99, 0.5]
+    _, _, _, _, extras = env.step(np.zeros((2, J)))
+    # 0.02 s of a 0.4 s cycle: +0.05, modulo one cycle.
+    np.testing.assert_allclose(env.gait_phase, [0.04, 0.55], atol=1e-12)
+    err = np.abs(env.commands - env.body_velocity()).mean(axis=0)
+    assert extras['tracking_error'] == pytest.approx(
+        {'lin_vel_x': err[0], 'lin_vel_y': err[1], 'ang_vel_yaw': err[2]})
+    assert extras['diverged'] == 0 and 'final_obs' not in extras
+
+
+def test_a_robot_without_gait_clock_steps_with_a_still_phase(make_env, robot):
+    import dataclasses
+    from claw_rl_ros.core.config import from_dict, merge
+    from claw_rl_ros.core.sim.env import VecLocomotionEnv
+    from claw_rl_ros.core.sim.env_config import EnvConfig
+    cfg = from_dict(EnvConfig, merge({'num_envs': 2, 'randomization': {'enabled': False}},
+                                     {'rewards': {'scales': {'gait_contact': 0.0,
+                                                             'feet_clearance': 0.0}}}))
+    env = VecLocomotionEnv(cfg, dataclasses.replace(robot, gait_period=0.0))
+    try:
+        env.reset(seed=0)
+        assert (env.gait_phase == 0.0).all()
+        for _ in range(3):
+            env.step(np.zeros((2, J)))
+        assert (env.gait_phase == 0.0).all()
+        assert env._desired_stance(np.ones((2, 3))).all()
+    finally:
+        env.close()
