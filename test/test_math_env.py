@@ -524,3 +524,90 @@ def test_a_robot_without_gait_clock_steps_with_a_still_phase(make_env, robot):
         assert env._desired_stance(np.ones((2, 3))).all()
     finally:
         env.close()
+
+
+# ------------------------------------------------------- step data from crafted sensor readings
+def blank_sensors(env):
+    """A copy of the sensor buffer [N, substeps, n] with every contact and torque at 0."""
+    sd = env.physics.sensordata.copy()
+    s = env.physics.sensors
+    for group in ('foot_contact', 'penalised_contact', 'termination_contact', 'joint_torque'):
+        sd[:, :, slice(*getattr(s, group))] = 0.0
+    return sd
+
+
+def contact(env, sd, group, world, body, substeps, found, force):
+    """Write one body's [found, fx, fy, fz] contact reading into the given substeps."""
+    lo, _ = getattr(env.physics.sensors, group)
+    sd[world, substeps, lo + 4 * body:lo + 4 * body + 4] = [found, *force]
+
+
+def test_contacts_need_the_found_flag_and_more_than_the_force_threshold(make_env):
+    env = quiet_env(make_env, n=2)
+    sd = blank_sensors(env)
+    last = env.physics.decimation - 1
+    contact(env, sd, 'foot_contact', 0, 0, last, 1.0, (0.0, 0.0, 2.0))   # touching
+    contact(env, sd, 'foot_contact', 0, 1, last, 1.0, (0.0, 0.0, 1.0))   # at the threshold
+    contact(env, sd, 'foot_contact', 0, 2, last, 1.0, (3.0, 0.0, 0.0))   # sideways force
+    contact(env, sd, 'foot_contact', 0, 3, last, 0.0, (0.0, 0.0, 5.0))   # no contact found
+    contact(env, sd, 'foot_contact', 1, 0, 0, 1.0, (0.0, 0.0, 5.0))      # early substep only
+    contact(env, sd, 'foot_contact', 1, 3, slice(None), 1.0, (0.0, 2.0, 0.0))
+    feet = env._contacts(sd, 'foot_contact', last_only=True)
+    assert feet.tolist() == [[True, False, True, False], [False, False, False, True]]
+    # Over all substeps the early touchdown counts too.
+    assert env._contacts(sd, 'foot_contact', last_only=False)[1].tolist() == \
+        [True, False, False, True]
+
+
+def test_step_data_reads_contacts_torques_heights_and_failures_from_the_sensors(make_env):
+    env = quiet_env(make_env, n=2)
+    env.step(np.zeros((2, J)))
+    s = env.physics.sensors
+    sd = blank_sensors(env)
+    last = env.physics.decimation - 1
+    # Joint torque: the RMS over the control step's substeps (1, -1, 3, -3 -> sqrt(5)).
+    lo, hi = s.joint_torque
+    sd[0, :, lo] = [1.0, -1.0, 3.0, -3.0]
+    # Foot heights: from the last substep.
+    lo, hi = s.foot_pos
+    sd[:, :, lo + 2:hi:3] = 0.5
+    sd[0, last, lo + 2:hi:3] = env.physics.foot_ground_offset + [0.1, 0.0, 0.2, 0.0]
+    # World 1: a trunk contact in the first substep only fails the episode.
+    contact(env, sd, 'termination_contact', 1, 0, 0, 1.0, (0.0, 0.0, 9.0))
+    contact(env, sd, 'penalised_contact', 0, 2, 1, 1.0, (0.0, 0.0, 9.0))
+    data = env._step_data(sd, np.zeros(2, bool))
+    assert data.joint_torque[0, 0] == pytest.approx(math.sqrt(5.0))
+    assert data.joint_torque[1].tolist() == [0.0] * J
+    np.testing.assert_allclose(data.foot_height[0], [0.1, 0.0, 0.2, 0.0], atol=1e-12)
+    assert data.terminated.tolist() == [False, True]
+    assert data.penalised_contact[0].tolist() == [False, False, True] + [False] * 5
+    assert not data.penalised_contact[1].any()
+    assert data.foot_contact.dtype == np.float64 and not data.foot_contact.any()
+    np.testing.assert_array_equal(data.trunk_ang_vel, env.physics.qvel[:, 3:6])
+
+
+def test_feet_air_time_counts_swings_and_reports_the_touchdown(make_env):
+    """legged_gym bookkeeping: a foot that touched in this or the last step is "in contact";
+    air time accumulates while it is not, and is reported on the touchdown step."""
+    env = quiet_env(make_env, n=1)
+    env.feet_air_time[:] = 0.0
+    env.last_contacts[:] = False
+    last = env.physics.decimation - 1
+    dt = env.dt
+    # Foot 0 swings for two steps and lands on the third; foot 1 lifts after step 1.
+    pattern = [[False, True, True, True], [False, False, True, True],
+               [True, False, True, True], [True, False, True, True]]
+    seen = []
+    for down in pattern:
+        sd = blank_sensors(env)
+        for foot, touching in enumerate(down):
+            if touching:
+                contact(env, sd, 'foot_contact', 0, foot, last, 1.0, (0.0, 0.0, 10.0))
+        data = env._step_data(sd, np.zeros(1, bool))
+        seen.append((data.foot_air_time[0, :2].tolist(), data.first_contact[0, :2].tolist(),
+                     data.foot_contact[0, :2].tolist()))
+    assert seen[0] == ([dt, dt], [False, False], [0.0, 1.0])
+    assert seen[1] == ([2 * dt, dt], [False, False], [0.0, 0.0])   # foot 1: filtered contact
+    assert seen[2][1] == [True, False] and seen[2][0] == pytest.approx([3 * dt, dt])
+    assert seen[3][1] == [False, False] and seen[3][0] == pytest.approx([dt, 2 * dt])
+    assert env.feet_air_time[0, 0] == 0.0 and env.feet_air_time[0, 1] == pytest.approx(2 * dt)
