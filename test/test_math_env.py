@@ -195,8 +195,8 @@ def test_pose_and_limit_terms_by_hand():
     np.testing.assert_allclose(R.dof_acc(s, p), [0.0, 5.0])
     np.testing.assert_allclose(R.dof_vel(s, p), [0.0, 9.0])
     s.last_action[0] = [1.0, 0.0, 0.0, 0.0]
-    s.previous_action[0] = [0.0, 0.0, -2.0, 0.0]
-    np.testing.assert_allclose(R.action_rate(s, p), [5.0, 0.0])
+    s.previous_action[0] = [0.5, 0.0, -2.0, 0.0]
+    np.testing.assert_allclose(R.action_rate(s, p), [4.25, 0.0])
 
 
 def test_stand_still_and_air_time_switch_on_the_moving_command():
@@ -227,10 +227,10 @@ def test_gait_terms_clip_the_lift_and_count_only_swing_feet():
     s, p = step_data(), rparams()
     s.desired_stance[:] = [[False, False], [True, False]]
     s.foot_height[:] = [[0.25, -0.05], [0.3, 0.04]]
-    s.foot_contact[:] = [[1.0, 0.0], [0.6, 0.4]]
+    s.foot_contact[:] = [[1.0, 0.0], [0.6, 0.5]]
     # World 0: both swing, lifts clipped to 1 and 0; world 1: one swing foot at 0.4.
     np.testing.assert_allclose(R.feet_clearance(s, p), [0.5, 0.4])
-    # Contact > 0.5 is "down": world 0 matches on foot 1 only; world 1 on both.
+    # Contact > 0.5 is "down" (0.5 is not): world 0 matches on foot 1 only; world 1 on both.
     np.testing.assert_allclose(R.gait_contact(s, p), [0.5, 1.0])
 
 
