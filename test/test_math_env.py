@@ -611,3 +611,23 @@ def test_feet_air_time_counts_swings_and_reports_the_touchdown(make_env):
     assert seen[2][1] == [True, False] and seen[2][0] == pytest.approx([3 * dt, dt])
     assert seen[3][1] == [False, False] and seen[3][0] == pytest.approx([dt, 2 * dt])
     assert env.feet_air_time[0, 0] == 0.0 and env.feet_air_time[0, 1] == pytest.approx(2 * dt)
+
+
+def test_desired_stance_follows_each_foot_offset_and_the_duty(robot):
+    import dataclasses
+    from claw_rl_ros.core.config import from_dict
+    from claw_rl_ros.core.sim.env import VecLocomotionEnv
+    from claw_rl_ros.core.sim.env_config import EnvConfig
+    walk = dataclasses.replace(robot, gait_offsets=np.array([0.0, 0.25, 0.5, 0.75]),
+                               gait_duty=0.6)
+    env = VecLocomotionEnv(from_dict(EnvConfig, {'num_envs': 3}), walk)
+    try:
+        env.gait_phase[:] = [0.1, 0.75, 0.75]
+        moving = np.array([[0.5, 0.0, 0.0], [0.0, 0.0, 0.5], [0.0, 0.0, 0.0]])
+        # Foot phases (phase + offset) mod 1 below the duty are stance:
+        # 0.1 -> 0.1, 0.35, 0.6, 0.85; 0.75 -> 0.75, 0.0, 0.25, 0.5; standing: all down.
+        assert env._desired_stance(moving).tolist() == [[True, True, False, False],
+                                                        [False, True, True, True],
+                                                        [True, True, True, True]]
+    finally:
+        env.close()
