@@ -631,3 +631,127 @@ def test_desired_stance_follows_each_foot_offset_and_the_duty(robot):
                                                         [True, True, True, True]]
     finally:
         env.close()
+
+
+# ------------------------------------------------------------ resets, commands, noise
+def twin(env):
+    """A generator in the same state as the env's: it replays the env's next draws."""
+    g = np.random.default_rng()
+    g.bit_generator.state = env.rng.bit_generator.state
+    return g
+
+
+def test_command_resampling_replays_the_documented_draws(make_env):
+    env = quiet_env(make_env, n=5, commands={'lin_vel_x': [-1.0, 1.0], 'lin_vel_y': [-0.4, 0.4],
+                                             'ang_vel_yaw': [-2.0, 2.0], 'min_speed': 0.5,
+                                             'standing_probability': 0.4})
+    ids = np.array([0, 2, 3, 4])
+    before = env.commands.copy()
+    g = twin(env)
+    env._resample_commands(ids)
+    # vx, vy, yaw rate; slow planar commands become 0; some commands are all zero.
+    cmd = np.stack([g.uniform(-1.0, 1.0, 4), g.uniform(-0.4, 0.4, 4), g.uniform(-2.0, 2.0, 4)],
+                   axis=1)
+    cmd[np.linalg.norm(cmd[:, :2], axis=1) < 0.5, :2] = 0.0
+    cmd[g.random(4) < 0.4] = 0.0
+    np.testing.assert_array_equal(env.commands[ids], cmd)
+    np.testing.assert_array_equal(env.commands[1], before[1])
+    state = env.rng.bit_generator.state
+    env._resample_commands(np.array([], dtype=np.int64))
+    assert env.rng.bit_generator.state == state
+    env._resample_commands(np.array([1]))
+    assert env.rng.bit_generator.state != state
+
+
+def test_randomisation_replays_the_documented_draws_and_reaches_the_models(make_env):
+    dr = {'friction': [0.5, 0.9], 'added_mass': [-0.5, 1.5], 'link_mass_scale': [0.9, 1.1],
+          'com_offset': [-0.02, 0.03], 'motor_strength': [0.8, 1.2],
+          'action_latency_substeps': [1, 3]}
+    env = make_env(num_envs=6, randomization=dr)
+    ids = np.array([1, 4, 5])
+    g = twin(env)
+    env._randomise(ids)
+    np.testing.assert_array_equal(env.friction[ids], g.uniform(0.5, 0.9, 3))
+    np.testing.assert_array_equal(env.added_mass[ids], g.uniform(-0.5, 1.5, 3))
+    np.testing.assert_array_equal(env.mass_scale[ids], g.uniform(0.9, 1.1, 3))
+    np.testing.assert_array_equal(env.com_offset[ids], g.uniform(-0.02, 0.03, (3, 3)))
+    np.testing.assert_array_equal(env.motor_strength[ids], g.uniform(0.8, 1.2, 3))
+    np.testing.assert_array_equal(env.latency[ids], g.integers(1, 4, 3))
+    p = env.physics
+    for i in ids:
+        assert p.models[i].geom_friction[p.floor_geom, 0] == env.friction[i]
+        assert p.models[i].body_mass[p.base_body] == pytest.approx(
+            p.model.body_mass[p.base_body] * env.mass_scale[i] + env.added_mass[i])
+    # Switched off: the nominal robot in every world.
+    off = make_env(num_envs=2, randomization={'enabled': False})
+    off.friction[:], off.added_mass[:], off.mass_scale[:] = 0.1, 3.0, 2.0
+    off.com_offset[:], off.motor_strength[:], off.latency[:] = 0.5, 7.0, 2
+    off._randomise(np.array([0, 1]))
+    assert off.friction.tolist() == [off.robot.foot_friction] * 2
+    assert off.added_mass.tolist() == [0.0, 0.0] and off.mass_scale.tolist() == [1.0, 1.0]
+    assert (off.com_offset == 0).all() and off.motor_strength.tolist() == [1.0, 1.0]
+    assert off.latency.tolist() == [0, 0]
+    assert off.physics.models[1].body_mass[p.base_body] == \
+        pytest.approx(p.model.body_mass[p.base_body])
+
+
+def test_reset_pose_heading_and_velocity_noise(make_env, robot):
+    env = make_env(num_envs=64, randomization={'init_joint_pos_noise': 0.2,
+                                               'init_base_vel_noise': 0.4})
+    env.reset(seed=2)
+    p = env.physics
+    q = p.qpos[:, p.qadr]
+    offset = q - robot.default_joint_pos
+    clipped = (q <= robot.joint_lower + 1e-9) | (q >= robot.joint_upper - 1e-9)
+    # Joints: default +- noise, clipped to the limits, both signs drawn.
+    assert (np.abs(offset[~clipped]) <= 0.2).all() and offset.min() < -0.15 \
+        and offset.max() > 0.15
+    assert (q >= robot.joint_lower).all() and (q <= robot.joint_upper).all()
+    np.testing.assert_array_equal(env.targets, q)
+    # Trunk: standing height, a pure random yaw, small random planar and angular velocity.
+    np.testing.assert_allclose(p.qpos[:, 2], robot.init_base_height)
+    quat = p.qpos[:, 3:7]
+    np.testing.assert_allclose(quat[:, 1:3], 0.0, atol=1e-12)
+    yaw = 2 * np.arctan2(quat[:, 3], quat[:, 0])
+    yaw = (yaw + np.pi) % (2 * np.pi) - np.pi
+    assert yaw.min() < -2.5 and yaw.max() > 2.5
+    v = p.qvel[:, 0:6]
+    assert (np.abs(v) <= 0.4).all() and v.min() < -0.3 and v.max() > 0.3
+    assert (p.qvel[:, 6:] == 0).all()
+    assert ((env.gait_phase >= 0) & (env.gait_phase < 1)).all() and np.ptp(env.gait_phase) > 0.5
+    # Without randomisation: exactly the default pose at rest.
+    quiet = quiet_env(make_env, n=3)
+    qp = quiet.physics
+    np.testing.assert_allclose(qp.qpos[:, qp.qadr], np.tile(robot.default_joint_pos, (3, 1)))
+    assert (qp.qvel == 0).all()
+
+
+def test_policy_noise_replays_the_documented_draw(make_env):
+    env = make_env(num_envs=3, randomization={'enabled': False},
+                   noise={'scale': 1.5, 'levels': {'joint_vel': 2.0, 'base_ang_vel': 0.4,
+                                                   'projected_gravity': 0.0, 'joint_pos': 0.0}})
+    env.reset(seed=1)
+    state = env.robot_state()
+    g = twin(env)
+    obs = env._observe(state)
+    clean = env.robot.policy_obs.compute(state, env.robot.default_joint_pos)
+    # Uniform in [-1, 1] per element, times level x term scale x global scale.
+    noise = (2.0 * g.random(clean.shape, dtype=np.float32) - 1.0) * env.noise_vec
+    np.testing.assert_array_equal(obs['policy'], clean + noise)
+    np.testing.assert_array_equal(obs['policy_noise_free'], clean)
+    np.testing.assert_array_equal(obs['privileged'],
+                                  env.robot.privileged_obs.compute(state,
+                                                                   env.robot.default_joint_pos))
+    assert obs['policy'].dtype == np.float32
+
+
+def test_gait_rewards_without_a_gait_clock_name_the_fix(robot):
+    import dataclasses
+    from claw_rl_ros.core.config import ConfigError
+    from claw_rl_ros.core.sim.env import VecLocomotionEnv
+    from claw_rl_ros.core.sim.env_config import EnvConfig
+    with pytest.raises(ConfigError) as info:
+        VecLocomotionEnv(EnvConfig(num_envs=1), dataclasses.replace(robot, gait_period=0.0))
+    assert str(info.value) == (
+        "env: rewards.scales.gait_contact: needs a gait clock but robot 'claw_quadruped' has "
+        'none; set the scale to 0 or add gait: {period_s, duty, offsets} to the robot YAML')
