@@ -59,7 +59,7 @@ class VecLocomotionEnv:
             if off:
                 warnings.warn(f'robot {r.name!r} has no gait clock: reward terms '
                               f'{", ".join(off)} are switched off (add gait: {{period_s, duty, '
-                              'offsets}} to the robot YAML to use them)', GaitRewardsOff,
+                              'offsets} to the robot YAML to use them)', GaitRewardsOff,
                               stacklevel=2)
                 for name in off:
                     scales[name] = 0.0
