@@ -745,13 +745,35 @@ def test_policy_noise_replays_the_documented_draw(make_env):
     assert obs['policy'].dtype == np.float32
 
 
-def test_gait_rewards_without_a_gait_clock_name_the_fix(robot):
+def test_gait_rewards_without_a_gait_clock_are_switched_off_naming_the_fix(robot):
     import dataclasses
-    from claw_rl_ros.core.config import ConfigError
-    from claw_rl_ros.core.sim.env import VecLocomotionEnv
+    from claw_rl_ros.core.sim.env import GaitRewardsOff, VecLocomotionEnv
     from claw_rl_ros.core.sim.env_config import EnvConfig
-    with pytest.raises(ConfigError) as info:
-        VecLocomotionEnv(EnvConfig(num_envs=1), dataclasses.replace(robot, gait_period=0.0))
-    assert str(info.value) == (
-        "env: rewards.scales.gait_contact: needs a gait clock but robot 'claw_quadruped' has "
-        'none; set the scale to 0 or add gait: {period_s, duty, offsets} to the robot YAML')
+    with pytest.warns(GaitRewardsOff) as record:
+        env = VecLocomotionEnv(EnvConfig(num_envs=1),
+                               dataclasses.replace(robot, gait_period=0.0))
+    env.close()
+    assert str(record[0].message) == (
+        "robot 'claw_quadruped' has no gait clock: reward terms gait_contact, feet_clearance "
+        'are switched off (add gait: {period_s, duty, offsets} to the robot YAML to use them)')
+    assert 'gait_contact' not in env.reward_manager.scales
+    assert 'feet_clearance' not in env.reward_manager.scales
+    assert 'stand_still' in env.reward_manager.scales
+
+
+def test_robot_sized_constants_come_from_the_robot_unless_the_config_sets_them(make_env, robot):
+    env = make_env(num_envs=1)
+    p = env.reward_manager.params
+    assert (p.base_height_target, p.swing_height_target) == (robot.base_height_target,
+                                                             robot.swing_height)
+    assert env.min_base_height == robot.min_base_height
+    assert env.payload_range == robot.payload_range
+    assert env.com_offset_range == robot.com_offset_range
+    set_all = make_env(num_envs=1, termination={'min_base_height': 0.123},
+                       randomization={'added_mass': [0.1, 0.2], 'com_offset': [-0.01, 0.02]},
+                       rewards={'base_height_target': 0.31, 'swing_height_target': 0.09})
+    p = set_all.reward_manager.params
+    assert (p.base_height_target, p.swing_height_target) == (0.31, 0.09)
+    assert set_all.min_base_height == 0.123
+    assert tuple(set_all.payload_range) == (0.1, 0.2)
+    assert tuple(set_all.com_offset_range) == (-0.01, 0.02)
