@@ -41,6 +41,44 @@ def test_episode_length_rounds_up_to_whole_control_steps(make_env):
     assert extras['time_outs'] is truncated
 
 
+def test_env_loads_its_robot_from_the_config_and_returns_float32_rewards():
+    from claw_rl_ros.core.config import from_dict
+    from claw_rl_ros.core.sim.env import VecLocomotionEnv
+    from claw_rl_ros.core.sim.env_config import EnvConfig
+    env = VecLocomotionEnv(from_dict(EnvConfig, {'num_envs': 2}))
+    try:
+        assert env.robot.name == 'claw_quadruped' and env.num_actions == J
+        env.reset(seed=0)
+        _, reward, *_ = env.step(np.zeros((2, J)))
+        assert reward.dtype == np.float32 and reward.shape == (2,)
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize('interval, enabled, expected', [
+    (0.02, True, [[0, 1, 2]] * 3),     # every step, every world
+    (0.04, True, [[], [0, 1, 2], []]),
+    (0.04, False, []),                 # randomisation off: no pushes
+    (0.0, True, []),                   # interval 0: no pushes
+])
+def test_pushes_come_every_interval_to_worlds_past_their_first_step(make_env, monkeypatch,
+                                                                    interval, enabled,
+                                                                    expected):
+    env = make_env(num_envs=3, randomization={'enabled': enabled, 'push_interval_s': interval})
+    env.reset(seed=0)
+    pushed = []
+    monkeypatch.setattr(env, '_push', lambda ids: pushed.append(sorted(ids.tolist())))
+    for _ in range(3):
+        env.step(np.zeros((3, J)))
+    assert pushed == expected
+    # A world that just reset (episode step 0) is not pushed in that step.
+    pushed.clear()
+    env.episode_step[1] = env.max_episode_length - 1
+    env.step(np.zeros((3, J)))
+    if interval == 0.02 and enabled:
+        assert pushed == [[0, 2]]
+
+
 def test_a_world_that_fails_on_its_last_step_is_terminated_not_truncated(make_env):
     env = quiet_env(make_env, episode_length_s=0.1)
     for _ in range(4):
@@ -81,8 +119,9 @@ def test_final_obs_and_episode_log_of_a_failed_world(make_env):
     assert log['length_s'].tolist() == pytest.approx([4 * env.dt])
     assert log['return'].tolist() == pytest.approx([returns[0] + reward[0]])
     assert set(log) == {'env_ids', 'length_s', 'return'} | {f'reward/{k}' for k in sums}
+    assert env.reward_manager.episode_sums['tracking_lin_vel'][1] > 0
     for k in sums:
-        assert len(log[f'reward/{k}']) == 1
+        assert log[f'reward/{k}'].shape == (1,)
         # The finished world's sums restart at 0; the other world's keep counting.
         assert env.reward_manager.episode_sums[k][0] == 0.0
     assert env.episode_return[0] == 0.0 and env.episode_return[1] != 0.0
@@ -218,9 +257,9 @@ def test_stand_still_and_air_time_switch_on_the_moving_command():
 
 def test_is_moving_combines_planar_speed_and_yaw_rate():
     c = np.array([[0.12, 0.16, 0.0], [0.1, 0.1, 0.0], [0.0, 0.0, -0.3], [0.0, 0.0, 0.2],
-                  [0.0, 0.0, 0.0]])
-    assert R.is_moving(c, 0.19).tolist() == [True, False, True, True, False]
-    assert R.is_moving(c, 0.2).tolist() == [False, False, True, False, False]
+                  [0.0, 0.0, 0.0], [0.12, 0.0, 0.15]])
+    assert R.is_moving(c, 0.19).tolist() == [True, False, True, True, False, False]
+    assert R.is_moving(c, 0.2).tolist() == [False, False, True, False, False, False]
 
 
 def test_gait_terms_clip_the_lift_and_count_only_swing_feet():
@@ -551,12 +590,13 @@ def test_contacts_need_the_found_flag_and_more_than_the_force_threshold(make_env
     contact(env, sd, 'foot_contact', 0, 2, last, 1.0, (3.0, 0.0, 0.0))   # sideways force
     contact(env, sd, 'foot_contact', 0, 3, last, 0.0, (0.0, 0.0, 5.0))   # no contact found
     contact(env, sd, 'foot_contact', 1, 0, 0, 1.0, (0.0, 0.0, 5.0))      # early substep only
+    contact(env, sd, 'foot_contact', 1, 1, last - 1, 1.0, (0.0, 0.0, 5.0))  # one before last
     contact(env, sd, 'foot_contact', 1, 3, slice(None), 1.0, (0.0, 2.0, 0.0))
     feet = env._contacts(sd, 'foot_contact', last_only=True)
     assert feet.tolist() == [[True, False, True, False], [False, False, False, True]]
-    # Over all substeps the early touchdown counts too.
+    # Over all substeps the early touchdowns count too.
     assert env._contacts(sd, 'foot_contact', last_only=False)[1].tolist() == \
-        [True, False, False, True]
+        [True, True, False, True]
 
 
 def test_step_data_reads_contacts_torques_heights_and_failures_from_the_sensors(make_env):
@@ -575,14 +615,20 @@ def test_step_data_reads_contacts_torques_heights_and_failures_from_the_sensors(
     # World 1: a trunk contact in the first substep only fails the episode.
     contact(env, sd, 'termination_contact', 1, 0, 0, 1.0, (0.0, 0.0, 9.0))
     contact(env, sd, 'penalised_contact', 0, 2, 1, 1.0, (0.0, 0.0, 9.0))
+    # Feet: world 0 foot 1 touches in the last substep, world 1 foot 0 only before it.
+    contact(env, sd, 'foot_contact', 0, 1, last, 1.0, (0.0, 0.0, 9.0))
+    contact(env, sd, 'foot_contact', 1, 0, 0, 1.0, (0.0, 0.0, 9.0))
+    env.last_joint_vel[:] = 0.5
     data = env._step_data(sd, np.zeros(2, bool))
+    np.testing.assert_allclose(data.joint_acc, (data.joint_vel - 0.5) / env.dt)
+    assert data.foot_contact.tolist() == [[0.0, 1.0, 0.0, 0.0], [0.0] * 4]
     assert data.joint_torque[0, 0] == pytest.approx(math.sqrt(5.0))
     assert data.joint_torque[1].tolist() == [0.0] * J
     np.testing.assert_allclose(data.foot_height[0], [0.1, 0.0, 0.2, 0.0], atol=1e-12)
     assert data.terminated.tolist() == [False, True]
     assert data.penalised_contact[0].tolist() == [False, False, True] + [False] * 5
     assert not data.penalised_contact[1].any()
-    assert data.foot_contact.dtype == np.float64 and not data.foot_contact.any()
+    assert data.foot_contact.dtype == np.float64
     np.testing.assert_array_equal(data.trunk_ang_vel, env.physics.qvel[:, 3:6])
 
 

@@ -160,6 +160,12 @@ def test_ema_blends_float_state_and_copies_integer_buffers():
         assert torch.equal(value, s0[name])     # the student is untouched
 
 
+def test_frozen_mode_without_a_teacher_is_refused():
+    with pytest.raises(ValueError, match='^teacher_mode frozen needs a teacher policy$'):
+        PPO(small_policy(0), PPOConfig(),
+            DistillationConfig(teacher_mode='frozen', teacher_checkpoint='t.pt'))
+
+
 def test_ppo_teacher_modes():
     x = {'policy': torch.randn(4, 3), 'policy_noise_free': torch.randn(4, 3),
          'privileged': torch.randn(4, 2)}
