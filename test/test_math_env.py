@@ -823,3 +823,26 @@ def test_robot_sized_constants_come_from_the_robot_unless_the_config_sets_them(m
     assert set_all.min_base_height == 0.123
     assert tuple(set_all.payload_range) == (0.1, 0.2)
     assert tuple(set_all.com_offset_range) == (-0.01, 0.02)
+
+
+def test_physics_settings_and_gait_scales_reach_the_env(make_env, robot):
+    import dataclasses
+    from claw_rl_ros.core.sim.env import GaitRewardsOff, VecLocomotionEnv
+    from claw_rl_ros.core.config import from_dict
+    from claw_rl_ros.core.sim.env_config import EnvConfig
+    env = make_env(num_envs=4, num_threads=2, solver_iterations=7, solver_ls_iterations=3)
+    assert env.physics.num_threads == 2
+    assert (env.physics.model.opt.iterations, env.physics.model.opt.ls_iterations) == (7, 3)
+    # Any non-zero gait scale is switched off on a robot without a gait clock, 1.0 included.
+    cfg = from_dict(EnvConfig, {'num_envs': 1, 'rewards': {'scales': {'gait_contact': 1.0,
+                                                                      'feet_clearance': 0.0}}})
+    with pytest.warns(GaitRewardsOff, match='reward terms gait_contact are switched off'):
+        VecLocomotionEnv(cfg, dataclasses.replace(robot, gait_period=0.0)).close()
+
+
+def test_reset_pose_noise_is_clipped_to_both_joint_limits(make_env, robot):
+    env = make_env(num_envs=16, randomization={'init_joint_pos_noise': 5.0})
+    env.reset(seed=0)
+    q = env.physics.qpos[:, env.physics.qadr]
+    assert (q >= robot.joint_lower).all() and (q <= robot.joint_upper).all()
+    assert (q == robot.joint_lower).any() and (q == robot.joint_upper).any()
