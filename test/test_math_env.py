@@ -830,8 +830,8 @@ def test_physics_settings_and_gait_scales_reach_the_env(make_env, robot):
     from claw_rl_ros.core.sim.env import GaitRewardsOff, VecLocomotionEnv
     from claw_rl_ros.core.config import from_dict
     from claw_rl_ros.core.sim.env_config import EnvConfig
-    env = make_env(num_envs=4, num_threads=2, solver_iterations=7, solver_ls_iterations=3)
-    assert env.physics.num_threads == 2
+    env = make_env(num_envs=4, num_threads=1, solver_iterations=7, solver_ls_iterations=3)
+    assert env.physics.num_threads == 1
     assert (env.physics.model.opt.iterations, env.physics.model.opt.ls_iterations) == (7, 3)
     # Any non-zero gait scale is switched off on a robot without a gait clock, 1.0 included.
     cfg = from_dict(EnvConfig, {'num_envs': 1, 'rewards': {'scales': {'gait_contact': 1.0,
