@@ -456,3 +456,52 @@ def test_every_update_step_clamps_log_std_onto_the_floor():
                                torch.full((A,), math.log(0.05)))   # ...and stops on the floor
     _, std = policy.action_mean_std(obs)
     torch.testing.assert_close(std, torch.full((B, A), 0.05))
+
+
+def filled_ppo(teacher_mode='none', teacher=None, ema_decay=0.5):
+    """A float32 PPO with a 3-step x 4-world rollout stored, ready to learn."""
+    policy = tiny_policy(dtype=torch.float32)
+    distill = DistillationConfig(teacher_mode=teacher_mode, ema_decay=ema_decay,
+                                 teacher_checkpoint='t.pt' if teacher_mode == 'frozen' else None)
+    ppo = PPO(policy, PPOConfig(num_mini_batches=2, num_learning_epochs=1, schedule='fixed'),
+              distill, teacher=teacher, generator=torch.Generator().manual_seed(0))
+    ppo.init_storage(3, 4, DIMS, A)
+    g = torch.Generator().manual_seed(1)
+    fill(ppo, 3, 4, torch.randn(3, 4, generator=g), torch.zeros(3, 4))
+    return ppo
+
+
+def test_learn_measures_the_teacher_kl_first_then_updates_normalisers_on_the_whole_rollout():
+    teacher = tiny_policy(5, std=0.4, dtype=torch.float32)
+    ppo = filled_ppo('frozen', teacher)
+    policy = ppo.policy
+    all_obs = {k: v.flatten(0, 1).clone() for k, v in ppo.storage.obs.items()}
+    kl_before = ppo.kl_to_teacher(ppo.storage.obs_flat())
+    norms = copy.deepcopy((policy.actor_normalizer, policy.critic_normalizer))
+    norms[0].update(all_obs['policy'])
+    norms[1].update(torch.cat([all_obs['policy_noise_free'], all_obs['privileged']], -1))
+    teacher_state = copy.deepcopy(teacher.state_dict())
+    out = ppo.learn(crafted_obs(9, 4, torch.float32), alpha=0.5)
+    assert out['kl_to_teacher'] == pytest.approx(kl_before) and kl_before > 0
+    assert out['alpha'] == 0.5 and out['distillation_loss'] > 0
+    for mine, expected in zip((policy.actor_normalizer, policy.critic_normalizer), norms):
+        torch.testing.assert_close(mine.mean, expected.mean)
+        torch.testing.assert_close(mine.var, expected.var)
+        assert mine.count.item() == expected.count.item()
+    assert ppo.storage.step == 0
+    # A frozen teacher is not moved by learning.
+    for k, v in teacher.state_dict().items():
+        assert torch.equal(v, teacher_state[k])
+
+
+def test_learn_moves_an_ema_teacher_and_reports_no_kl_without_a_teacher():
+    ppo = filled_ppo('ema', ema_decay=0.5)
+    before = copy.deepcopy(ppo.teacher.state_dict())
+    out = ppo.learn(crafted_obs(9, 4, torch.float32), alpha=0.0)
+    assert out['kl_to_teacher'] == 0.0          # the EMA copy starts equal to the student
+    student = ppo.policy.state_dict()
+    for k, v in ppo.teacher.state_dict().items():
+        if v.is_floating_point():
+            torch.testing.assert_close(v, 0.5 * before[k] + 0.5 * student[k])
+    plain = filled_ppo()
+    assert 'kl_to_teacher' not in plain.learn(crafted_obs(9, 4, torch.float32), alpha=0.0)
