@@ -505,3 +505,28 @@ def test_learn_moves_an_ema_teacher_and_reports_no_kl_without_a_teacher():
             torch.testing.assert_close(v, 0.5 * before[k] + 0.5 * student[k])
     plain = filled_ppo()
     assert 'kl_to_teacher' not in plain.learn(crafted_obs(9, 4, torch.float32), alpha=0.0)
+
+
+def test_state_dict_round_trip_restores_optimiser_moments_and_the_adaptive_rate():
+    a = filled_ppo()
+    a.learn(crafted_obs(9, 4, torch.float32), alpha=0.0)
+    a.learning_rate = 3e-4
+    state = a.state_dict()
+    assert set(state) == {'optimizer', 'learning_rate'} and state['learning_rate'] == 3e-4
+    b = filled_ppo()
+    b.load_state_dict(state)
+    assert b.learning_rate == 3e-4
+    moments_a = [s['exp_avg'] for s in a.optimizer.state_dict()['state'].values()]
+    moments_b = [s['exp_avg'] for s in b.optimizer.state_dict()['state'].values()]
+    assert len(moments_a) == len(moments_b) > 0
+    for x, y in zip(moments_a, moments_b):
+        assert torch.equal(x, y)
+
+
+def test_rollout_obs_thins_to_4096_rows_by_default():
+    ppo = PPO(tiny_policy(dtype=torch.float32), PPOConfig(), DistillationConfig())
+    ppo.init_storage(41, 100, DIMS, A)
+    ppo.storage.obs['policy'][:] = torch.arange(4100.0).reshape(41, 100, 1)
+    assert ppo.rollout_obs()['policy'].shape == (4096, 3)
+    assert ppo.rollout_obs(10)['privileged'].shape == (10, 2)
+    assert ppo.rollout_obs()['policy'][-1, 0] == 4099
