@@ -3,9 +3,10 @@ config and the loops (offline runner, chunk-fed trainer) only call these methods
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
-from .registry import Obs
+from .registry import Obs, PolicyRegistry
 
 
 class Algorithm:
@@ -18,6 +19,22 @@ class Algorithm:
 
     policy: Any
     teacher: Any
+
+    def init_registry(self, policy: Any, teacher: Any, teacher_mode: str) -> None:
+        """Register ``student`` and (for ema / frozen modes) ``teacher``: distillation reaches
+        them only through ``self.registry``. The teacher never receives gradients."""
+        if teacher_mode == 'frozen' and teacher is None:
+            raise ValueError('teacher_mode frozen needs a teacher policy')
+        if teacher is None and teacher_mode == 'ema':
+            teacher = copy.deepcopy(policy)
+        self.teacher = teacher
+        if teacher is not None:
+            teacher.requires_grad_(False)
+            teacher.eval()
+        self.registry = PolicyRegistry()
+        self.registry.register_module('student', policy)
+        if teacher is not None:
+            self.registry.register_module('teacher', teacher)
 
     def learn(self, last_obs: Obs, alpha: float) -> dict[str, float]:
         """The learning half of ``train_one_epoch`` on the collected data: returns from

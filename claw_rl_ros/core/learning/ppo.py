@@ -6,14 +6,13 @@
 
 from __future__ import annotations
 
-import copy
 
 import torch
 
 from .algorithm import Algorithm
 from .networks import ActorCritic, gaussian_entropy, gaussian_log_prob
 from .opd import combined_loss, compute_distillation_loss, gaussian_kl, update_teacher_with_ema
-from .registry import Obs, PolicyRegistry
+from .registry import Obs
 from .storage import MiniBatch, RolloutStorage
 from .train_config import DistillationConfig, PPOConfig
 
@@ -42,18 +41,7 @@ class PPO(Algorithm):
         self.optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.learning_rate, fused=True)
         self.generator = generator
         # The teacher is a registry entry: an EMA copy of the student, or a frozen policy.
-        if distill.teacher_mode == 'frozen' and teacher is None:
-            raise ValueError('teacher_mode frozen needs a teacher policy')
-        if teacher is None and distill.teacher_mode == 'ema':
-            teacher = copy.deepcopy(policy)
-        self.teacher = teacher
-        if teacher is not None:
-            teacher.requires_grad_(False)
-            teacher.eval()
-        self.registry = PolicyRegistry()
-        self.registry.register_module('student', policy)
-        if teacher is not None:
-            self.registry.register_module('teacher', teacher)
+        self.init_registry(policy, teacher, distill.teacher_mode)
         self.storage: RolloutStorage | None = None
         self._pending: dict[str, torch.Tensor] = {}
 

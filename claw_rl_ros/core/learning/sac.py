@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from .algorithm import Algorithm
 from .networks import EmpiricalNormalization, gaussian_log_prob, mlp, select_obs
 from .opd import combined_loss, compute_distillation_loss, update_teacher_with_ema
-from .registry import Obs, PolicyRegistry
+from .registry import Obs
 from .replay import ReplayBuffer
 from .train_config import DistillationConfig, SACConfig
 
@@ -150,18 +150,7 @@ class SAC(Algorithm):
             else cfg.target_entropy
         self.log_ent_coef = torch.tensor(math.log(cfg.init_ent_coef), requires_grad=True)
         self.ent_optimizer = torch.optim.Adam([self.log_ent_coef], lr=cfg.ent_coef_lr)
-        if distill.teacher_mode == 'frozen' and teacher is None:
-            raise ValueError('teacher_mode frozen needs a teacher policy')
-        if teacher is None and distill.teacher_mode == 'ema':
-            teacher = copy.deepcopy(policy)
-        self.teacher = teacher
-        if teacher is not None:
-            teacher.requires_grad_(False)
-            teacher.eval()
-        self.registry = PolicyRegistry()
-        self.registry.register_module('student', policy)
-        if teacher is not None:
-            self.registry.register_module('teacher', teacher)
+        self.init_registry(policy, teacher, distill.teacher_mode)
         self.storage: ReplayBuffer | None = None
         self.num_steps = 1
         self.num_transitions = 0
