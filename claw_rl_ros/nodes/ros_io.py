@@ -78,10 +78,11 @@ def spin(make_node: Callable[[], Node], args: list[str] | None = None) -> int:
         rclpy.spin(node)
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
-    except RuntimeError:
+    except Exception:  # noqa: BLE001 - judged by whether the context was already shut down
         if rclpy.ok():
             raise
-        # Ctrl-C shut the context down while a callback was publishing: a clean stop.
+        # Ctrl-C shut the context down while a callback was publishing (rclpy raises
+        # RuntimeError or pybind11's TypeError then): a clean stop.
     finally:
         node.destroy_node()
         rclpy.try_shutdown()
