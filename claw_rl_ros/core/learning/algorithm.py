@@ -6,6 +6,9 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import torch
+
+from .opd import compute_distillation_loss, update_teacher_with_ema
 from .registry import Obs, PolicyRegistry
 
 
@@ -35,6 +38,19 @@ class Algorithm:
         self.registry.register_module('student', policy)
         if teacher is not None:
             self.registry.register_module('teacher', teacher)
+
+    def update_teacher_with_ema(self) -> None:
+        """EMA teacher mode: let the teacher follow the student."""
+        if self.distill.teacher_mode == 'ema' and self.teacher is not None:
+            update_teacher_with_ema(self.teacher, self.policy, self.distill.ema_decay)
+
+    @torch.no_grad()
+    def kl_to_teacher(self, obs: Obs) -> float:
+        """Mean per-dimension KL(teacher || student) on ``obs`` (a metric; for SAC, of the
+        pre-tanh Gaussians)."""
+        if 'teacher' not in self.registry:
+            return 0.0
+        return float(compute_distillation_loss(self.registry, obs))
 
     def learn(self, last_obs: Obs, alpha: float) -> dict[str, float]:
         """The learning half of ``train_one_epoch`` on the collected data: returns from

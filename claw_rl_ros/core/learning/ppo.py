@@ -11,7 +11,7 @@ import torch
 
 from .algorithm import Algorithm
 from .networks import ActorCritic, gaussian_entropy, gaussian_log_prob
-from .opd import combined_loss, compute_distillation_loss, gaussian_kl, update_teacher_with_ema
+from .opd import combined_loss, compute_distillation_loss, gaussian_kl
 from .registry import Obs
 from .storage import MiniBatch, RolloutStorage
 from .train_config import DistillationConfig, PPOConfig
@@ -155,15 +155,3 @@ class PPO(Algorithm):
         return {'value_loss': value_loss.item(), 'surrogate_loss': surrogate.item(),
                 'entropy': entropy.item(), 'approx_kl': approx_kl,
                 'distillation_loss': distillation.item() if distillation is not None else 0.0}
-
-    def update_teacher_with_ema(self) -> None:
-        """EMA teacher mode: let the teacher follow the student."""
-        if self.distill.teacher_mode == 'ema' and self.teacher is not None:
-            update_teacher_with_ema(self.teacher, self.policy, self.distill.ema_decay)
-
-    @torch.no_grad()
-    def kl_to_teacher(self, obs: Obs) -> float:
-        """Mean per-dimension KL(teacher || student) on ``obs`` (a metric)."""
-        if 'teacher' not in self.registry:
-            return 0.0
-        return float(compute_distillation_loss(self.registry, obs))

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 
 from .algorithm import Algorithm
 from .networks import EmpiricalNormalization, gaussian_log_prob, mlp, select_obs
-from .opd import combined_loss, compute_distillation_loss, update_teacher_with_ema
+from .opd import combined_loss, compute_distillation_loss
 from .registry import Obs
 from .replay import ReplayBuffer
 from .train_config import DistillationConfig, SACConfig
@@ -276,18 +276,6 @@ class SAC(Algorithm):
     def _clip(self, module: nn.Module) -> None:
         if self.cfg.max_grad_norm > 0:
             torch.nn.utils.clip_grad_norm_(module.parameters(), self.cfg.max_grad_norm)
-
-    def update_teacher_with_ema(self) -> None:
-        """EMA teacher mode: let the teacher follow the student."""
-        if self.distill.teacher_mode == 'ema' and self.teacher is not None:
-            update_teacher_with_ema(self.teacher, self.policy, self.distill.ema_decay)
-
-    @torch.no_grad()
-    def kl_to_teacher(self, obs: Obs) -> float:
-        """Mean per-dimension KL(teacher || student) of the pre-tanh Gaussians (a metric)."""
-        if 'teacher' not in self.registry:
-            return 0.0
-        return float(compute_distillation_loss(self.registry, obs))
 
     def state_dict(self) -> dict[str, Any]:
         """Optimisers, temperature, target critics, counters and (optionally) the replay."""
