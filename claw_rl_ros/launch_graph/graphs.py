@@ -15,6 +15,7 @@ e.g. a training graph (``trainer`` + ``actors`` argument -> ``actor_0`` ... ``ac
 
 from __future__ import annotations
 
+import os
 from typing import Mapping
 
 from ..core.config import ConfigError
@@ -29,6 +30,8 @@ MODE = Argument('mode', 'realtime', 'sim pacing: realtime (wall-clock control ra
 NAMESPACE = Argument('namespace', '', 'namespace of the nodes and their relative topics '
                      '(/clock and /diagnostics stay global)')
 SECONDS = Argument('seconds', '5.0', 'simulated seconds')
+RECORD = Argument('record', '', 'MCAP file to record what the policy saw and did '
+                  '(recorder_node); empty: no recording')
 
 
 def use_sim_time(default: str) -> Argument:
@@ -42,6 +45,15 @@ def sim_node(values: Mapping[str, str], source: str) -> NodeEntry:
     return NodeEntry('sim_node', 'sim_node', param_files=('sim_node.yaml',), parameters={
         'robot': robot_argument(values['robot']), 'mode': values['mode'],
         'publish_clock': to_bool(values, 'use_sim_time', source)})
+
+
+def recorder(values: Mapping[str, str]) -> list[NodeEntry]:
+    """recorder_node writing ``record`` (absolute), or nothing when it is empty."""
+    if not values['record']:
+        return []
+    return [NodeEntry('recorder_node', 'recorder_node', parameters={
+        'path': os.path.abspath(os.path.expanduser(values['record'])),
+        'robot': robot_argument(values['robot'])})]
 
 
 def policy_node(values: Mapping[str, str], source: str) -> NodeEntry:
@@ -100,8 +112,9 @@ GRAPHS: dict[str, Graph] = {graph.name: graph for graph in (
           (ROBOT, MODEL, NAMESPACE, use_sim_time('false')),
           lambda v: [policy_node(v, "graph 'policy'")]),
     Graph('control', 'the control loop: sim_node + policy_node serving a model',
-          (ROBOT, MODEL, MODE, NAMESPACE, use_sim_time('true')),
-          lambda v: [sim_node(v, "graph 'control'"), policy_node(v, "graph 'control'")]),
+          (ROBOT, MODEL, MODE, NAMESPACE, use_sim_time('true'), RECORD),
+          lambda v: recorder(v) + [sim_node(v, "graph 'control'"),
+                                   policy_node(v, "graph 'control'")]),
     Graph('train', 'live training: trainer_node learning from N batched actor_nodes, pushing '
           'each new student back to them', (CONFIG, ACTORS, WORLDS, RUN_DIR, NAMESPACE),
           _train),
