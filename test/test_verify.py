@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import yaml
 
+from claw_rl_ros import cli
 from claw_rl_ros.core.config import from_dict
 from claw_rl_ros.core.deploy.verify import (Episode, format_table, passed, result_path, score,
                                             VerifyConfig, write_result)
@@ -149,12 +150,11 @@ def test_verify_fails_a_random_weights_model(ros_env, short_config, robot,  # no
     assert 'verdict: FAIL' in result.stdout
 
 
-def test_verify_usage_errors_exit_2(tmp_path):
+def test_verify_usage_errors_exit_2(tmp_path, capsys):
     junk = tmp_path / 'junk.onnx'
     junk.write_bytes(b'\x00junk')
     for argv, message in (([str(junk)], 'not a loadable ONNX model'),
                           ([str(tmp_path / 'none.onnx')], 'model file not found')):
-        result = subprocess.run([sys.executable, '-m', 'claw_rl_ros.cli', 'verify', '--model',
-                                 *argv], cwd=ROOT, capture_output=True, text=True, timeout=60)
-        assert result.returncode == 2 and message in result.stderr, result.stderr
-        assert 'Traceback' not in result.stderr
+        assert cli.main(['verify', '--model', *argv]) == 2
+        err = capsys.readouterr().err
+        assert message in err and err.count('\n') == 1, err

@@ -9,11 +9,15 @@ its command. The observation is rebuilt with the policy node's own code
 :class:`~.state_input.ObservationAssembler`: joints by name, the IMU, the command, the last
 action, the gait clock), the model computes the action, and the target
 ``q0 + scale * a`` (clamped, in the command's joint order) is compared with the recorded
-command. A recorded default-pose hold is a hold (last action 0); a tick whose state was not
-recorded (best-effort message lost) is skipped, its action read back from the command so the
-next tick's last action stays right. The gait clock counts ticks from the policy's first
+command. A matching tick goes on with its own action as the next last action; a differing one
+with the action read back from the recorded command (what the robot was sent), so a difference
+is reported where it happens and does not propagate. A recorded default-pose hold is a hold
+(last action 0); a tick whose state was not recorded (best-effort message lost) is skipped.
+A ``cmd_vel`` published during a tick may have reached the policy node after it acted: such a
+tick is also tried with the previous command. The gait clock counts ticks from the policy's first
 output; if the recording started later, the clock offset is inferred (the offset whose first
-ticks match best) and reported. With a ``safety/state`` topic, only ticks in a state named
+ticks match best) and reported, and that first tick is skipped (its last action is
+unknown). With a ``safety/state`` topic, only ticks in a state named
 ``RL...`` are compared (the others are shaped by the safety layer, not the model).
 
 **Sim** (:func:`compare_sim`). From the first recorded state (joints from ``joint_states``,
@@ -167,17 +171,30 @@ def _events(rec: Recording) -> list[tuple[int, int, Any]]:
     return sorted(events, key=lambda e: (e[0], e[1]))
 
 
+def _act(asm: ObservationAssembler, robot: RobotSpec, policy, order: JointOrder, state, imu,
+         command: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(action [J], target [J] in command order) for one tick under velocity ``command``."""
+    saved = asm.commands.copy()
+    asm.set_command(command)
+    # obs -> action -> target, exactly as PolicyController._try_tick does.
+    action = policy(asm.observe(state[1], state[2], imu[1], imu[2]))
+    asm.commands[:] = saved
+    return action, order.to_output(robot.action_to_target(action[None])[0])
+
+
 def _run(rec: Recording, robot: RobotSpec, policy, order: JointOrder, phase_offset: int,
-         max_ticks: Optional[int] = None) -> tuple[list[str], list[float], np.ndarray]:
+         tolerance: float = 1e-6, max_ticks: Optional[int] = None
+         ) -> tuple[list[str], list[float], np.ndarray]:
     """Replay the ticks; returns (kind, stamp, [N, J] diff) per tick."""
     asm = ObservationAssembler(robot)
     if robot.gait_period > 0:
         asm.gait_phase[:] = (phase_offset * robot.control_dt / robot.gait_period) % 1.0
     hold = order.to_output(robot.default_joint_pos)
     state = imu = None
-    used_stamp, safety = None, None
+    used_stamp, safety, last_tick, cmd_time = None, None, -1, -1
+    previous_cmd = asm.commands[0].copy()
     kinds, stamps, diffs = [], [], []
-    for _, kind, e in _events(rec):
+    for t, kind, e in _events(rec):
         if kind == 0:
             try:
                 state = (e[1], *order.joint_arrays(e[2], e[3], e[4]))
@@ -189,6 +206,7 @@ def _run(rec: Recording, robot: RobotSpec, policy, order: JointOrder, phase_offs
             except BadInput:
                 imu = None
         elif kind == 2:
+            previous_cmd, cmd_time = asm.commands[0].copy(), t
             asm.set_command(e[1])
         elif kind == 3:
             safety = e[1]
@@ -197,25 +215,35 @@ def _run(rec: Recording, robot: RobotSpec, policy, order: JointOrder, phase_offs
             diff = np.full(robot.num_joints, np.nan)
             fresh = state is not None and imu is not None and state[0] != used_stamp
             stamps.append(state[0] if state is not None else float('nan'))
+            # What the robot was sent, as an action (the next tick's last action).
+            sent = (order.from_output(recorded) - robot.default_joint_pos) / robot.action_scale
             if np.array_equal(recorded, hold):
                 kinds.append('hold')
                 asm.advance(None)
-            elif not fresh:
-                # The state this command answered was not recorded: take its action as sent.
+            elif not fresh or (not kinds and phase_offset):
+                # The state this command answered was not recorded, or the recording started
+                # after the policy (its last action before the first tick is unknown).
                 kinds.append('skipped')
-                spec = order.from_output(recorded)
-                asm.advance((spec - robot.default_joint_pos) / robot.action_scale)
+                asm.advance(sent)
             else:
-                # obs -> action -> target, exactly as PolicyController._try_tick does.
-                action = policy(asm.observe(state[1], state[2], imu[1], imu[2]))
-                target = order.to_output(robot.action_to_target(action[None])[0])
+                action, target = _act(asm, robot, policy, order, state, imu, asm.commands[0])
+                if cmd_time > last_tick and np.abs(target - recorded).max() > tolerance:
+                    # A cmd_vel published during this tick may have reached the policy node
+                    # only after it acted: the tick may have used the previous command.
+                    alt = _act(asm, robot, policy, order, state, imu, previous_cmd)
+                    if np.abs(alt[1] - recorded).max() <= tolerance:
+                        action, target = alt
                 rl = safety is None or safety.strip().upper().startswith('RL')
                 kinds.append('compared' if rl else 'not_rl')
                 if rl:
                     diff = np.abs(target - recorded)
-                asm.advance(np.clip(action, -CLIP_ACTIONS, CLIP_ACTIONS))
+                # A matching tick continues with its own action (exact, even when clamped),
+                # a differing one with what was sent, so one difference does not propagate.
+                matched = np.abs(target - recorded).max() <= tolerance
+                asm.advance(np.clip(action if matched else sent, -CLIP_ACTIONS, CLIP_ACTIONS))
             if state is not None:
                 used_stamp = state[0]
+            last_tick = t
             diffs.append(diff)
             if max_ticks is not None and len(kinds) >= max_ticks:
                 break
@@ -233,12 +261,14 @@ def replay_actions(rec: Recording, robot: RobotSpec, policy, model_version: str 
         period = max(1, round(robot.gait_period / robot.control_dt))
         probe = 2 * period
 
-        def mismatch(k: int) -> float:
-            d = _run(rec, robot, policy, order, k, probe)[2]
-            return float(np.nansum(d)) if np.isfinite(d).any() else float('inf')
-        scores = [mismatch(k) for k in range(period)]
-        offset = int(np.argmin(scores)) if np.isfinite(min(scores)) else 0
-    kinds, stamps, diffs = _run(rec, robot, policy, order, offset)
+        def matches(k: int) -> int:
+            d = np.nan_to_num(_run(rec, robot, policy, order, k, tolerance, probe)[2], nan=1.0)
+            return int((d.max(axis=1) <= tolerance).sum())
+        # Most matching ticks wins; 0 unless another offset matches strictly better (a model
+        # that never matches, e.g. another one, keeps the recording's own start).
+        scores = [matches(k) for k in range(period)]
+        offset = int(np.argmax(scores))
+    kinds, stamps, diffs = _run(rec, robot, policy, order, offset, tolerance)
     versions = list(dict.fromkeys(v for _, v in rec.versions))
     return ActionReplay(kinds, np.asarray(stamps), diffs, order.output, offset, tolerance,
                         versions, model_version)
