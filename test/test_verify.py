@@ -96,7 +96,7 @@ def test_result_file_names_the_model_bytes(robot, tmp_path):
     data = json.loads(path.read_text())
     assert sorted(data) == ['created', 'model_sha256', 'passed', 'table']
     assert data['model_sha256'] == hashlib.sha256(b'model bytes').hexdigest()
-    assert data['passed'] is True and len(data['table']) == 8
+    assert data['passed'] is True and len(data['table']) == 9
     assert sorted(p.name for p in tmp_path.iterdir()) == ['m.onnx', 'm.onnx.verify.json']
 
 

@@ -103,7 +103,7 @@ def run_verify(args: argparse.Namespace) -> int:
             if args.verbose:
                 print(f'  episode {i + 1}: {"FELL" if ep.fell else "ok"} ' + ', '.join(
                     f'{k} {v}' for k, v in ep.params.items()), flush=True)
-        latency, round_trip = driver.latency()
+        latency = driver.latency()
     except GraphGone as exc:
         print(f'claw-rl verify: the graph failed: {exc}; node output:\n'
               + '\n'.join(log.getvalue().splitlines()[-40:]), flush=True)
@@ -112,7 +112,7 @@ def run_verify(args: argparse.Namespace) -> int:
         driver.close()
         runner.stop()
         thread.join(timeout=30)
-    rows = verify.score(cfg, robot, episodes, latency, round_trip)
+    rows = verify.score(cfg, robot, episodes, **latency)
     print(verify.format_table(rows))
     path = verify.write_result(args.model, rows)
     print(f'wrote {path} ({time.monotonic() - start:.1f} s wall)', flush=True)

@@ -169,11 +169,14 @@ class VerifyDriver:
         return Episode(fell=int(status['falls']) > falls0, velocity=vel, joint_pos=q,
                        effort=tau, params=params)
 
-    def latency(self) -> tuple[float, float]:
-        """(policy latency p99, sim state -> command round trip p99) [ms], from /diagnostics."""
+    def latency(self) -> dict[str, float]:
+        """Policy latency p99 and p50, sim state -> command round trip p99 [ms], from
+        /diagnostics (keyword arguments of core.deploy.verify.score)."""
         pol = self.diagnostics(self.policy)
         sim = self.diagnostics(self.sim)
-        return float(pol['latency_p99_ms']), float(sim['command_latency_p99_ms'])
+        return {'latency_p99_ms': float(pol['latency_p99_ms']),
+                'latency_p50_ms': float(pol['latency_p50_ms']),
+                'round_trip_p99_ms': float(sim['command_latency_p99_ms'])}
 
     def close(self) -> None:
         self.context.try_shutdown()
