@@ -19,8 +19,8 @@ import yaml
 
 from claw_rl_ros import cli
 from claw_rl_ros.core.config import from_dict
-from claw_rl_ros.core.deploy.verify import (Episode, format_table, passed, result_path, score,
-                                            VerifyConfig, write_result)
+from claw_rl_ros.core.deploy.verify import (check_result, Episode, format_table, passed,
+                                            result_path, score, VerifyConfig, write_result)
 from claw_rl_ros.core.sim.env_config import EnvConfig
 from claw_rl_ros.core.sim.sim_session import SimSession
 from control_models import good_model
@@ -98,6 +98,13 @@ def test_result_file_names_the_model_bytes(robot, tmp_path):
     assert data['model_sha256'] == hashlib.sha256(b'model bytes').hexdigest()
     assert data['passed'] is True and len(data['table']) == 9
     assert sorted(p.name for p in tmp_path.iterdir()) == ['m.onnx', 'm.onnx.verify.json']
+    assert check_result(model) is None
+    model.write_bytes(b'retrained')  # the verdict belongs to the old bytes
+    assert 'verifies model' in check_result(model)
+    write_result(model, score(VerifyConfig(), robot, [episode(vx=0.0)], 1.0))
+    assert 'failed verification (tracking error vx' in check_result(model)
+    result_path(model).unlink()
+    assert 'not found' in check_result(model)
 
 
 @pytest.fixture(scope='module')

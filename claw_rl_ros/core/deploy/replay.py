@@ -40,7 +40,8 @@ from ..sim.env_config import EnvConfig
 from ..sim.robot import RobotSpec
 from ..sim.sim_session import SimSession
 from .recording import read_messages, read_metadata
-from .state_input import BadInput, CLIP_ACTIONS, imu_arrays, JointOrder, ObservationAssembler
+from .state_input import (BadInput, CLIP_ACTIONS, IMU_SYNC_PERIODS, imu_arrays, JointOrder,
+                          ObservationAssembler)
 
 NS = 1e-9
 
@@ -213,7 +214,9 @@ def _run(rec: Recording, robot: RobotSpec, policy, order: JointOrder, phase_offs
         else:
             recorded = e[1]
             diff = np.full(robot.num_joints, np.nan)
-            fresh = state is not None and imu is not None and state[0] != used_stamp
+            # The policy node acts on a state and an IMU reading of the same tick.
+            fresh = state is not None and imu is not None and state[0] != used_stamp and \
+                imu[0] >= state[0] - IMU_SYNC_PERIODS * robot.control_dt
             stamps.append(state[0] if state is not None else float('nan'))
             # What the robot was sent, as an action (the next tick's last action).
             sent = (order.from_output(recorded) - robot.default_joint_pos) / robot.action_scale

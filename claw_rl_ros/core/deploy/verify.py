@@ -169,3 +169,24 @@ def write_result(model: str | Path, rows: list[Row]) -> Path:
     path = result_path(model)
     atomic_write_bytes(path, (json.dumps(data, indent=2, allow_nan=False) + '\n').encode())
     return path
+
+
+def check_result(model: str | Path) -> str | None:
+    """None when ``<model>.verify.json`` says these exact model bytes passed; else the reason
+    (no verification, a failed one, or one made for other bytes)."""
+    path = result_path(model)
+    if not path.is_file():
+        return f'{path} not found: run claw-rl verify --model {model}'
+    try:
+        data = json.loads(path.read_text())
+        sha, ok = data['model_sha256'], data['passed']
+    except (ValueError, KeyError, TypeError) as exc:
+        return f'{path} is not a verification result ({exc}); run claw-rl verify again'
+    actual = hashlib.sha256(Path(model).read_bytes()).hexdigest()
+    if sha != actual:
+        return (f'{path} verifies model {sha[:12]}, but {model} is {actual[:12]}: run claw-rl '
+                'verify for this model')
+    if ok is not True:
+        failed = [r.get('check') for r in data.get('table', []) if not r.get('passed')]
+        return f'{model} failed verification ({", ".join(map(str, failed))})'
+    return None
