@@ -81,13 +81,16 @@ def run(ros_env, probe, robot, tmp_path_factory):  # noqa: F811
     policy = NodeProcess('policy_node', ros_env, d, {'use_sim_time': True,
                                                      'model_path': str(model)})
     probe.wait_for('/diagnostics', recorded('joint_commands', 100), timeout=60)
+    probe.publish('cmd_vel', Twist())  # zero, as before: creates the publisher
+    probe.wait_subscribers('cmd_vel', 3)  # sim, policy and recorder all get the next one
     cmd = Twist()
     cmd.linear.x, cmd.angular.z = 0.4, 0.3
     probe.publish('cmd_vel', cmd)
-    probe.wait_for('/diagnostics', recorded('cmd_vel', 1), timeout=30)
+    probe.wait_for('/diagnostics', recorded('cmd_vel', 2), timeout=30)
     probe.wait_for('/diagnostics', recorded('joint_commands', 200), timeout=60)
     codes = stop_all(policy, sim, recorder)
-    assert codes == {'policy_node': 0, 'sim_node': 0, 'recorder_node': 0}, recorder.log
+    assert codes == {'policy_node': 0, 'sim_node': 0, 'recorder_node': 0}, \
+        recorder.log + sim.log + policy.log
     return d / 'run.mcap', model, other
 
 
@@ -121,7 +124,7 @@ def test_replay_with_the_serving_model_is_identical(run):
     assert result.returncode == 0, result.stdout + result.stderr
     assert 'identical' in result.stdout and 'max |recomputed - recorded| 0 rad' in result.stdout
     rec = replay.load_recording(path)
-    assert len({tuple(c) for _, c in rec.cmd_vel}) == 1  # the command changed mid-run ...
+    assert len({tuple(c) for _, c in rec.cmd_vel}) == 2  # the command changed mid-run
     out = replay.replay_actions(rec, replay_robot(), OnnxPolicy(model))
     assert out.compared.sum() >= 0.9 * len(out.kind) and not out.differing.any()
     assert out.phase_offset == expected_offset(out)

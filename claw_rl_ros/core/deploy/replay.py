@@ -13,12 +13,12 @@ command. A matching tick goes on with its own action as the next last action; a 
 with the action read back from the recorded command (what the robot was sent), so a difference
 is reported where it happens and does not propagate. A recorded default-pose hold is a hold
 (last action 0); a tick whose state was not recorded (best-effort message lost) is skipped.
-A ``cmd_vel`` published during a tick may have reached the policy node after it acted: such a
-tick is also tried with the previous command. The gait clock counts ticks from the policy's first
-output; if the recording started later, the clock offset is inferred (the offset whose first
-ticks match best) and reported, and that first tick is skipped (its last action is
-unknown). With a ``safety/state`` topic, only ticks in a state named
-``RL...`` are compared (the others are shaped by the safety layer, not the model).
+A ``cmd_vel`` may reach the policy node a few ticks after it was published: a differing tick
+up to ``CMD_LAG_TICKS`` after a change is also tried with the previous command. The gait
+clock counts ticks from the policy's first output; if the recording started later, the clock
+offset is inferred (the offset whose first ticks match best) and reported, and that first
+tick is skipped (its last action is unknown). With a ``safety/state`` topic, only ticks in a
+state named ``RL...`` are compared (the others are shaped by the safety layer, not the model).
 
 **Sim** (:func:`compare_sim`). From the first recorded state (joints from ``joint_states``,
 trunk from ``odom`` when recorded, else the IMU orientation at the standing height), the
@@ -44,6 +44,8 @@ from .state_input import (BadInput, CLIP_ACTIONS, IMU_SYNC_PERIODS, imu_arrays, 
                           ObservationAssembler)
 
 NS = 1e-9
+# A cmd_vel may reach the policy node up to this many ticks after it was published.
+CMD_LAG_TICKS = 5
 
 
 def _stamp(header) -> float:
@@ -192,7 +194,7 @@ def _run(rec: Recording, robot: RobotSpec, policy, order: JointOrder, phase_offs
         asm.gait_phase[:] = (phase_offset * robot.control_dt / robot.gait_period) % 1.0
     hold = order.to_output(robot.default_joint_pos)
     state = imu = None
-    used_stamp, safety, last_tick, cmd_time = None, None, -1, -1
+    used_stamp, safety, since_cmd = None, None, CMD_LAG_TICKS
     previous_cmd = asm.commands[0].copy()
     kinds, stamps, diffs = [], [], []
     for t, kind, e in _events(rec):
@@ -207,7 +209,7 @@ def _run(rec: Recording, robot: RobotSpec, policy, order: JointOrder, phase_offs
             except BadInput:
                 imu = None
         elif kind == 2:
-            previous_cmd, cmd_time = asm.commands[0].copy(), t
+            previous_cmd, since_cmd = asm.commands[0].copy(), 0
             asm.set_command(e[1])
         elif kind == 3:
             safety = e[1]
@@ -230,9 +232,9 @@ def _run(rec: Recording, robot: RobotSpec, policy, order: JointOrder, phase_offs
                 asm.advance(sent)
             else:
                 action, target = _act(asm, robot, policy, order, state, imu, asm.commands[0])
-                if cmd_time > last_tick and np.abs(target - recorded).max() > tolerance:
-                    # A cmd_vel published during this tick may have reached the policy node
-                    # only after it acted: the tick may have used the previous command.
+                if since_cmd < CMD_LAG_TICKS and np.abs(target - recorded).max() > tolerance:
+                    # A cmd_vel published just before may have reached the policy node only
+                    # after it acted: the tick may have used the previous command.
                     alt = _act(asm, robot, policy, order, state, imu, previous_cmd)
                     if np.abs(alt[1] - recorded).max() <= tolerance:
                         action, target = alt
@@ -246,7 +248,7 @@ def _run(rec: Recording, robot: RobotSpec, policy, order: JointOrder, phase_offs
                 asm.advance(np.clip(action if matched else sent, -CLIP_ACTIONS, CLIP_ACTIONS))
             if state is not None:
                 used_stamp = state[0]
-            last_tick = t
+            since_cmd += 1
             diffs.append(diff)
             if max_ticks is not None and len(kinds) >= max_ticks:
                 break
