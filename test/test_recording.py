@@ -172,6 +172,14 @@ def test_lost_states_are_skipped_and_a_late_start_finds_the_gait_clock(run, robo
         t == '/joint_states' and i % 10 == 5)))
     out = replay.replay_actions(lossy, robot, policy)
     assert out.kind.count('skipped') >= 15 and not out.differing.any()
+    # The sim replay steps once per control period between the states that were recorded.
+    assert replay.compare_sim(lossy, robot).rms().max() < 1e-3
+    # Every 10th command lost: the policy acted all the same (the clock moves on).
+    deaf = replay.load_recording(rewrite(path, tmp_path / 'deaf.mcap', lambda t, i: not (
+        t == '/joint_commands' and i % 10 == 5)))
+    out = replay.replay_actions(deaf, robot, policy)
+    assert out.kind.count('missing') >= 15 and not out.differing.any()
+    assert out.compared.sum() >= 0.8 * len(out.kind)
     # The recorder joined 7 ticks later: the clock offset is found, the ticks match.
     late = replay.load_recording(rewrite(path, tmp_path / 'late.mcap', lambda t, i: i >= 7 or
                                          t in ('/policy/model_version', '/cmd_vel')))

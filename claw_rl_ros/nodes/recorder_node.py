@@ -25,13 +25,15 @@ from std_msgs.msg import Float64MultiArray, String
 
 from ..core.deploy.recording import Recorder
 from ..core.sim.robot import load_robot
-from .ros_io import COMMAND_QOS, diagnostics, LATCHED_QOS, SENSOR_QOS, spin, steady_timer
+from .ros_io import diagnostics, LATCHED_QOS, SENSOR_QOS, spin, steady_timer
 
-RELIABLE = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE)
-SENSOR_DEEP = QoSProfile(depth=50, reliability=ReliabilityPolicy.BEST_EFFORT,
+# Deep queues: a recorder that falls behind for a moment (a loaded machine) catches up
+# instead of losing messages; the QoS policies stay compatible with each publisher's.
+RELIABLE = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE)
+SENSOR_DEEP = QoSProfile(depth=1000, reliability=ReliabilityPolicy.BEST_EFFORT,
                          durability=SENSOR_QOS.durability)
 TOPICS = {'joint_states': (JointState, SENSOR_DEEP), 'imu': (Imu, SENSOR_DEEP),
-          'cmd_vel': (Twist, RELIABLE), 'joint_commands': (Float64MultiArray, COMMAND_QOS),
+          'cmd_vel': (Twist, RELIABLE), 'joint_commands': (Float64MultiArray, RELIABLE),
           'policy/model_version': (String, LATCHED_QOS), 'safety/state': (String, RELIABLE),
           'odom': (Odometry, SENSOR_DEEP)}
 

@@ -28,6 +28,7 @@ recorded joint trajectories are plotted side by side (PNG) with their RMS differ
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 import io
 from pathlib import Path
@@ -111,8 +112,8 @@ def load_recording(path: str | Path) -> Recording:
 
 @dataclass
 class ActionReplay:
-    """Per tick: ``kind`` ('compared', 'hold', 'skipped' or 'not_rl'), ``stamp`` [s] of its
-    state, ``diff`` [J] |recomputed - recorded| (NaN when not compared)."""
+    """Per tick: ``kind`` ('compared', 'hold', 'skipped', 'missing' or 'not_rl'), ``stamp``
+    [s] of its state, ``diff`` [J] |recomputed - recorded| (NaN when not compared)."""
 
     kind: list[str]
     stamp: np.ndarray
@@ -145,11 +146,13 @@ class ActionReplay:
 
     def format(self, limit: int = 10) -> str:
         n, c, d = len(self.kind), int(self.compared.sum()), int(self.differing.sum())
-        counts = {k: self.kind.count(k) for k in ('hold', 'skipped', 'not_rl')}
+        counts = {k: self.kind.count(k) for k in ('hold', 'skipped', 'not_rl',
+                                                  'missing')}
         worst = np.nanmax(self.diff) if c else float('nan')
         lines = [f'replay: {n} ticks, {c} compared ({counts["hold"]} default-pose holds, '
-                 f'{counts["skipped"]} without a recorded state, {counts["not_rl"]} outside '
-                 f'RL); model {self.model_version}, recorded '
+                 f'{counts["skipped"]} without a recorded state, {counts["missing"]} without a '
+                 f'recorded command, {counts["not_rl"]} outside RL); model '
+                 f'{self.model_version}, recorded '
                  f'{", ".join(self.recorded_versions) or "no version"}',
                  f'  gait clock offset {self.phase_offset} ticks; tolerance '
                  f'{self.tolerance:g} rad; max |recomputed - recorded| {worst:.3g} rad',
@@ -196,9 +199,24 @@ def _run(rec: Recording, robot: RobotSpec, policy, order: JointOrder, phase_offs
     state = imu = None
     used_stamp, safety, since_cmd = None, None, CMD_LAG_TICKS
     previous_cmd = asm.commands[0].copy()
+    recent_imus: deque = deque(maxlen=8)
     kinds, stamps, diffs = [], [], []
     for t, kind, e in _events(rec):
         if kind == 0:
+            if kinds and state is not None and state[0] != used_stamp and e[1] > state[0]:
+                # A new tick came, the last one got no recorded command (it was lost): the
+                # policy acted all the same, so its clock and last action move on.
+                tick_imu = next((i for i in recent_imus if abs(i[0] - state[0]) <=
+                                 IMU_SYNC_PERIODS * robot.control_dt), None)
+                kinds.append('missing')
+                stamps.append(state[0])
+                diffs.append(np.full(robot.num_joints, np.nan))
+                action = None if tick_imu is None else \
+                    _act(asm, robot, policy, order, state, tick_imu, asm.commands[0])[0]
+                asm.advance(None if action is None else
+                            np.clip(action, -CLIP_ACTIONS, CLIP_ACTIONS))
+                since_cmd += 1
+                used_stamp = state[0]
             try:
                 state = (e[1], *order.joint_arrays(e[2], e[3], e[4]))
             except BadInput:
@@ -206,6 +224,7 @@ def _run(rec: Recording, robot: RobotSpec, policy, order: JointOrder, phase_offs
         elif kind == 1:
             try:
                 imu = (e[1], *imu_arrays(e[2], e[3]))
+                recent_imus.append(imu)
             except BadInput:
                 imu = None
         elif kind == 2:
@@ -341,14 +360,18 @@ def compare_sim(rec: Recording, robot: RobotSpec, seconds: Optional[float] = Non
         _initial_state(sim, rec, order, start)
         t, recorded, simulated = [start[1]], [order.joint_arrays(*start[2:5])[0]], \
             [sim.readings().joint_pos]
-        pending = None
+        sent: list[np.ndarray] = []
+        last = order.from_output(events[first_cmd][2][1])
         for _, kind, e in events[first_cmd:]:
             if kind == 4:
-                pending = order.from_output(e[1])
-            elif kind == 0 and pending is not None and e[1] > t[-1]:
-                # The next recorded state: step the sim once with the command before it.
-                sim.step(np.clip(pending, robot.joint_lower, robot.joint_upper))
-                pending = None
+                sent.append(order.from_output(e[1]))
+            elif kind == 0 and e[1] > t[-1] + 0.5 * robot.control_dt:
+                # The next recorded state, n control periods later: n steps, each with the
+                # next command sent meanwhile (the last one again if commands were lost).
+                for k in range(max(1, round((e[1] - t[-1]) / robot.control_dt))):
+                    last = sent[k] if k < len(sent) else last
+                    sim.step(np.clip(last, robot.joint_lower, robot.joint_upper))
+                sent = []
                 t.append(e[1])
                 recorded.append(order.joint_arrays(e[2], e[3], e[4])[0])
                 simulated.append(sim.readings().joint_pos)
