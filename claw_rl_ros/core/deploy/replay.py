@@ -16,9 +16,10 @@ is reported where it happens and does not propagate. A recorded default-pose hol
 A ``cmd_vel`` may reach the policy node a few ticks after it was published: a differing tick
 up to ``CMD_LAG_TICKS`` after a change is also tried with the previous command. The gait
 clock counts ticks from the policy's first output; if the recording started later, the clock
-offset is inferred (the offset whose first ticks match best) and reported, and that first
-tick is skipped (its last action is unknown). With a ``safety/state`` topic, only ticks in a
-state named ``RL...`` are compared (the others are shaped by the safety layer, not the model).
+offset is inferred (the offset whose first ticks match best) and reported; a first tick that
+does not match is skipped (the last action before it is unknown). With a ``safety/state``
+topic, only ticks in a state named ``RL...`` are compared (the others are shaped by the safety
+layer, not the model).
 
 **Sim** (:func:`compare_sim`). From the first recorded state (joints from ``joint_states``,
 trunk from ``odom`` when recorded, else the IMU orientation at the standing height), the
@@ -244,13 +245,19 @@ def _run(rec: Recording, robot: RobotSpec, policy, order: JointOrder, phase_offs
             if np.array_equal(recorded, hold):
                 kinds.append('hold')
                 asm.advance(None)
-            elif not fresh or (not kinds and phase_offset):
-                # The state this command answered was not recorded, or the recording started
-                # after the policy (its last action before the first tick is unknown).
-                kinds.append('skipped')
+            elif not fresh:
+                kinds.append('skipped')  # the state this command answered was not recorded
                 asm.advance(sent)
             else:
                 action, target = _act(asm, robot, policy, order, state, imu, asm.commands[0])
+                if not kinds and np.abs(target - recorded).max() > tolerance:
+                    # The first tick: if it does not match, the recording started after the
+                    # policy, whose last action before it is unknown.
+                    kinds.append('skipped')
+                    diffs.append(diff)
+                    asm.advance(sent)
+                    used_stamp, since_cmd = state[0], since_cmd + 1
+                    continue
                 if since_cmd < CMD_LAG_TICKS and np.abs(target - recorded).max() > tolerance:
                     # A cmd_vel published just before may have reached the policy node only
                     # after it acted: the tick may have used the previous command.
@@ -338,10 +345,7 @@ def _initial_state(sim: SimSession, rec: Recording, order: JointOrder, first) ->
     elif imu:
         qpos[3:7] = imu_arrays(imu[0][2], imu[0][3])[0]
     qpos[p.qadr], qvel[p.vadr] = pos, vel
-    p.state[:] = 0.0
-    p.qpos[0], p.qvel[0] = qpos, qvel
-    sim._prev_targets = pos.copy()
-    sim._refresh_sensors()
+    sim.set_state(qpos, qvel)
 
 
 def compare_sim(rec: Recording, robot: RobotSpec, seconds: Optional[float] = None
