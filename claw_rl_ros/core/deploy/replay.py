@@ -13,11 +13,12 @@ command. A matching tick goes on with its own action as the next last action; a 
 with the action read back from the recorded command (what the robot was sent), so a difference
 is reported where it happens and does not propagate. A recorded default-pose hold is a hold
 (last action 0); a tick whose state was not recorded (best-effort message lost) is skipped.
-A ``cmd_vel`` may reach the policy node a few ticks after it was published: a differing tick
-up to ``CMD_LAG_TICKS`` after a change is also tried with the previous command. The gait
+A ``cmd_vel`` reaches the policy node some ticks after it was published: until a tick shows
+the new command in effect, ticks are tried with the new one, then the one before. The gait
 clock counts ticks from the policy's first output; if the recording started later, the clock
 offset is inferred (the offset whose first ticks match best) and reported; a first tick that
-does not match is skipped (the last action before it is unknown). With a ``safety/state``
+does not match is skipped (the last action before it is unknown), and so is one right after
+a tick whose command was not recorded. With a ``safety/state``
 topic, only ticks in a state named ``RL...`` are compared (the others are shaped by the safety
 layer, not the model).
 
@@ -46,8 +47,6 @@ from .state_input import (BadInput, CLIP_ACTIONS, IMU_SYNC_PERIODS, imu_arrays, 
                           ObservationAssembler)
 
 NS = 1e-9
-# A cmd_vel may reach the policy node up to this many ticks after it was published.
-CMD_LAG_TICKS = 5
 
 
 def _stamp(header) -> float:
@@ -151,7 +150,8 @@ class ActionReplay:
                                                   'missing')}
         worst = np.nanmax(self.diff) if c else float('nan')
         lines = [f'replay: {n} ticks, {c} compared ({counts["hold"]} default-pose holds, '
-                 f'{counts["skipped"]} without a recorded state, {counts["missing"]} without a '
+                 f'{counts["skipped"]} skipped: state not recorded or last action unknown, '
+                 f'{counts["missing"]} without a '
                  f'recorded command, {counts["not_rl"]} outside RL); model '
                  f'{self.model_version}, recorded '
                  f'{", ".join(self.recorded_versions) or "no version"}',
@@ -198,9 +198,10 @@ def _run(rec: Recording, robot: RobotSpec, policy, order: JointOrder, phase_offs
         asm.gait_phase[:] = (phase_offset * robot.control_dt / robot.gait_period) % 1.0
     hold = order.to_output(robot.default_joint_pos)
     state = imu = None
-    used_stamp, safety, since_cmd = None, None, CMD_LAG_TICKS
-    previous_cmd = asm.commands[0].copy()
+    used_stamp, safety = None, None
+    pending = None  # a cmd_vel published but not yet seen in effect (asm.commands: in effect)
     recent_imus: deque = deque(maxlen=8)
+    uncertain = True  # the last action before the first recorded tick is not known
     kinds, stamps, diffs = [], [], []
     for t, kind, e in _events(rec):
         if kind == 0:
@@ -216,8 +217,7 @@ def _run(rec: Recording, robot: RobotSpec, policy, order: JointOrder, phase_offs
                     _act(asm, robot, policy, order, state, tick_imu, asm.commands[0])[0]
                 asm.advance(None if action is None else
                             np.clip(action, -CLIP_ACTIONS, CLIP_ACTIONS))
-                since_cmd += 1
-                used_stamp = state[0]
+                used_stamp, uncertain = state[0], True
             try:
                 state = (e[1], *order.joint_arrays(e[2], e[3], e[4]))
             except BadInput:
@@ -229,8 +229,7 @@ def _run(rec: Recording, robot: RobotSpec, policy, order: JointOrder, phase_offs
             except BadInput:
                 imu = None
         elif kind == 2:
-            previous_cmd, since_cmd = asm.commands[0].copy(), 0
-            asm.set_command(e[1])
+            pending = np.array(e[1], dtype=np.float64)
         elif kind == 3:
             safety = e[1]
         else:
@@ -249,32 +248,37 @@ def _run(rec: Recording, robot: RobotSpec, policy, order: JointOrder, phase_offs
                 kinds.append('skipped')  # the state this command answered was not recorded
                 asm.advance(sent)
             else:
-                action, target = _act(asm, robot, policy, order, state, imu, asm.commands[0])
-                if not kinds and np.abs(target - recorded).max() > tolerance:
-                    # The first tick: if it does not match, the recording started after the
-                    # policy, whose last action before it is unknown.
+                # A published cmd_vel reaches the policy node some time later (a reliable
+                # message may wait for a repair): until a tick shows the new command in
+                # effect, each tick is tried with the new one, then the one before it.
+                commands = [asm.commands[0].copy()] if pending is None else \
+                    [pending, asm.commands[0].copy()]
+                tries = [_act(asm, robot, policy, order, state, imu, c) for c in commands]
+                hits = [k for k, (_, tgt) in enumerate(tries)
+                        if np.abs(tgt - recorded).max() <= tolerance]
+                matched = bool(hits)
+                action, target = tries[hits[0] if hits else 0]
+                if pending is not None and (not hits or hits[0] == 0):
+                    asm.set_command(pending)  # seen in effect (or nothing matches anyway)
+                    pending = None
+                if uncertain and not matched:
+                    # The last action before this tick is unknown (the first recorded tick,
+                    # or one after a tick without a recorded command): not a difference.
                     kinds.append('skipped')
                     diffs.append(diff)
                     asm.advance(sent)
-                    used_stamp, since_cmd = state[0], since_cmd + 1
+                    used_stamp, uncertain = state[0], False
                     continue
-                if since_cmd < CMD_LAG_TICKS and np.abs(target - recorded).max() > tolerance:
-                    # A cmd_vel published just before may have reached the policy node only
-                    # after it acted: the tick may have used the previous command.
-                    alt = _act(asm, robot, policy, order, state, imu, previous_cmd)
-                    if np.abs(alt[1] - recorded).max() <= tolerance:
-                        action, target = alt
                 rl = safety is None or safety.strip().upper().startswith('RL')
                 kinds.append('compared' if rl else 'not_rl')
                 if rl:
                     diff = np.abs(target - recorded)
                 # A matching tick continues with its own action (exact, even when clamped),
                 # a differing one with what was sent, so one difference does not propagate.
-                matched = np.abs(target - recorded).max() <= tolerance
                 asm.advance(np.clip(action if matched else sent, -CLIP_ACTIONS, CLIP_ACTIONS))
             if state is not None:
                 used_stamp = state[0]
-            since_cmd += 1
+            uncertain = False
             diffs.append(diff)
             if max_ticks is not None and len(kinds) >= max_ticks:
                 break
