@@ -33,8 +33,8 @@ from ..core.deploy.control_stats import LatencyStats, RateMeter
 from ..core.deploy.model_swap import DEFAULT_MAX_MODEL_BYTES, ModelRejected
 from ..core.deploy.policy_controller import PolicyController
 from ..core.sim.robot import load_robot
-from .ros_io import (COMMAND_QOS, diagnostics, doubles, LATCHED_QOS, now_sec, SENSOR_QOS,
-                     spin, steady_timer, to_sec)
+from .ros_io import (COMMAND_QOS, diagnostics, doubles, LATCHED_QOS, now_sec, publisher,
+                     SENSOR_QOS, spin, steady_timer, to_sec)
 
 
 class PolicyNode(Node):
@@ -56,9 +56,9 @@ class PolicyNode(Node):
         self.pool, self.validating = ThreadPoolExecutor(1), {}
         self.latency = LatencyStats()
         self.state_rate, self.cmd_rate = RateMeter(), RateMeter()
-        self.pub_cmd = self.create_publisher(Float64MultiArray, 'joint_commands', COMMAND_QOS)
-        self.pub_version = self.create_publisher(String, 'policy/model_version', LATCHED_QOS)
-        self.pub_diag = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
+        self.pub_cmd = publisher(self, Float64MultiArray, 'joint_commands', COMMAND_QOS)
+        self.pub_version = publisher(self, String, 'policy/model_version', LATCHED_QOS)
+        self.pub_diag = publisher(self, DiagnosticArray, '/diagnostics', 10)
         self.create_subscription(JointState, 'joint_states', self.on_joint_state, SENSOR_QOS)
         self.create_subscription(Imu, 'imu', self.on_imu, SENSOR_QOS)
         self.create_subscription(Twist, 'cmd_vel', self.on_cmd_vel, 10)
