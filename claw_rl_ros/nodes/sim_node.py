@@ -138,16 +138,18 @@ class SimNode(Node):
         a.x, a.y, a.z = (float(v) for v in r.imu_acc)
         js.position, js.velocity = doubles(r.joint_pos), doubles(r.joint_vel)
         js.effort = doubles(r.joint_effort)
-        pose, twist = odom.pose.pose, odom.twist.twist
-        pose.position.x, pose.position.y, pose.position.z = (float(v) for v in r.base_pos)
-        o = pose.orientation
-        o.w, o.x, o.y, o.z = (float(v) for v in r.base_quat)
-        twist.linear.x, twist.linear.y, twist.linear.z = (float(v) for v in r.base_lin_vel)
-        twist.angular.x, twist.angular.y, twist.angular.z = (float(v) for v in r.base_ang_vel)
         # The policy acts on joint_states: publish it last, after everything it needs.
         if self.params['publish_clock']:
             self.pub_clock.publish(Clock(clock=stamp))
-        self.pub_odom.publish(odom)
+        if self.pub_odom.get_subscription_count():  # ground truth only when someone listens
+            pose, twist = odom.pose.pose, odom.twist.twist
+            pose.position.x, pose.position.y, pose.position.z = (float(v) for v in r.base_pos)
+            o = pose.orientation
+            o.w, o.x, o.y, o.z = (float(v) for v in r.base_quat)
+            twist.linear.x, twist.linear.y, twist.linear.z = (float(v) for v in r.base_lin_vel)
+            twist.angular.x, twist.angular.y, twist.angular.z = (
+                float(v) for v in r.base_ang_vel)
+            self.pub_odom.publish(odom)
         self.pub_imu.publish(imu)
         self.awaiting = time.perf_counter()
         self.pub_js.publish(js)
