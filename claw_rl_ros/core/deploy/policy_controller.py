@@ -185,6 +185,10 @@ class PolicyController:
         if imu_stamp < stamp - IMU_SYNC_PERIODS * self.dt:
             return None  # the IMU reading of this tick has not arrived yet
         self._pending = None
+        try:
+            check_fresh('joint_states', stamp, now, self.max_age)  # it may have waited
+        except BadInput as exc:
+            return self._drop(exc, 'stale_imu', now)
         self.started = True
         self._last_state_stamp = stamp
         self._pose = pos

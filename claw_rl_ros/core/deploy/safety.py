@@ -224,7 +224,7 @@ class SafetyMachine:
             raise ValueError('in RL the policy gives the target')
         # Linear interpolation from the pose at entry to the goal, s in [0, 1].
         s = 1.0 if duration <= 0 else min(1.0, max(0.0, (now - self._since) / duration))
-        return self._from + s * (goal - self._from)
+        return goal.copy() if s >= 1.0 else self._from + s * (goal - self._from)
 
     def sit_pose(self) -> np.ndarray:
         if len(self.cfg.sit_pose):
