@@ -105,8 +105,8 @@ def test_every_transition_of_the_state_machine(robot):
         (PASSIVE, STAND_UP), (STAND_UP, RL), (RL, PASSIVE)]
     assert str(transitions[3]) == 'SIT_DOWN -> PASSIVE (sit_down done)'
     assert m.drain() == [] and m.diagnostics()['transitions'] == 11
-    assert m.request('jump', 16.0, q0) == (False, 'unknown request \'jump\'; use one of '
-                                                   'stand_up, rl, sit_down, passive, estop, reset')
+    known = 'stand_up, rl, sit_down, passive, estop, reset'
+    assert m.request('jump', 16.0, q0) == (False, f"unknown request 'jump'; use one of {known}")
 
 
 def test_estop_is_latched_until_reset_in_passive(robot):
