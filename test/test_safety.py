@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 
+from claw_rl_ros.core.math_utils import gravity_in_body
 from claw_rl_ros.core.deploy.command_shaping import CommandShaper
 from claw_rl_ros.core.deploy.policy_controller import PolicyController
 from claw_rl_ros.core.deploy.safety import (FAULTS, PASSIVE, RL, SafetyConfig, SafetyMachine,
@@ -148,10 +149,16 @@ def test_bad_safety_config_is_named(robot, field, value, words):
         SafetyMachine(robot, SafetyConfig(**{field: value}))
 
 
-def test_tilt_of_projected_gravity():
-    assert tilt_of(np.array([0.0, 0.0, -1.0])) == pytest.approx(0.0)
-    assert tilt_of(np.array([math.sin(0.7), 0.0, -math.cos(0.7)])) == pytest.approx(0.7)
-    assert tilt_of(np.array([0.0, 0.0, 1.0])) == pytest.approx(math.pi)
+def test_tilt_of_the_base_orientation_agrees_with_projected_gravity():
+    rng = np.random.default_rng(0)
+    for quat in [np.array([1.0, 0, 0, 0]), np.array([0.0, 1, 0, 0])] + list(
+            rng.normal(size=(50, 4))):
+        quat = quat / np.linalg.norm(quat)
+        gravity = gravity_in_body(quat[None])[0]  # the env's projected-gravity term
+        assert tilt_of(quat) == pytest.approx(math.acos(-gravity[2]), abs=1e-6)
+    yaw = np.array([math.cos(1.0), 0, 0, math.sin(1.0)])  # yaw alone is no tilt
+    assert tilt_of(yaw) == pytest.approx(0.0)
+    assert tilt_of(np.array([math.cos(0.35), math.sin(0.35), 0, 0])) == pytest.approx(0.7)
 
 
 # ------------------------------------------------------------- the controller with the machine

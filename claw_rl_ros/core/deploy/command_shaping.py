@@ -39,10 +39,13 @@ class CommandShaper:
     def shape(self, raw: np.ndarray) -> tuple[np.ndarray, float]:
         """(shaped [J] target, max |raw - shaped| [rad]); raw must be finite."""
         raw = np.asarray(raw, dtype=np.float64)
-        target = np.clip(raw, self.lower, self.upper)
-        # Rate limit: at most max_delta from the previous command, per joint.
+        lo, hi = self.lower, self.upper
+        # Rate limit: at most max_delta from the previous command, per joint, inside the limits
+        # (np.minimum / np.maximum: several times faster than np.clip on 12 values).
         if self.last is not None:
-            target = np.clip(target, self.last - self.max_delta, self.last + self.max_delta)
+            lo = np.maximum(lo, self.last - self.max_delta)
+            hi = np.minimum(hi, self.last + self.max_delta)
+        target = np.minimum(np.maximum(raw, lo), hi)
         self.last = target
         return target.copy(), float(np.abs(raw - target).max())
 

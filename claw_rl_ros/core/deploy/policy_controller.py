@@ -36,7 +36,6 @@ import numpy as np
 
 from .command_shaping import CommandShaper
 from .control_stats import Counters
-from ..math_utils import gravity_in_body
 from .model_swap import (DEFAULT_MAX_MODEL_BYTES, ModelCache, ModelRejected, read_model_file,
                          version_of)
 from .onnx_policy import OnnxPolicy
@@ -198,7 +197,7 @@ class PolicyController:
             return self._hold(now)
         if self.safety.state == PASSIVE:
             self.shaper.restart(pos)  # leaving PASSIVE starts from the measured pose
-        if self.safety.check_state(now, pos, gravity_in_body(quat[None])[0]):
+        if self.safety.check_state(now, pos, quat):
             self.safety.advance(now, pos)
         return self._command(now, pos, vel, quat, gyro)
 

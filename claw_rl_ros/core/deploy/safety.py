@@ -87,9 +87,14 @@ class Transition:
         return f'{self.source} -> {self.target} ({self.reason})'
 
 
-def tilt_of(projected_gravity: np.ndarray) -> float:
-    """Trunk tilt from upright [rad] from the [3] unit gravity direction in the base frame."""
-    return float(math.acos(min(1.0, max(-1.0, -float(projected_gravity[2])))))
+def tilt_of(quat_wxyz: np.ndarray) -> float:
+    """Trunk tilt from upright [rad] of a [4] unit quaternion (w, x, y, z).
+
+    The body z axis in the world frame has z component 1 - 2 (x^2 + y^2) = cos(tilt); closed
+    form, about 30x cheaper than rotating the gravity vector with numpy for one quaternion.
+    """
+    x, y = float(quat_wxyz[1]), float(quat_wxyz[2])
+    return math.acos(min(1.0, max(-1.0, 1.0 - 2.0 * (x * x + y * y))))
 
 
 class SafetyMachine:
@@ -177,10 +182,10 @@ class SafetyMachine:
         return True, self.state
 
     # ----------------------------------------------------------------------------- ticks
-    def check_state(self, now: float, pos: np.ndarray, projected_gravity: np.ndarray) -> bool:
-        """Faults from a complete, finite state: [J] ``pos`` (spec order), [3] gravity;
-        True when healthy."""
-        tilt = tilt_of(projected_gravity)
+    def check_state(self, now: float, pos: np.ndarray, quat_wxyz: np.ndarray) -> bool:
+        """Faults from a complete, finite state: [J] ``pos`` (spec order), [4] base
+        orientation (w, x, y, z); True when healthy."""
+        tilt = tilt_of(quat_wxyz)
         if tilt > self.cfg.tilt_limit:
             self.fault('tilt', now, f'{tilt:.3f} rad > tilt_limit {self.cfg.tilt_limit:g}')
             return False
