@@ -1,4 +1,4 @@
-"""``claw-rl export``: a training checkpoint -> a verified ONNX student.
+"""``claw-rl export``: a training checkpoint -> a verified ONNX student and its policy card.
 
 User mistakes (missing file, no checkpoint, a model for another robot spec) become a
 ConfigError: one line on stderr and exit status 2.
@@ -15,6 +15,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
     from ..core.learning import checkpoint
     from ..core.deploy.export import export_checkpoint, ExportError
     from ..core.deploy.onnx_policy import OnnxPolicy
+    from ..core.deploy.policy_card import write_policy_card
     source = args.checkpoint
     if args.run_dir is not None:
         source = checkpoint.latest_checkpoint(args.run_dir)
@@ -28,11 +29,13 @@ def _cmd_export(args: argparse.Namespace) -> int:
     except (ValueError, ExportError) as exc:
         raise ConfigError(str(source), '', str(exc)) from None
     model = OnnxPolicy(path)
+    card = write_policy_card(path)
     print(f'exported {source} -> {path}')
     print(f'  sha256 {model.sha256}')
     print(f'  obs [batch, {model.obs_dim}] -> actions [batch, {model.num_actions}], '
           f'robot {model.spec.get("robot")!r}')
     print(f'  max abs diff onnxruntime vs torch: {model.metadata["parity_max_abs_diff"]}')
+    print(f'  policy card {card}')
     return 0
 
 
