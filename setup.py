@@ -47,6 +47,7 @@ setup(
             'claw-rl-policy-node = claw_rl_ros.nodes.policy_node:main',
             'claw-rl-actor-node = claw_rl_ros.nodes.actor_node:main',
             'claw-rl-trainer-node = claw_rl_ros.nodes.trainer_node:main',
+            'claw-rl-recorder-node = claw_rl_ros.nodes.recorder_node:main',
         ],
     },
 )

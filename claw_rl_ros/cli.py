@@ -1,4 +1,5 @@
-"""``claw-rl``: the user commands (stand, train, eval, export, check-urdf, spec, up, gateway).
+"""``claw-rl``: the user commands (stand, train, eval, export, check-urdf, spec, up, verify,
+replay, gateway).
 
 Every command returns an exit status; a configuration error prints one line naming the file,
 key, value and fix, and exits with status 2 (no traceback). A ``--ros-args ...`` tail (launch_ros
@@ -58,9 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
     spec.add_argument('--robot', default='claw_quadruped', help='robot name or YAML path')
     spec.set_defaults(func=_cmd_spec)
 
-    from .commands import evaluate, export, train, up
+    from .commands import evaluate, export, replay, train, up, verify
     from .gateway import cli as gateway
-    for module in (train, export, evaluate, up, gateway):
+    for module in (train, export, evaluate, up, verify, replay, gateway):
         module.add_parser(sub)
     return parser
 

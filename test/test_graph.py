@@ -36,15 +36,24 @@ def model(tmp_path):
 def test_the_graphs_and_their_arguments():
     assert set(GRAPHS) == {'stand', 'sim', 'policy', 'control', 'train', 'deploy'}
     args = {name: [a.name for a in g.arguments] for name, g in GRAPHS.items()}
-    assert args['control'] == ['robot', 'model', 'mode', 'namespace', 'use_sim_time']
+    assert args['control'] == ['robot', 'model', 'mode', 'namespace', 'use_sim_time', 'record']
     assert args['sim'] == ['robot', 'mode', 'namespace', 'use_sim_time']
     assert args['policy'] == ['robot', 'model', 'namespace', 'use_sim_time']
     assert args['stand'] == ['robot', 'seconds']
     defaults = GRAPHS['control'].defaults()
     assert defaults == {'robot': 'claw_quadruped', 'model': '', 'mode': 'realtime',
-                        'namespace': '', 'use_sim_time': 'true'}
+                        'namespace': '', 'use_sim_time': 'true', 'record': ''}
     # A policy alone usually drives hardware: wall time unless told otherwise.
     assert GRAPHS['policy'].defaults()['use_sim_time'] == 'false'
+
+
+def test_record_adds_a_recorder_writing_an_absolute_path(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    nodes = resolve(GRAPHS['control'], {'record': 'run.mcap', 'namespace': 'r1'})
+    assert [n.fqn for n in nodes] == ['/r1/recorder_node', '/r1/sim_node', '/r1/policy_node']
+    assert nodes[0].module == 'claw_rl_ros.nodes.recorder_node'
+    assert nodes[0].parameters == {'path': str(tmp_path / 'run.mcap'),
+                                   'robot': 'claw_quadruped'}
 
 
 def test_control_defaults_resolve_to_sim_and_policy_nodes():

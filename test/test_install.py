@@ -109,7 +109,8 @@ def pip_prefix(tmp_path_factory):
 
 def test_pip_install_places_ros_layout_in_the_venv_prefix(pip_prefix):
     assert_ros_layout(pip_prefix)
-    for script in ('claw-rl', 'claw-rl-sim-node', 'claw-rl-policy-node'):
+    for script in ('claw-rl', 'claw-rl-sim-node', 'claw-rl-policy-node',
+                   'claw-rl-recorder-node'):
         assert (pip_prefix / 'bin' / script).is_file(), script
 
 
@@ -149,6 +150,11 @@ def test_installed_executables_accept_a_ros_args_tail(pip_prefix, probe, tmp_pat
     assert_nodes_take_ros_args(probe, {
         'pip_lib_policy': [str(lib / 'policy_node')],
         'pip_bin_policy': [str(bin_dir / 'claw-rl-policy-node')]}, env, tmp_path)
+    # The recorder finds the .msg files from the install (schemas) and leaves a whole file.
+    assert_nodes_take_ros_args(probe, {'pip_lib_recorder': [
+        str(lib / 'recorder_node'), '--ros-args', '-p', f'path:={tmp_path / "r.mcap"}']},
+        env, tmp_path)
+    assert (tmp_path / 'r.mcap').stat().st_size > 0
 
 
 def test_up_uses_the_installed_share_folder(pip_prefix, tmp_path):

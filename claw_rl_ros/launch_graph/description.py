@@ -32,6 +32,7 @@ EXECUTABLES = {
     'policy_node': 'claw_rl_ros.nodes.policy_node',
     'actor_node': 'claw_rl_ros.nodes.actor_node',
     'trainer_node': 'claw_rl_ros.nodes.trainer_node',
+    'recorder_node': 'claw_rl_ros.nodes.recorder_node',
 }
 _NAME = re.compile(r'^[A-Za-z_][A-Za-z0-9_]*$')
 _TRUE, _FALSE = ('true', 'True', '1'), ('false', 'False', '0')

@@ -15,6 +15,8 @@ e.g. a training graph (``trainer`` + ``actors`` argument -> ``actor_0`` ... ``ac
 
 from __future__ import annotations
 
+import dataclasses
+import os
 from typing import Mapping
 
 from ..core import paths
@@ -30,6 +32,8 @@ MODE = Argument('mode', 'realtime', 'sim pacing: realtime (wall-clock control ra
 NAMESPACE = Argument('namespace', '', 'namespace of the nodes and their relative topics '
                      '(/clock and /diagnostics stay global)')
 SECONDS = Argument('seconds', '5.0', 'simulated seconds')
+RECORD = Argument('record', '', 'MCAP file to record what the policy saw and did '
+                  '(recorder_node); empty: no recording')
 
 
 def use_sim_time(default: str) -> Argument:
@@ -43,6 +47,15 @@ def sim_node(values: Mapping[str, str], source: str) -> NodeEntry:
     return NodeEntry('sim_node', 'sim_node', param_files=('sim_node.yaml',), parameters={
         'robot': robot_argument(values['robot']), 'mode': values['mode'],
         'publish_clock': to_bool(values, 'use_sim_time', source)})
+
+
+def recorder(values: Mapping[str, str]) -> list[NodeEntry]:
+    """recorder_node writing ``record`` (absolute), or nothing when it is empty."""
+    if not values['record']:
+        return []
+    return [NodeEntry('recorder_node', 'recorder_node', parameters={
+        'path': os.path.abspath(os.path.expanduser(values['record'])),
+        'robot': robot_argument(values['robot'])})]
 
 
 def policy_node(values: Mapping[str, str], source: str) -> NodeEntry:
@@ -88,7 +101,7 @@ def _train(values: Mapping[str, str]) -> list[NodeEntry]:
 
 # The deploy graph: the policy node alone on a real robot's ros2_control controllers.
 DEPLOY_ARGUMENTS = (
-    ROBOT, MODEL, NAMESPACE,
+    ROBOT, MODEL, NAMESPACE, RECORD,
     Argument('joint_states_topic', '/joint_states', 'sensor_msgs/JointState of the robot '
              '(joint_state_broadcaster); joints matched by name'),
     Argument('imu_topic', '/imu_sensor_broadcaster/imu', 'sensor_msgs/Imu of the trunk IMU '
@@ -130,17 +143,20 @@ def _deploy(values: Mapping[str, str]) -> list[NodeEntry]:
              ('joint_commands', values['command_topic']), ('cmd_vel', values['cmd_vel_topic'])]
     if gains:
         remap.append(('joint_gains', gains))
-    return [NodeEntry('policy_node', 'policy_node',
-                      param_files=('policy_node.yaml', 'deploy.yaml'), parameters={
-                          'robot': robot_argument(values['robot']),
-                          'model_path': existing_path(values, 'model', source),
-                          'use_sim_time': False, 'autostart': False,
-                          'require_verification': to_bool(values, 'require_verification',
-                                                          source),
-                          'publish_gains': bool(gains), 'state_qos': values['state_qos'],
-                          'controllers_file': controllers,
-                          'command_controller': values['command_controller']},
-                      remappings=tuple(remap))]
+    # The recorder listens on the same remapped topics as the policy node.
+    recorders = [dataclasses.replace(r, remappings=tuple(remap)) for r in recorder(values)]
+    policy = NodeEntry('policy_node', 'policy_node',
+                       param_files=('policy_node.yaml', 'deploy.yaml'), parameters={
+                           'robot': robot_argument(values['robot']),
+                           'model_path': existing_path(values, 'model', source),
+                           'use_sim_time': False, 'autostart': False,
+                           'require_verification': to_bool(values, 'require_verification',
+                                                           source),
+                           'publish_gains': bool(gains), 'state_qos': values['state_qos'],
+                           'controllers_file': controllers,
+                           'command_controller': values['command_controller']},
+                       remappings=tuple(remap))
+    return recorders + [policy]
 
 
 def _stand(values: Mapping[str, str]) -> list[NodeEntry]:
@@ -158,8 +174,9 @@ GRAPHS: dict[str, Graph] = {graph.name: graph for graph in (
           (ROBOT, MODEL, NAMESPACE, use_sim_time('false')),
           lambda v: [policy_node(v, "graph 'policy'")]),
     Graph('control', 'the control loop: sim_node + policy_node serving a model',
-          (ROBOT, MODEL, MODE, NAMESPACE, use_sim_time('true')),
-          lambda v: [sim_node(v, "graph 'control'"), policy_node(v, "graph 'control'")]),
+          (ROBOT, MODEL, MODE, NAMESPACE, use_sim_time('true'), RECORD),
+          lambda v: recorder(v) + [sim_node(v, "graph 'control'"),
+                                   policy_node(v, "graph 'control'")]),
     Graph('deploy', 'policy_node alone on a real robot: ros2_control topics, wall time, '
           'operator-driven safety state machine, verified model', DEPLOY_ARGUMENTS, _deploy),
     Graph('train', 'live training: trainer_node learning from N batched actor_nodes, pushing '

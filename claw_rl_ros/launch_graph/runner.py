@@ -110,6 +110,13 @@ class GraphRunner:
         self._signals.append(signum)  # no locks here: read by the loop after the wake-up
         os.write(self._wake_w, b'!')
 
+    def stop(self) -> None:
+        """Ask :meth:`run`, running in another thread, to stop the graph as Ctrl-C does."""
+        try:
+            self._on_signal(signal.SIGINT, None)
+        except OSError:
+            pass  # run() has already ended and closed its wake-up pipe
+
     def _install_handlers(self) -> dict:
         if threading.current_thread() is not threading.main_thread():
             return {}

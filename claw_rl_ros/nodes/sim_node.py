@@ -191,7 +191,7 @@ class SimNode(Node):
                   'command_timed_out': s.timed_out, 'cmd_vel': s.commands.round(3).tolist(),
                   'falls': s.falls, 'resets': s.resets,
                   'pushes': s.pushes_done, 'randomization': s.randomization, 'noise': s.noise,
-                  **self.drops.summary('dropped')}
+                  **s.episode_params, **self.drops.summary('dropped')}
         level = 'warn' if s.timed_out and not self.lockstep else 'ok'
         msg = 'command timeout: holding the default pose' if level == 'warn' else 'running'
         self.pub_diag.publish(diagnostics(self, 'sim', level, msg, fields))

@@ -5,10 +5,16 @@ per-world randomisation as training). The IMU readings are the model's ``imu`` s
 (framequat, gyro, accelerometer) of the last physics step, the same slices the env reads. The
 randomisation, pushes and sensor noise follow the ``env:`` config and can each be switched off.
 A command older than ``command_timeout_s`` is replaced by the default pose (PD hold, damped).
+
+Action latency is simulated in sim time, so it holds in lockstep too: a command reaches the
+actuators ``L`` physics substeps after the control step it was given in (``L`` drawn per reset
+from ``randomization.action_latency_substeps``); latencies longer than a control period go
+through a delay line of past targets.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 import math
 
@@ -70,6 +76,9 @@ class SimSession:
         self.targets = robot.default_joint_pos.copy()
         self._prev_targets = self.targets.copy()
         self._latency = np.zeros(1, dtype=np.int64)
+        self.latency_substeps = 0
+        self.episode_params: dict[str, float] = {}
+        self._history: deque[np.ndarray] = deque(maxlen=2)
         self._command_time: float | None = None
         self.timed_out = True
         self.reset()
@@ -89,8 +98,11 @@ class SimSession:
     def step(self, targets: np.ndarray) -> bool:
         """Advance one control period with [J] targets; returns True if the robot fell."""
         p = self.physics
-        p.step(targets[None], self._prev_targets[None], self._latency)
-        self._prev_targets = np.array(targets, dtype=np.float64)
+        # Delay line: with latency L = k * decimation + r substeps, this period applies the
+        # targets of k periods ago, and for its first r substeps those of k + 1 periods ago.
+        self._history.append(np.array(targets, dtype=np.float64))
+        p.step(self._history[0][None], self._prev_targets[None], self._latency)
+        self._prev_targets = self._history[0]
         self.time += self.dt
         self.steps += 1
         if self.pushes and self.steps % self._push_steps == 0:
@@ -124,14 +136,21 @@ class SimSession:
         if self.randomization:
             payload = robot_sized(dr.added_mass, r.payload_range)
             com = robot_sized(dr.com_offset, r.com_offset_range)
-            p.set_physical_params(0, rng.uniform(*dr.friction), rng.uniform(*payload),
-                                  rng.uniform(*dr.link_mass_scale), rng.uniform(*com, 3),
-                                  rng.uniform(*dr.motor_strength))
-            self._latency[0] = rng.integers(dr.action_latency_substeps[0],
-                                            dr.action_latency_substeps[1] + 1)
+            draws = (rng.uniform(*dr.friction), rng.uniform(*payload),
+                     rng.uniform(*dr.link_mass_scale), rng.uniform(*com, 3),
+                     rng.uniform(*dr.motor_strength))
+            latency = int(rng.integers(dr.action_latency_substeps[0],
+                                       dr.action_latency_substeps[1] + 1))
         else:
-            p.set_physical_params(0, r.foot_friction, 0.0, 1.0, np.zeros(3), 1.0)
-            self._latency[0] = 0
+            draws = (r.foot_friction, 0.0, 1.0, np.zeros(3), 1.0)
+            latency = 0
+        p.set_physical_params(0, *draws)
+        self.latency_substeps = latency
+        self._latency[0] = latency % p.decimation
+        self._history = deque(maxlen=latency // p.decimation + 1)
+        self.episode_params = {'friction': float(draws[0]), 'added_mass': float(draws[1]),
+                               'mass_scale': float(draws[2]), 'motor_strength': float(draws[4]),
+                               'latency_ms': latency * self.robot.sim_dt * 1e3}
         noise = dr.init_joint_pos_noise if self.randomization else 0.0
         qpos = p.standing_qpos.copy()
         qpos[p.qadr] = np.clip(r.default_joint_pos + rng.uniform(-noise, noise, r.num_joints),
@@ -139,6 +158,8 @@ class SimSession:
         p.state[:] = 0.0
         p.qpos[0] = qpos
         self._prev_targets = qpos[p.qadr].copy()
+        # Until the delay line fills, the actuators keep holding the reset pose.
+        self._history.extend([self._prev_targets] * (self._history.maxlen - 1))
         # A command given before the reset does not carry over: hold q0 until the next one.
         self.targets = r.default_joint_pos.copy()
         self._command_time = None

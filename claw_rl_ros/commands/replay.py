@@ -1,0 +1,73 @@
+"""``claw-rl replay run.mcap``: check a recording (recorder_node, ``record:=run.mcap``) offline.
+
+``--model student.onnx`` recomputes every tick's action from what the policy saw (the policy
+node's own observation code) and reports where the targets differ from the recorded commands:
+exit 0 when every compared tick matches within ``--tolerance``, 1 when some differ.
+``--compare-sim`` replays the recorded commands in MuJoCo from the recorded initial state and
+writes a PNG of simulated vs recorded joint trajectories (``--png``, default
+``<recording>.sim.png``). Both can be given together. Usage errors exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ..core.config import ConfigError
+
+
+def _cmd_replay(args: argparse.Namespace) -> int:
+    from ..core.deploy import replay
+    from ..core.deploy.onnx_policy import ModelError, OnnxPolicy
+    from ..core.deploy.recording import DefinitionNotFound
+    from ..core.sim.robot import load_robot
+    if not (args.model or args.compare_sim):
+        raise ConfigError('claw-rl replay', '--model', 'nothing to do: give --model '
+                          'student.onnx (recompute actions) and/or --compare-sim')
+    if not Path(args.recording).is_file():
+        raise ConfigError('claw-rl replay', 'recording', f'{args.recording}: no such file; '
+                          'give an MCAP file written by recorder_node')
+    try:
+        rec = replay.load_recording(args.recording)
+    except (ValueError, DefinitionNotFound) as exc:
+        raise ConfigError('claw-rl replay', 'recording', str(exc)) from None
+    except Exception as exc:  # noqa: BLE001 - mcap raises its own errors on a damaged file
+        raise ConfigError('claw-rl replay', 'recording', f'{args.recording}: not a readable '
+                          f'MCAP recording ({type(exc).__name__}: {exc})') from None
+    robot = load_robot(args.robot or rec.robot or 'claw_quadruped')
+    code = 0
+    if args.model:
+        try:
+            policy = OnnxPolicy(args.model, robot)
+        except ModelError as exc:
+            raise ConfigError('--model', '', str(exc)) from None
+        result = replay.replay_actions(rec, robot, policy, policy.sha256[:12], args.tolerance)
+        print(result.format())
+        code = 1 if result.differing.any() or not result.compared.any() else 0
+    if args.compare_sim:
+        cmp = replay.compare_sim(rec, robot, args.seconds)
+        png = args.png or str(Path(args.recording).with_suffix('')) + '.sim.png'
+        replay.plot_comparison(cmp, png, f'{Path(args.recording).name}: recorded joint '
+                               'positions vs the recorded commands replayed in MuJoCo')
+        print(cmp.format())
+        print(f'wrote {png}')
+    return code
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser('replay', help='recompute a recording\'s actions offline '
+                              '(--model) or replay its commands in MuJoCo (--compare-sim)',
+                              description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument('recording', help='MCAP file written by recorder_node')
+    p.add_argument('--model', default='', help='ONNX student whose actions to recompute')
+    p.add_argument('--tolerance', type=float, default=1e-6,
+                   help='largest |recomputed - recorded| target that still matches [rad]')
+    p.add_argument('--compare-sim', action='store_true',
+                   help='replay the recorded commands in MuJoCo and plot sim vs recorded')
+    p.add_argument('--png', default='', help='picture of --compare-sim '
+                   '(default: <recording>.sim.png)')
+    p.add_argument('--seconds', type=float, default=None,
+                   help='--compare-sim only the first SECONDS of the recording')
+    p.add_argument('--robot', default='', help='robot name or YAML (default: the recording\'s)')
+    p.set_defaults(func=_cmd_replay)

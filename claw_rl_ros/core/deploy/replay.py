@@ -1,0 +1,388 @@
+"""Offline replay of an MCAP recording (recorder_node): actions recomputed, and the recorded
+commands replayed in MuJoCo.
+
+**Actions** (:func:`replay_actions`). Every recorded command is one tick of the policy node.
+Messages are taken in the order they were published (the publishers' source timestamps), so
+the inputs of a tick are the last ``joint_states``, ``imu`` and ``cmd_vel`` published before
+its command. The observation is rebuilt with the policy node's own code
+(:class:`~.state_input.JointOrder`, :func:`~.state_input.imu_arrays`,
+:class:`~.state_input.ObservationAssembler`: joints by name, the IMU, the command, the last
+action, the gait clock), the model computes the action, and the target
+``q0 + scale * a`` (clamped, in the command's joint order) is compared with the recorded
+command. A matching tick goes on with its own action as the next last action; a differing one
+with the action read back from the recorded command (what the robot was sent), so a difference
+is reported where it happens and does not propagate. A recorded default-pose hold is a hold
+(last action 0); a tick whose state was not recorded (best-effort message lost) is skipped.
+A ``cmd_vel`` published during a tick may have reached the policy node after it acted: such a
+tick is also tried with the previous command. The gait clock counts ticks from the policy's first
+output; if the recording started later, the clock offset is inferred (the offset whose first
+ticks match best) and reported, and that first tick is skipped (its last action is
+unknown). With a ``safety/state`` topic, only ticks in a state named
+``RL...`` are compared (the others are shaped by the safety layer, not the model).
+
+**Sim** (:func:`compare_sim`). From the first recorded state (joints from ``joint_states``,
+trunk from ``odom`` when recorded, else the IMU orientation at the standing height), the
+recorded commands drive a nominal MuJoCo world one control period each; the simulated and
+recorded joint trajectories are plotted side by side (PNG) with their RMS difference.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+import io
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+
+from ..learning.checkpoint import atomic_write_bytes
+from ..sim.env_config import EnvConfig
+from ..sim.robot import RobotSpec
+from ..sim.sim_session import SimSession
+from .recording import read_messages, read_metadata
+from .state_input import BadInput, CLIP_ACTIONS, imu_arrays, JointOrder, ObservationAssembler
+
+NS = 1e-9
+
+
+def _stamp(header) -> float:
+    return header.stamp.sec + header.stamp.nanosec * NS
+
+
+@dataclass
+class Recording:
+    """A recording's messages as arrays, each list sorted by publish time [ns].
+
+    ``states``: (t, stamp, names, [n] pos, [n] vel); ``imus``: (t, stamp, [4] xyzw, [3] gyro);
+    ``cmd_vel``: (t, [3]); ``commands``: (t, [J] targets in ``joints`` order); ``odom``:
+    (t, stamp, [3] position, [4] quat wxyz, [3] body linear velocity, [3] angular velocity);
+    ``versions`` and ``safety``: (t, text).
+    """
+
+    robot: str
+    joints: list[str]
+    states: list = field(default_factory=list)
+    imus: list = field(default_factory=list)
+    cmd_vel: list = field(default_factory=list)
+    commands: list = field(default_factory=list)
+    odom: list = field(default_factory=list)
+    versions: list = field(default_factory=list)
+    safety: list = field(default_factory=list)
+
+
+def load_recording(path: str | Path) -> Recording:
+    """Read a recorder_node MCAP (topics matched by their last name, any namespace)."""
+    meta = read_metadata(path)
+    rec = Recording(robot=meta.get('robot', ''),
+                    joints=[j for j in meta.get('joints', '').split(',') if j])
+    for topic, _, t, m in read_messages(path):
+        name = topic.rstrip('/').split('/')[-1]
+        if name == 'joint_states':
+            rec.states.append((t, _stamp(m.header), list(m.name), np.asarray(m.position),
+                               np.asarray(m.velocity)))
+        elif name == 'imu':
+            q, w = m.orientation, m.angular_velocity
+            rec.imus.append((t, _stamp(m.header), (q.x, q.y, q.z, q.w), (w.x, w.y, w.z)))
+        elif name == 'cmd_vel':
+            rec.cmd_vel.append((t, np.array([m.linear.x, m.linear.y, m.angular.z])))
+        elif name == 'joint_commands':
+            rec.commands.append((t, np.asarray(m.data, dtype=np.float64)))
+        elif name == 'odom':
+            p, o = m.pose.pose.position, m.pose.pose.orientation
+            v, w = m.twist.twist.linear, m.twist.twist.angular
+            rec.odom.append((t, _stamp(m.header), np.array([p.x, p.y, p.z]),
+                             np.array([o.w, o.x, o.y, o.z]), np.array([v.x, v.y, v.z]),
+                             np.array([w.x, w.y, w.z])))
+        elif name == 'model_version':
+            rec.versions.append((t, m.data))
+        elif name == 'state' and topic.rstrip('/').endswith('safety/state'):
+            rec.safety.append((t, m.data))
+    for part in (rec.states, rec.imus, rec.cmd_vel, rec.commands, rec.odom, rec.versions,
+                 rec.safety):
+        part.sort(key=lambda e: e[0])
+    if not rec.commands:
+        raise ValueError(f'{path}: no joint_commands recorded; record a running policy '
+                         '(record:=run.mcap in the control graph)')
+    return rec
+
+
+@dataclass
+class ActionReplay:
+    """Per tick: ``kind`` ('compared', 'hold', 'skipped' or 'not_rl'), ``stamp`` [s] of its
+    state, ``diff`` [J] |recomputed - recorded| (NaN when not compared)."""
+
+    kind: list[str]
+    stamp: np.ndarray
+    diff: np.ndarray
+    joints: list[str]
+    phase_offset: int
+    tolerance: float
+    recorded_versions: list[str]
+    model_version: str
+
+    @property
+    def compared(self) -> np.ndarray:
+        return np.array([k == 'compared' for k in self.kind])
+
+    @property
+    def differing(self) -> np.ndarray:
+        """[N] bool: compared ticks whose largest joint difference exceeds the tolerance."""
+        worst = np.where(self.compared, np.nan_to_num(self.diff, nan=0.0).max(axis=1), 0.0)
+        return worst > self.tolerance
+
+    def segments(self) -> list[tuple[int, int]]:
+        """(first, last) tick index of each run of consecutive differing ticks."""
+        out: list[tuple[int, int]] = []
+        for i in np.flatnonzero(self.differing):
+            if out and out[-1][1] == i - 1:
+                out[-1] = (out[-1][0], int(i))
+            else:
+                out.append((int(i), int(i)))
+        return out
+
+    def format(self, limit: int = 10) -> str:
+        n, c, d = len(self.kind), int(self.compared.sum()), int(self.differing.sum())
+        counts = {k: self.kind.count(k) for k in ('hold', 'skipped', 'not_rl')}
+        worst = np.nanmax(self.diff) if c else float('nan')
+        lines = [f'replay: {n} ticks, {c} compared ({counts["hold"]} default-pose holds, '
+                 f'{counts["skipped"]} without a recorded state, {counts["not_rl"]} outside '
+                 f'RL); model {self.model_version}, recorded '
+                 f'{", ".join(self.recorded_versions) or "no version"}',
+                 f'  gait clock offset {self.phase_offset} ticks; tolerance '
+                 f'{self.tolerance:g} rad; max |recomputed - recorded| {worst:.3g} rad',
+                 f'  {"identical" if d == 0 else "DIFFERENT"}: {c - d} of {c} compared ticks '
+                 'match']
+        for first, last in self.segments()[:limit]:
+            seg = self.diff[first:last + 1]
+            j = int(np.nanargmax(np.nanmax(seg, axis=0)))
+            lines.append(f'  ticks {first}-{last} (t {self.stamp[first]:.2f}-'
+                         f'{self.stamp[last]:.2f} s): max {np.nanmax(seg):.3g} rad at '
+                         f'{self.joints[j]}')
+        if len(self.segments()) > limit:
+            lines.append(f'  ... {len(self.segments()) - limit} more differing stretches')
+        return '\n'.join(lines)
+
+
+def _events(rec: Recording) -> list[tuple[int, int, Any]]:
+    """(publish time, kind, payload) of every input and command, in publish order."""
+    events = [(e[0], 0, e) for e in rec.states] + [(e[0], 1, e) for e in rec.imus]
+    events += [(e[0], 2, e) for e in rec.cmd_vel] + [(e[0], 3, e) for e in rec.safety]
+    events += [(e[0], 4, e) for e in rec.commands]
+    return sorted(events, key=lambda e: (e[0], e[1]))
+
+
+def _act(asm: ObservationAssembler, robot: RobotSpec, policy, order: JointOrder, state, imu,
+         command: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(action [J], target [J] in command order) for one tick under velocity ``command``."""
+    saved = asm.commands.copy()
+    asm.set_command(command)
+    # obs -> action -> target, exactly as PolicyController._try_tick does.
+    action = policy(asm.observe(state[1], state[2], imu[1], imu[2]))
+    asm.commands[:] = saved
+    return action, order.to_output(robot.action_to_target(action[None])[0])
+
+
+def _run(rec: Recording, robot: RobotSpec, policy, order: JointOrder, phase_offset: int,
+         tolerance: float = 1e-6, max_ticks: Optional[int] = None
+         ) -> tuple[list[str], list[float], np.ndarray]:
+    """Replay the ticks; returns (kind, stamp, [N, J] diff) per tick."""
+    asm = ObservationAssembler(robot)
+    if robot.gait_period > 0:
+        asm.gait_phase[:] = (phase_offset * robot.control_dt / robot.gait_period) % 1.0
+    hold = order.to_output(robot.default_joint_pos)
+    state = imu = None
+    used_stamp, safety, last_tick, cmd_time = None, None, -1, -1
+    previous_cmd = asm.commands[0].copy()
+    kinds, stamps, diffs = [], [], []
+    for t, kind, e in _events(rec):
+        if kind == 0:
+            try:
+                state = (e[1], *order.joint_arrays(e[2], e[3], e[4]))
+            except BadInput:
+                state = None
+        elif kind == 1:
+            try:
+                imu = (e[1], *imu_arrays(e[2], e[3]))
+            except BadInput:
+                imu = None
+        elif kind == 2:
+            previous_cmd, cmd_time = asm.commands[0].copy(), t
+            asm.set_command(e[1])
+        elif kind == 3:
+            safety = e[1]
+        else:
+            recorded = e[1]
+            diff = np.full(robot.num_joints, np.nan)
+            fresh = state is not None and imu is not None and state[0] != used_stamp
+            stamps.append(state[0] if state is not None else float('nan'))
+            # What the robot was sent, as an action (the next tick's last action).
+            sent = (order.from_output(recorded) - robot.default_joint_pos) / robot.action_scale
+            if np.array_equal(recorded, hold):
+                kinds.append('hold')
+                asm.advance(None)
+            elif not fresh or (not kinds and phase_offset):
+                # The state this command answered was not recorded, or the recording started
+                # after the policy (its last action before the first tick is unknown).
+                kinds.append('skipped')
+                asm.advance(sent)
+            else:
+                action, target = _act(asm, robot, policy, order, state, imu, asm.commands[0])
+                if cmd_time > last_tick and np.abs(target - recorded).max() > tolerance:
+                    # A cmd_vel published during this tick may have reached the policy node
+                    # only after it acted: the tick may have used the previous command.
+                    alt = _act(asm, robot, policy, order, state, imu, previous_cmd)
+                    if np.abs(alt[1] - recorded).max() <= tolerance:
+                        action, target = alt
+                rl = safety is None or safety.strip().upper().startswith('RL')
+                kinds.append('compared' if rl else 'not_rl')
+                if rl:
+                    diff = np.abs(target - recorded)
+                # A matching tick continues with its own action (exact, even when clamped),
+                # a differing one with what was sent, so one difference does not propagate.
+                matched = np.abs(target - recorded).max() <= tolerance
+                asm.advance(np.clip(action if matched else sent, -CLIP_ACTIONS, CLIP_ACTIONS))
+            if state is not None:
+                used_stamp = state[0]
+            last_tick = t
+            diffs.append(diff)
+            if max_ticks is not None and len(kinds) >= max_ticks:
+                break
+    return kinds, stamps, np.array(diffs).reshape(-1, robot.num_joints)
+
+
+def replay_actions(rec: Recording, robot: RobotSpec, policy, model_version: str = '',
+                   tolerance: float = 1e-6) -> ActionReplay:
+    """Recompute every tick's action with ``policy`` (obs [obs_dim] -> action [J])."""
+    order = JointOrder(robot, rec.joints or None)
+    offset = 0
+    if robot.gait_period > 0:
+        # The gait clock offset whose first ticks match the recording best (0 when the
+        # recording holds the policy's first output).
+        period = max(1, round(robot.gait_period / robot.control_dt))
+        probe = 2 * period
+
+        def matches(k: int) -> int:
+            d = np.nan_to_num(_run(rec, robot, policy, order, k, tolerance, probe)[2], nan=1.0)
+            return int((d.max(axis=1) <= tolerance).sum())
+        # Most matching ticks wins; 0 unless another offset matches strictly better (a model
+        # that never matches, e.g. another one, keeps the recording's own start).
+        scores = [matches(k) for k in range(period)]
+        offset = int(np.argmax(scores))
+    kinds, stamps, diffs = _run(rec, robot, policy, order, offset, tolerance)
+    versions = list(dict.fromkeys(v for _, v in rec.versions))
+    return ActionReplay(kinds, np.asarray(stamps), diffs, order.output, offset, tolerance,
+                        versions, model_version)
+
+
+@dataclass
+class SimComparison:
+    """Recorded vs simulated joint positions [T, J] (spec order) at times ``t`` [T] s."""
+
+    t: np.ndarray
+    recorded: np.ndarray
+    simulated: np.ndarray
+    joints: list[str]
+
+    def rms(self) -> np.ndarray:
+        """[J] root-mean-square difference per joint [rad]."""
+        return np.sqrt(np.mean((self.simulated - self.recorded) ** 2, axis=0))
+
+    def format(self) -> str:
+        rms = self.rms()
+        worst = int(np.argmax(rms))
+        return (f'sim vs recorded over {len(self.t)} ticks ({self.t[-1] - self.t[0]:.2f} s): '
+                f'RMS joint error mean {rms.mean():.4f} rad, worst {rms[worst]:.4f} rad '
+                f'({self.joints[worst]})')
+
+
+def _initial_state(sim: SimSession, rec: Recording, order: JointOrder, first) -> None:
+    """Write the recorded state ``first`` (and the odom/IMU trunk state) into the sim world."""
+    p = sim.physics
+    pos, vel = order.joint_arrays(first[2], first[3], first[4])
+    qpos = p.standing_qpos.copy()
+    qvel = np.zeros(p.qvel.shape[1])
+    odom = [o for o in rec.odom if o[1] == first[1]]
+    imu = [i for i in rec.imus if i[1] == first[1]]
+    if odom:
+        qpos[0:3], qpos[3:7] = odom[0][2], odom[0][3]
+        # Free joint: world-frame linear velocity (rotate the body-frame one), body angular.
+        w, x, y, z = odom[0][3]
+        rot = np.array([[1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)],
+                        [2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)],
+                        [2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)]])
+        qvel[0:3], qvel[3:6] = rot @ odom[0][4], odom[0][5]
+    elif imu:
+        qpos[3:7] = imu_arrays(imu[0][2], imu[0][3])[0]
+    qpos[p.qadr], qvel[p.vadr] = pos, vel
+    p.state[:] = 0.0
+    p.qpos[0], p.qvel[0] = qpos, qvel
+    sim._prev_targets = pos.copy()
+    sim._refresh_sensors()
+
+
+def compare_sim(rec: Recording, robot: RobotSpec, seconds: Optional[float] = None
+                ) -> SimComparison:
+    """Drive a nominal MuJoCo world with the recorded commands from the first recorded state."""
+    order = JointOrder(robot, rec.joints or None)
+    events = _events(rec)
+    first_cmd = next(i for i, e in enumerate(events) if e[1] == 4)
+    first = [e[2] for e in events[:first_cmd] if e[1] == 0]
+    if not first:
+        raise ValueError('no joint_states recorded before the first command: nothing to start '
+                         'the simulation from')
+    start = first[-1]
+    sim = SimSession(robot, EnvConfig(num_envs=1))
+    try:
+        _initial_state(sim, rec, order, start)
+        t, recorded, simulated = [start[1]], [order.joint_arrays(*start[2:5])[0]], \
+            [sim.readings().joint_pos]
+        pending = None
+        for _, kind, e in events[first_cmd:]:
+            if kind == 4:
+                pending = order.from_output(e[1])
+            elif kind == 0 and pending is not None and e[1] > t[-1]:
+                # The next recorded state: step the sim once with the command before it.
+                sim.step(np.clip(pending, robot.joint_lower, robot.joint_upper))
+                pending = None
+                t.append(e[1])
+                recorded.append(order.joint_arrays(e[2], e[3], e[4])[0])
+                simulated.append(sim.readings().joint_pos)
+                if seconds is not None and t[-1] - t[0] >= seconds:
+                    break
+    finally:
+        sim.close()
+    return SimComparison(np.asarray(t), np.asarray(recorded), np.asarray(simulated),
+                         list(robot.joint_names))
+
+
+def plot_comparison(cmp: SimComparison, path: str | Path, title: str = '') -> Path:
+    """A PNG: one panel per joint, recorded (solid) vs simulated (dashed) position [rad]."""
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    n = len(cmp.joints)
+    cols = 3
+    rows = -(-n // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 2.2 * rows), sharex=True,
+                             squeeze=False)
+    t = cmp.t - cmp.t[0]
+    rms = cmp.rms()
+    for j, ax in enumerate(axes.flat):
+        if j >= n:
+            ax.axis('off')
+            continue
+        ax.plot(t, cmp.recorded[:, j], 'k-', lw=1.2, label='recorded')
+        ax.plot(t, cmp.simulated[:, j], 'C1--', lw=1.2, label='MuJoCo replay')
+        ax.set_title(f'{cmp.joints[j]} (RMS {rms[j]:.3f} rad)', fontsize=8)
+        ax.tick_params(labelsize=7)
+    axes[0][0].legend(fontsize=7)
+    for ax in axes[-1]:
+        ax.set_xlabel('time [s]', fontsize=8)
+    fig.suptitle(title or 'joint position: recorded vs recorded commands replayed in MuJoCo',
+                 fontsize=10)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format='png', dpi=90)
+    plt.close(fig)
+    atomic_write_bytes(path, buf.getvalue())
+    return Path(path)

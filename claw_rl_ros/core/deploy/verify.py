@@ -1,0 +1,171 @@
+"""The sim2sim gate's scoring: episodes measured through the ROS path -> a pass/fail table.
+
+``claw-rl verify`` runs the exported student in the real sim_node + policy_node processes under
+the perturbations of ``config/verify.yaml`` (its ``env:`` section is the sim node's env config)
+and hands the measurements of each episode to this module, which knows no ROS. The thresholds
+(``verify:`` section, :class:`VerifyConfig`) and why they are where they are:
+
+* tracking error at ``command_vx`` (mean |command - body velocity| after ``settle_s``, episodes
+  without a fall): vx <= 0.15 m/s (30 % of 0.5 m/s; the trained student is ~0.05 under the
+  same perturbations in process), vy <= 0.15 m/s, yaw rate <= 0.3 rad/s (no drift into a turn);
+* fall rate < 10 % (a fall is the sim's own failure test: tilt, trunk height, trunk contact);
+* torque peaks: the 99th percentile over ticks of the worst joint's |effort| / effort limit
+  <= 0.9, so 10 % headroom is left for motors weaker than simulated (the PD law saturates at
+  the URDF effort limit, so the plain maximum says little);
+* joint-limit margin: the closest any joint came to a URDF limit >= 0.05 rad (hard stops);
+* latency p99 of the policy node (joint state in -> command out, its /diagnostics) <= 50 % of
+  the control period, so the command lands well before the next state.
+
+The verdict is written beside the model as ``<model>.verify.json``:
+``{"model_sha256", "passed", "table", "created"}`` (the deploy path reads it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+import hashlib
+import json
+import math
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+
+from ..config import param
+from ..learning.checkpoint import atomic_write_bytes
+from ..sim.robot import RobotSpec
+
+
+@dataclass
+class VerifyConfig:
+    """The gate's protocol and pass thresholds (``verify:`` section of config/verify.yaml)."""
+
+    command_vx: float = param(0.5, 'forward velocity command of every episode [m/s]')
+    episodes: int = param(10, 'episodes, each with fresh perturbation draws', ge=1, le=10000)
+    episode_s: float = param(10.0, 'simulated seconds per episode', gt=0)
+    settle_s: float = param(1.0, 'tracking is measured from this time into an episode [s]',
+                            ge=0)
+    max_vx_error: float = param(0.15, 'mean |vx command - vx| [m/s]', ge=0)
+    max_vy_error: float = param(0.15, 'mean |vy| [m/s]', ge=0)
+    max_yaw_error: float = param(0.3, 'mean |yaw rate| [rad/s]', ge=0)
+    max_fall_rate: float = param(0.1, 'falls / episodes must stay below this', ge=0, le=1)
+    max_torque_p99: float = param(0.9, "p99 over ticks of the worst joint's |effort| / limit",
+                                  gt=0)
+    min_joint_margin: float = param(0.05, 'closest approach to a joint limit [rad]', ge=0)
+    max_latency_fraction: float = param(0.5, 'policy latency p99 / control period', gt=0)
+
+
+@dataclass
+class Episode:
+    """What one episode showed. ``velocity`` [T, 3] body (vx, vy, yaw rate) after settling;
+    ``joint_pos`` and ``effort`` [T', J] in spec order over the whole episode."""
+
+    fell: bool
+    velocity: np.ndarray
+    joint_pos: np.ndarray
+    effort: np.ndarray
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Row:
+    """One table line; ``limit`` None means informative only (never fails)."""
+
+    check: str
+    value: Optional[float]
+    limit: Optional[float]
+    op: str
+    unit: str
+
+    @property
+    def passed(self) -> bool:
+        if self.limit is None:
+            return True
+        if self.value is None or not math.isfinite(self.value):
+            return False  # nothing measured (every episode fell) is not a pass
+        return {'<=': self.value <= self.limit, '<': self.value < self.limit,
+                '>=': self.value >= self.limit}[self.op]
+
+    def to_dict(self) -> dict[str, Any]:
+        value = self.value if self.value is not None and math.isfinite(self.value) else None
+        return {'check': self.check, 'value': value, 'limit': self.limit, 'op': self.op,
+                'unit': self.unit, 'passed': self.passed}
+
+
+def _stack(parts: list[np.ndarray], width: int) -> np.ndarray:
+    parts = [p for p in parts if len(p)]
+    return np.concatenate(parts) if parts else np.zeros((0, width))
+
+
+def score(cfg: VerifyConfig, robot: RobotSpec, episodes: list[Episode],
+          latency_p99_ms: float, round_trip_p99_ms: float = float('nan'),
+          latency_p50_ms: float = float('nan')) -> list[Row]:
+    """The table rows for ``episodes`` and the policy node's latency p99 [ms] (the p50 and
+    the sim's state -> command round trip are informative rows)."""
+    n = robot.num_joints
+    upright = [e for e in episodes if not e.fell]
+    vel = _stack([e.velocity for e in upright], 3)
+    target = np.array([cfg.command_vx, 0.0, 0.0])
+    # Mean |command - measured| per axis over every settled sample of the upright episodes.
+    err = np.abs(vel - target).mean(axis=0) if len(vel) else np.full(3, np.nan)
+    q = _stack([e.joint_pos for e in episodes], n)
+    tau = _stack([e.effort for e in episodes], n)
+    # Worst joint per tick as a fraction of its effort limit, then the 99th percentile.
+    torque = float(np.percentile(np.abs(tau / robot.effort_limit).max(axis=1), 99)) \
+        if len(tau) else float('nan')
+    # Distance to the nearer joint limit, minimum over joints and ticks.
+    margin = float(np.minimum(q - robot.joint_lower, robot.joint_upper - q).min()) \
+        if len(q) else float('nan')
+    falls = sum(e.fell for e in episodes)
+    period_ms = robot.control_dt * 1e3
+    return [
+        Row(f'tracking error vx at {cfg.command_vx:g} m/s', float(err[0]), cfg.max_vx_error,
+            '<=', 'm/s'),
+        Row('tracking error vy', float(err[1]), cfg.max_vy_error, '<=', 'm/s'),
+        Row('tracking error yaw rate', float(err[2]), cfg.max_yaw_error, '<=', 'rad/s'),
+        Row(f'fall rate ({falls}/{len(episodes)})', falls / max(1, len(episodes)),
+            cfg.max_fall_rate, '<', ''),
+        Row('torque peak p99 (worst joint / effort limit)', torque, cfg.max_torque_p99, '<=',
+            ''),
+        Row('joint-limit margin (min)', margin, cfg.min_joint_margin, '>=', 'rad'),
+        Row('policy latency p99 (/diagnostics)', latency_p99_ms,
+            cfg.max_latency_fraction * period_ms, '<=', 'ms'),
+        Row('policy latency p50 (/diagnostics)', latency_p50_ms, None, '', 'ms'),
+        Row('state -> command round trip p99 (sim)', round_trip_p99_ms, None, '', 'ms'),
+    ]
+
+
+def passed(rows: list[Row]) -> bool:
+    return all(r.passed for r in rows)
+
+
+def format_table(rows: list[Row]) -> str:
+    """Aligned text: check, measured value, limit, PASS/FAIL (or info)."""
+    def num(v: Optional[float]) -> str:
+        return 'n/a' if v is None or not math.isfinite(v) else f'{v:.3f}'
+    width = max(len(r.check) for r in rows)
+    lines = [f'{"check":<{width}}  {"value":>9}  {"limit":>11}  result']
+    for r in rows:
+        limit = '' if r.limit is None else f'{r.op} {num(r.limit)}'
+        verdict = 'info' if r.limit is None else ('PASS' if r.passed else 'FAIL')
+        lines.append(f'{r.check:<{width}}  {num(r.value):>9}  {limit:>11}  {verdict}'
+                     f'{"  [" + r.unit + "]" if r.unit else ""}')
+    lines.append(f'verdict: {"PASS" if passed(rows) else "FAIL"}')
+    return '\n'.join(lines)
+
+
+def result_path(model: str | Path) -> Path:
+    """``<model>.verify.json`` beside the model (``student.onnx.verify.json``)."""
+    model = Path(model)
+    return model.with_name(model.name + '.verify.json')
+
+
+def write_result(model: str | Path, rows: list[Row]) -> Path:
+    """Write the verdict for the model's current bytes atomically; returns its path."""
+    data = {'model_sha256': hashlib.sha256(Path(model).read_bytes()).hexdigest(),
+            'passed': passed(rows), 'table': [r.to_dict() for r in rows],
+            'created': datetime.now(timezone.utc).isoformat(timespec='seconds')}
+    path = result_path(model)
+    atomic_write_bytes(path, (json.dumps(data, indent=2, allow_nan=False) + '\n').encode())
+    return path

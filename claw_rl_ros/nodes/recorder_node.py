@@ -1,0 +1,93 @@
+"""recorder_node: what the policy saw and did, to an MCAP file ``ros2 bag`` and Foxglove open.
+
+Thin glue over :class:`claw_rl_ros.core.deploy.recording.Recorder`: raw subscriptions (the
+serialised CDR bytes as DDS delivered them, never re-encoded) to ``joint_states``, ``imu``,
+``cmd_vel``, ``joint_commands``, ``policy/model_version``, ``safety/state`` and ``odom``
+(relative names: a namespace or remapping moves them; a topic nobody publishes just stays
+empty). The QoS matches each publisher's (sensor data best effort; commands reliable; the
+model version latched). ``publish_time`` is the publisher's source timestamp, so replay can
+order states and commands causally. Parameters: ``path`` (required), ``topics`` (a subset of
+the above), ``robot``, ``joints`` (the command order, stored as metadata). The file is complete
+after Ctrl-C (written as ``<path>.part``, renamed on shutdown).
+"""
+
+from __future__ import annotations
+
+import time
+
+from diagnostic_msgs.msg import DiagnosticArray
+from geometry_msgs.msg import Twist
+from nav_msgs.msg import Odometry
+from rclpy.node import Node
+from rclpy.qos import QoSProfile, ReliabilityPolicy
+from sensor_msgs.msg import Imu, JointState
+from std_msgs.msg import Float64MultiArray, String
+
+from ..core.deploy.recording import Recorder
+from ..core.sim.robot import load_robot
+from .ros_io import COMMAND_QOS, diagnostics, LATCHED_QOS, SENSOR_QOS, spin, steady_timer
+
+RELIABLE = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE)
+SENSOR_DEEP = QoSProfile(depth=50, reliability=ReliabilityPolicy.BEST_EFFORT,
+                         durability=SENSOR_QOS.durability)
+TOPICS = {'joint_states': (JointState, SENSOR_DEEP), 'imu': (Imu, SENSOR_DEEP),
+          'cmd_vel': (Twist, RELIABLE), 'joint_commands': (Float64MultiArray, COMMAND_QOS),
+          'policy/model_version': (String, LATCHED_QOS), 'safety/state': (String, RELIABLE),
+          'odom': (Odometry, SENSOR_DEEP)}
+
+
+def type_name(msg_type) -> str:
+    """``pkg/msg/Type`` of a generated message class."""
+    return f'{msg_type.__module__.split(".")[0]}/msg/{msg_type.__name__}'
+
+
+class RecorderNode(Node):
+    """Parameters: path, topics, robot, joints."""
+
+    def __init__(self):
+        super().__init__('recorder_node')
+        path = self.declare_parameter('path', '').value
+        topics = self.declare_parameter('topics', list(TOPICS)).value
+        robot = load_robot(self.declare_parameter('robot', 'claw_quadruped').value)
+        joints = self.declare_parameter('joints', list(robot.joint_names)).value
+        if not path:
+            raise ValueError('parameter path is empty; give the MCAP file to write, e.g. '
+                             '-p path:=run.mcap (graphs: record:=run.mcap)')
+        unknown = sorted(set(topics) - set(TOPICS))
+        if unknown:
+            raise ValueError(f'parameter topics has {unknown}; record a subset of '
+                             f'{list(TOPICS)}')
+        self.rec = Recorder(path, {'robot': robot.name, 'joints': ','.join(joints),
+                                   'control_dt': robot.control_dt})
+        for topic in topics:
+            msg_type, qos = TOPICS[topic]
+            name = self.resolve_topic_name(topic)
+            channel = self.rec.add_topic(name, type_name(msg_type))
+            self.create_subscription(msg_type, topic, self.writer(channel, name), qos, raw=True)
+        self.pub_diag = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
+        steady_timer(self, 1.0, self.publish_diagnostics)
+        self.get_logger().info(f'recording {", ".join(topics)} to {path}')
+
+    def writer(self, channel: int, topic: str):
+        def on_message(data: bytes, info) -> None:
+            received = info['received_timestamp'] or time.time_ns()
+            self.rec.write(channel, topic, data, received,
+                           info['source_timestamp'] or received)
+        return on_message
+
+    def publish_diagnostics(self) -> None:
+        fields = {'path': str(self.rec.path), 'bytes': self.rec.bytes,
+                  **{f'messages {t}': n for t, n in self.rec.counts.items()}}
+        self.pub_diag.publish(diagnostics(self, 'recorder', 'ok', 'recording', fields))
+
+    def destroy_node(self) -> None:
+        self.rec.close()
+        super().destroy_node()
+
+
+def main(args=None) -> int:
+    return spin(RecorderNode, args)
+
+
+if __name__ == '__main__':
+    raise SystemExit(main())

@@ -1,0 +1,191 @@
+"""MCAP recording and replay: schemas as rosbag2 writes them, a recorder_node run of a real
+lockstep sim_node + policy_node loop, actions recomputed offline (identical for the serving
+model, different for another), robustness to lost messages and a late start, and the MuJoCo
+replay picture."""
+
+import hashlib
+from pathlib import Path
+import subprocess
+import sys
+
+from diagnostic_msgs.msg import DiagnosticArray
+from geometry_msgs.msg import Twist
+from mcap.reader import make_reader
+import numpy as np
+from PIL import Image
+import pytest
+from rclpy.serialization import serialize_message
+from sensor_msgs.msg import JointState
+
+from claw_rl_ros import cli
+from claw_rl_ros.core.deploy import replay
+from claw_rl_ros.core.deploy.onnx_policy import OnnxPolicy
+from claw_rl_ros.core.deploy.recording import (message_definition, msg_file, read_messages,
+                                               read_metadata, Recorder, SEPARATOR)
+from control_models import good_model
+from ros_helpers import NodeProcess, probe, ros_env, stop_all  # noqa: F401 - fixtures
+
+ROOT = Path(__file__).resolve().parents[1]
+TYPES = {'/joint_states': 'sensor_msgs/msg/JointState', '/imu': 'sensor_msgs/msg/Imu',
+         '/cmd_vel': 'geometry_msgs/msg/Twist',
+         '/joint_commands': 'std_msgs/msg/Float64MultiArray',
+         '/policy/model_version': 'std_msgs/msg/String', '/odom': 'nav_msgs/msg/Odometry'}
+
+
+def test_definition_is_the_msg_text_then_each_dependency_once():
+    text = message_definition('sensor_msgs/msg/JointState')
+    own = msg_file('sensor_msgs/msg/JointState').read_text()
+    assert text.startswith(own.rstrip('\n') + '\n' + SEPARATOR + '\nMSG: std_msgs/msg/Header\n')
+    assert text.count('MSG: ') == 2 and '\nMSG: builtin_interfaces/msg/Time\n' in text
+    assert all(len(line) == 80 for line in text.splitlines() if line.startswith('='))
+    # Constants (byte OK=0) are no types; same-package types (KeyValue) get their package.
+    diag = message_definition('diagnostic_msgs/msg/DiagnosticArray')
+    assert [line[5:] for line in diag.splitlines() if line.startswith('MSG: ')] == [
+        'std_msgs/msg/Header', 'diagnostic_msgs/msg/DiagnosticStatus',
+        'builtin_interfaces/msg/Time', 'diagnostic_msgs/msg/KeyValue']
+
+
+def test_recorder_writes_cdr_that_the_ros2_decoder_reads(tmp_path):
+    msg = JointState(name=['a', 'b'], position=[1.5, -2.0], velocity=[0.25, 0.0])
+    msg.header.stamp.sec, msg.header.frame_id = 7, 'base'
+    rec = Recorder(tmp_path / 'x.mcap', {'robot': 'r'})
+    channel = rec.add_topic('/joint_states', 'sensor_msgs/msg/JointState')
+    rec.write(channel, '/joint_states', serialize_message(msg), 2_000, 1_000)
+    assert not (tmp_path / 'x.mcap').exists() and (tmp_path / 'x.mcap.part').exists()
+    rec.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ['x.mcap']
+    [(topic, log, pub, out)] = list(read_messages(tmp_path / 'x.mcap'))
+    assert (topic, log, pub) == ('/joint_states', 2_000, 1_000)
+    assert out.name == ['a', 'b'] and list(out.position) == [1.5, -2.0]
+    assert out.header.stamp.sec == 7 and out.header.frame_id == 'base'
+    assert read_metadata(tmp_path / 'x.mcap') == {'robot': 'r'}
+
+
+@pytest.fixture(scope='module')
+def run(ros_env, probe, robot, tmp_path_factory):  # noqa: F811
+    """~4 s of a lockstep loop recorded by recorder_node (started first), cmd_vel changed
+    half-way; returns (mcap path, model, another model)."""
+    d = tmp_path_factory.mktemp('record')
+    model, other = good_model(robot, d / 'a.onnx', seed=0), good_model(robot, d / 'b.onnx', 1)
+    probe.subscribe('/diagnostics', DiagnosticArray, 50)
+
+    def recorded(topic, n):
+        key = f'messages /{topic}'
+        return lambda m: any(s.hardware_id == '/recorder_node' and any(
+            kv.key == key and int(kv.value) >= n for kv in s.values) for s in m.status)
+    recorder = NodeProcess('recorder_node', ros_env, d, {'path': str(d / 'run.mcap')})
+    probe.wait_for('/diagnostics', recorded('joint_commands', 0), timeout=60)
+    sim = NodeProcess('sim_node', ros_env, d, {'mode': 'lockstep', 'command_timeout_s': 0.2})
+    policy = NodeProcess('policy_node', ros_env, d, {'use_sim_time': True,
+                                                     'model_path': str(model)})
+    probe.wait_for('/diagnostics', recorded('joint_commands', 100), timeout=60)
+    cmd = Twist()
+    cmd.linear.x, cmd.angular.z = 0.4, 0.3
+    probe.publish('cmd_vel', cmd)
+    probe.wait_for('/diagnostics', recorded('cmd_vel', 1), timeout=30)
+    probe.wait_for('/diagnostics', recorded('joint_commands', 200), timeout=60)
+    codes = stop_all(policy, sim, recorder)
+    assert codes == {'policy_node': 0, 'sim_node': 0, 'recorder_node': 0}, recorder.log
+    return d / 'run.mcap', model, other
+
+
+def claw_rl(*argv):
+    return subprocess.run([sys.executable, '-m', 'claw_rl_ros.cli', *map(str, argv)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_the_file_is_a_ros2_bag(run):
+    path, model, _ = run
+    with open(path, 'rb') as f:
+        reader = make_reader(f)
+        assert reader.get_header().profile == 'ros2'
+        summary = reader.get_summary()
+    channels = {c.topic: c for c in summary.channels.values()}
+    assert set(TYPES) <= set(channels)
+    for topic, type_name in TYPES.items():
+        schema = summary.schemas[channels[topic].schema_id]
+        assert channels[topic].message_encoding == 'cdr'
+        assert (schema.name, schema.encoding) == (type_name, 'ros2msg')
+        assert schema.data.decode() == message_definition(type_name)
+    counts = summary.statistics.channel_message_counts
+    assert counts[channels['/joint_commands'].id] >= 200
+    versions = [m.data for t, _, _, m in read_messages(path) if t == '/policy/model_version']
+    assert versions == [hashlib.sha256(model.read_bytes()).hexdigest()[:12]]
+
+
+def test_replay_with_the_serving_model_is_identical(run):
+    path, model, _ = run
+    result = claw_rl('replay', path, '--model', model)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert 'identical' in result.stdout and 'max |recomputed - recorded| 0 rad' in result.stdout
+    rec = replay.load_recording(path)
+    assert len({tuple(c) for _, c in rec.cmd_vel}) == 1  # the command changed mid-run ...
+    out = replay.replay_actions(rec, replay_robot(), OnnxPolicy(model))
+    assert out.compared.sum() >= 0.9 * len(out.kind) and out.phase_offset == 0
+    assert not out.differing.any()
+
+
+def replay_robot():
+    from claw_rl_ros.core.sim.robot import load_robot
+    return load_robot('claw_quadruped')
+
+
+def test_another_model_is_reported_as_differing(run):
+    path, _, other = run
+    result = claw_rl('replay', path, '--model', other)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert 'DIFFERENT' in result.stdout and 'ticks 0-' in result.stdout
+
+
+def rewrite(src, dst, keep):
+    """Copy a recording, keeping the messages for which keep(topic, index on topic) holds."""
+    rec, seen, channels = Recorder(dst, read_metadata(src)), {}, {}
+    with open(src, 'rb') as f:
+        for schema, channel, message in make_reader(f).iter_messages(log_time_order=True):
+            i = seen[channel.topic] = seen.get(channel.topic, -1) + 1
+            if channel.topic not in channels:
+                channels[channel.topic] = rec.add_topic(channel.topic, schema.name)
+            if keep(channel.topic, i):
+                rec.write(channels[channel.topic], channel.topic, message.data,
+                          message.log_time, message.publish_time)
+    return rec.close()
+
+
+def test_lost_states_are_skipped_and_a_late_start_finds_the_gait_clock(run, robot, tmp_path):
+    path, model, _ = run
+    policy = OnnxPolicy(model)
+    # Every 10th joint state lost (best effort): those ticks are skipped, the rest match.
+    lossy = replay.load_recording(rewrite(path, tmp_path / 'lossy.mcap', lambda t, i: not (
+        t == '/joint_states' and i % 10 == 5)))
+    out = replay.replay_actions(lossy, robot, policy)
+    assert out.kind.count('skipped') >= 15 and not out.differing.any()
+    # The recorder joined 7 ticks late: the clock offset is found, the ticks match.
+    late = replay.load_recording(rewrite(path, tmp_path / 'late.mcap', lambda t, i: i >= 7 or
+                                         t in ('/policy/model_version', '/cmd_vel')))
+    out = replay.replay_actions(late, robot, policy)
+    assert out.phase_offset == 7 and not out.differing.any() and out.compared.sum() > 150
+
+
+def test_compare_sim_replays_the_commands_and_plots(run, tmp_path):
+    path, _, _ = run
+    png = tmp_path / 'cmp.png'
+    result = claw_rl('replay', path, '--compare-sim', '--png', png)
+    assert result.returncode == 0, result.stdout + result.stderr
+    with Image.open(png) as image:
+        assert image.format == 'PNG' and image.size[0] > 600
+        assert np.asarray(image.convert('L')).std() > 10
+    # The loop ran the nominal sim: replaying its commands there reproduces its joints.
+    cmp = replay.compare_sim(replay.load_recording(path), replay_robot())
+    assert len(cmp.t) >= 200 and cmp.rms().max() < 1e-3
+    assert np.ptp(cmp.recorded, axis=0).max() > 0.1  # the joints did move
+
+
+def test_replay_usage_errors_exit_2(tmp_path, capsys):
+    junk = tmp_path / 'junk.mcap'
+    junk.write_bytes(b'not an mcap file')
+    for argv, message in (([junk], 'nothing to do'), ([tmp_path / 'no.mcap', '--compare-sim'],
+                                                      'no such file'),
+                          ([junk, '--compare-sim'], 'not a readable MCAP recording')):
+        assert cli.main(['replay', *map(str, argv)]) == 2
+        err = capsys.readouterr().err
+        assert message in err and err.count('\n') == 1, err
