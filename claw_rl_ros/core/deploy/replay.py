@@ -39,7 +39,9 @@ from ..learning.checkpoint import atomic_write_bytes
 from ..sim.env_config import EnvConfig
 from ..sim.robot import RobotSpec
 from ..sim.sim_session import SimSession
+from .command_shaping import CommandShaper
 from .recording import read_messages, read_metadata
+from .safety import SafetyConfig
 from .state_input import BadInput, CLIP_ACTIONS, imu_arrays, JointOrder, ObservationAssembler
 
 NS = 1e-9
@@ -171,15 +173,35 @@ def _events(rec: Recording) -> list[tuple[int, int, Any]]:
     return sorted(events, key=lambda e: (e[0], e[1]))
 
 
+def _is_rl(safety: Optional[str]) -> bool:
+    return safety is not None and safety.strip().upper().startswith('RL')
+
+
+def _shaped(robot: RobotSpec, sent: np.ndarray, last_sent: Optional[np.ndarray]) -> bool:
+    """Whether [J] ``sent`` (spec order) sits on a shaping bound: a joint limit or the maximum
+    change from ``last_sent`` (then the action that produced it is not ``sent``'s)."""
+    eps = 1e-9
+    bound = (sent <= robot.joint_lower + eps) | (sent >= robot.joint_upper - eps)
+    if last_sent is not None:
+        bound |= np.abs(sent - last_sent) >= CommandShaper(robot).max_delta - eps
+    return bool(bound.any())
+
+
 def _act(asm: ObservationAssembler, robot: RobotSpec, policy, order: JointOrder, state, imu,
-         command: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(action [J], target [J] in command order) for one tick under velocity ``command``."""
+         command: np.ndarray, last_sent: Optional[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """(action [J], target [J] in command order) for one tick under velocity ``command``;
+    ``last_sent`` is the previous command sent ([J] spec order), the rate limit's origin."""
     saved = asm.commands.copy()
     asm.set_command(command)
-    # obs -> action -> target, exactly as PolicyController._try_tick does.
+    # obs -> action -> target = q0 + scale * a, shaped (joint limits, maximum change per tick)
+    # exactly as PolicyController does in RL (after the fade-in).
     action = policy(asm.observe(state[1], state[2], imu[1], imu[2]))
     asm.commands[:] = saved
-    return action, order.to_output(robot.action_to_target(action[None])[0])
+    shaper = CommandShaper(robot)
+    if last_sent is not None:
+        shaper.restart(last_sent)
+    target, _ = shaper.shape(robot.default_joint_pos + robot.action_scale * action)
+    return action, order.to_output(target)
 
 
 def _run(rec: Recording, robot: RobotSpec, policy, order: JointOrder, phase_offset: int,
@@ -193,6 +215,11 @@ def _run(rec: Recording, robot: RobotSpec, policy, order: JointOrder, phase_offs
     state = imu = None
     used_stamp, safety, last_tick, cmd_time = None, None, -1, -1
     previous_cmd = asm.commands[0].copy()
+    last_sent: Optional[np.ndarray] = None
+    known = True  # the last action fed to the observation is the policy's own
+    # The recording does not say whether the node faded in (deploy) or started at once
+    # (autostart): up to fade_in_s after entering RL, a tick that differs is not compared.
+    rl_since, fade_in_s = -np.inf, SafetyConfig().fade_in_s
     kinds, stamps, diffs = [], [], []
     for t, kind, e in _events(rec):
         if kind == 0:
@@ -209,6 +236,8 @@ def _run(rec: Recording, robot: RobotSpec, policy, order: JointOrder, phase_offs
             previous_cmd, cmd_time = asm.commands[0].copy(), t
             asm.set_command(e[1])
         elif kind == 3:
+            if e[1].strip().upper().startswith('RL') and not _is_rl(safety):
+                rl_since = t  # the command fades in from here (autostart: no fade)
             safety = e[1]
         else:
             recorded = e[1]
@@ -225,25 +254,35 @@ def _run(rec: Recording, robot: RobotSpec, policy, order: JointOrder, phase_offs
                 # after the policy (its last action before the first tick is unknown).
                 kinds.append('skipped')
                 asm.advance(sent)
+                known = not _shaped(robot, order.from_output(recorded), last_sent)
             else:
-                action, target = _act(asm, robot, policy, order, state, imu, asm.commands[0])
+                action, target = _act(asm, robot, policy, order, state, imu, asm.commands[0],
+                                      last_sent)
                 if cmd_time > last_tick and np.abs(target - recorded).max() > tolerance:
                     # A cmd_vel published during this tick may have reached the policy node
                     # only after it acted: the tick may have used the previous command.
-                    alt = _act(asm, robot, policy, order, state, imu, previous_cmd)
+                    alt = _act(asm, robot, policy, order, state, imu, previous_cmd, last_sent)
                     if np.abs(alt[1] - recorded).max() <= tolerance:
                         action, target = alt
-                rl = safety is None or safety.strip().upper().startswith('RL')
-                kinds.append('compared' if rl else 'not_rl')
-                if rl:
-                    diff = np.abs(target - recorded)
+                # In the fade-in window a tick counts only if it matches unfaded (autostart).
+                fading = t - rl_since < fade_in_s and np.abs(target - recorded).max() > tolerance
+                rl = safety is None or (_is_rl(safety) and not fading)
+                matched = np.abs(target - recorded).max() <= tolerance
+                if not matched and not known:
+                    # The last action came from a command the shaping had cut: the policy's
+                    # own action is unknown, so this tick cannot be judged.
+                    kinds.append('skipped')
+                else:
+                    kinds.append('compared' if rl else 'not_rl')
+                    if rl:
+                        diff = np.abs(target - recorded)
                 # A matching tick continues with its own action (exact, even when clamped),
                 # a differing one with what was sent, so one difference does not propagate.
-                matched = np.abs(target - recorded).max() <= tolerance
                 asm.advance(np.clip(action if matched else sent, -CLIP_ACTIONS, CLIP_ACTIONS))
+                known = matched or not _shaped(robot, order.from_output(recorded), last_sent)
             if state is not None:
                 used_stamp = state[0]
-            last_tick = t
+            last_tick, last_sent = t, order.from_output(recorded)
             diffs.append(diff)
             if max_ticks is not None and len(kinds) >= max_ticks:
                 break
