@@ -155,6 +155,7 @@ def test_train_export_and_eval_a_gymnasium_onnx_from_the_command_line(algorithm,
     assert main(['export', '--run-dir', str(run), '--out', str(out)]) == 0
     text = capsys.readouterr().out
     assert f"Gymnasium env 'Pendulum-v1', algorithm {algorithm}" in text
+    assert 'policy card' not in text and not list(tmp_path.glob('*.card.md'))  # robots only
     assert json.loads(props(out)['checkpoint']) == 'model_2.pt'
     # The ONNX model, evaluated on its env, scores what the checkpoint scores.
     onnx_report, torch_report = tmp_path / 'onnx.json', tmp_path / 'torch.json'

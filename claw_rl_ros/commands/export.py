@@ -30,7 +30,9 @@ def _cmd_export(args: argparse.Namespace) -> int:
     except (ValueError, ExportError) as exc:
         raise ConfigError(str(source), '', str(exc)) from None
     model = OnnxPolicy(path)
-    card = write_policy_card(path)
+    # The card documents a robot deployment (joints, gains, control period); task models
+    # (Gymnasium) describe themselves in their metadata only.
+    card = write_policy_card(path) if model.kind == 'robot' else None
     print(f'exported {source} -> {path}')
     print(f'  sha256 {model.sha256}')
     target = f'robot {model.spec.get("robot")!r}' if model.kind == 'robot' else \
@@ -38,7 +40,8 @@ def _cmd_export(args: argparse.Namespace) -> int:
     print(f'  obs [batch, {model.obs_dim}] -> actions [batch, {model.num_actions}], {target}, '
           f'algorithm {json.loads(model.metadata.get("algorithm", "null"))}')
     print(f'  max abs diff onnxruntime vs torch: {model.metadata["parity_max_abs_diff"]}')
-    print(f'  policy card {card}')
+    if card is not None:
+        print(f'  policy card {card}')
     return 0
 
 
