@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 import io
+import json
 from pathlib import Path
 from typing import Any, Optional
 
@@ -73,12 +74,15 @@ class Recording:
 
 
 def load_recording(path: str | Path) -> Recording:
-    """Read a recorder_node MCAP (topics matched by their last name, any namespace)."""
+    """Read a recorder_node MCAP (topics by the recorded roles, else by their last name)."""
     meta = read_metadata(path)
     rec = Recording(robot=meta.get('robot', ''),
                     joints=[j for j in meta.get('joints', '').split(',') if j])
+    # Roles by recorded topic name (remapped topics, e.g. a ros2_control robot's); recordings
+    # without them fall back to the last name component.
+    roles = {k: v.split('/')[-1] for k, v in json.loads(meta.get('roles', '{}')).items()}
     for topic, _, t, m in read_messages(path):
-        name = topic.rstrip('/').split('/')[-1]
+        name = roles.get(topic, topic.rstrip('/').split('/')[-1])
         if name == 'joint_states':
             rec.states.append((t, _stamp(m.header), list(m.name), np.asarray(m.position),
                                np.asarray(m.velocity)))
@@ -97,7 +101,7 @@ def load_recording(path: str | Path) -> Recording:
                              np.array([w.x, w.y, w.z])))
         elif name == 'model_version':
             rec.versions.append((t, m.data))
-        elif name == 'state' and topic.rstrip('/').endswith('safety/state'):
+        elif name == 'state' and (topic in roles or topic.rstrip('/').endswith('safety/state')):
             rec.safety.append((t, m.data))
     for part in (rec.states, rec.imus, rec.cmd_vel, rec.commands, rec.odom, rec.versions,
                  rec.safety):
