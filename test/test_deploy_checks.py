@@ -139,6 +139,8 @@ def test_verification_gate(robot, tmp_path):
     assert 'did not pass' in verification_blocker(model, sha)
     write_verification(model, 'f' * 64)
     assert 'verifies model ffffffffffff, not the served' in verification_blocker(model, sha)
+    verification_path(model).write_text(json.dumps({'model_sha256': sha, 'table': []}))
+    assert 'did not pass (passed = None)' in verification_blocker(model, sha)
     verification_path(model).write_text('[1, 2]')
     assert 'a JSON object is expected' in verification_blocker(model, sha)
     assert 'came as bytes' in verification_blocker(None, sha)
