@@ -190,6 +190,33 @@ def transport(model: Path) -> dict:
     return {'model_bytes': len(data), 'uint8_topic_ms': topic, 'byte_array_param_ms': param}
 
 
+def compute_per_step(model: Path, steps: int = 400) -> dict:
+    """In-process CPU time of one control step's own work: the sim node's physics step and
+    readings, and the policy node's tick (checks, observation, ONNX, targets), in ms."""
+    from claw_rl_ros.core.deploy.policy_controller import PolicyController
+    from claw_rl_ros.core.sim.env_config import EnvConfig
+    from claw_rl_ros.core.sim.robot import load_robot
+    from claw_rl_ros.core.sim.sim_session import SimSession
+    robot = load_robot('claw_quadruped')
+    sim = SimSession(robot, EnvConfig(num_envs=1), randomization=False, pushes=False,
+                     noise=False, seed=0, command_timeout_s=1.0)
+    ctrl = PolicyController(robot)
+    ctrl.load_path(model)
+    names, sim_ms, policy_ms = list(robot.joint_names), [], []
+    for k in range(steps):
+        t0 = time.thread_time()
+        sim.step(sim.active_targets(time.perf_counter()))
+        r = sim.readings()
+        t1 = time.thread_time()
+        ctrl.on_imu(r.time, (*r.imu_quat[1:], r.imu_quat[0]), r.imu_gyro, r.time)
+        targets = ctrl.on_joint_state(r.time, names, r.joint_pos, r.joint_vel, r.time)
+        t2 = time.thread_time()
+        sim.set_targets(ctrl.order.from_output(targets), time.perf_counter())
+        sim_ms.append((t1 - t0) * 1e3)
+        policy_ms.append((t2 - t1) * 1e3)
+    return {'sim_ms': float(np.median(sim_ms)), 'policy_ms': float(np.median(policy_ms))}
+
+
 def compare_walk(bench: Bench, robot, student: Path, episodes: int, seconds: float,
                  mode: str = 'realtime') -> None:
     """Tracking error and falls at 0.5 m/s: the ROS loop vs in-process evaluation."""
@@ -245,8 +272,17 @@ def control_numbers(bench: Bench, models: list[Path], args) -> None:
     moved = transport(models[0])
     pp = bench.ping_pong(args.lockstep_seconds)
     ls = bench.lockstep(models[0], args.lockstep_seconds)
+    work = compute_per_step(models[0])
     print(f'lockstep: {ls:.0f} control steps/s vs bare rclpy ping-pong {pp:.0f} round '
           f'trips/s: {100 * ls / pp:.0f} % (target >= 80 %)', flush=True)
+    # A lockstep step = one round trip + the two nodes' own work, done one after the other.
+    own, round_trip, step = work['sim_ms'] + work['policy_ms'], 1e3 / pp, 1e3 / ls
+    ceiling = 1e3 / (round_trip + own)
+    print(f'  per step {step:.2f} ms = own work {own:.2f} ms in process (physics + readings '
+          f'{work["sim_ms"]:.2f}, policy tick {work["policy_ms"]:.2f}) + ROS {step - own:.2f} '
+          f'ms (a bare round trip is {round_trip:.2f} ms); ceiling with ROS costing only the '
+          f'round trip: {ceiling:.0f} steps/s = {100 * ceiling / pp:.0f} % of ping-pong',
+          flush=True)
     print(f'swap transport ({moved["model_bytes"]} B): uint8[] topic '
           f'{moved["uint8_topic_ms"]:.2f} ms vs BYTE_ARRAY parameter '
           f'{moved["byte_array_param_ms"]:.1f} ms to serialise '

@@ -34,7 +34,7 @@ def model(tmp_path):
 
 
 def test_the_graphs_and_their_arguments():
-    assert set(GRAPHS) == {'stand', 'sim', 'policy', 'control', 'train'}
+    assert set(GRAPHS) == {'stand', 'sim', 'policy', 'control', 'train', 'deploy'}
     args = {name: [a.name for a in g.arguments] for name, g in GRAPHS.items()}
     assert args['control'] == ['robot', 'model', 'mode', 'namespace', 'use_sim_time', 'record']
     assert args['sim'] == ['robot', 'mode', 'namespace', 'use_sim_time']
@@ -266,3 +266,50 @@ def test_train_graph_is_a_trainer_pushing_to_n_actors():
     for bad in ({'actors': '0'}, {'actors': 'two'}, {'worlds': '-1'}):
         with pytest.raises(ConfigError, match='not a whole number'):
             resolve(GRAPHS['train'], bad)
+
+
+def test_deploy_graph_is_the_policy_node_on_the_robots_controllers(model, tmp_path):
+    policy, = resolve(GRAPHS['deploy'], {'model': str(model)})
+    assert (policy.executable, policy.fqn) == ('policy_node', '/policy_node')
+    assert policy.param_files == (str((CONFIG / 'policy_node.yaml').resolve()),
+                                  str((CONFIG / 'deploy.yaml').resolve()))
+    example = str((CONFIG / 'ros2_control_claw_quadruped.yaml').resolve())
+    assert dict(policy.parameters) == {
+        'robot': 'claw_quadruped', 'model_path': str(model), 'use_sim_time': False,
+        'autostart': False, 'require_verification': True, 'publish_gains': False,
+        'state_qos': 'sensor_data', 'controllers_file': example,
+        'command_controller': 'forward_position_controller'}
+    assert policy.remappings == (
+        ('joint_states', '/joint_states'), ('imu', '/imu_sensor_broadcaster/imu'),
+        ('joint_commands', '/forward_position_controller/commands'), ('cmd_vel', '/cmd_vel'))
+    # The deploy file turns the hardware defaults on over policy_node.yaml's simulation ones.
+    deploy = yaml.safe_load((CONFIG / 'deploy.yaml').read_text())['/**/policy_node']
+    assert deploy['ros__parameters']['use_sim_time'] is False
+    assert deploy['ros__parameters']['autostart'] is False
+    own = tmp_path / 'controllers.yaml'
+    own.write_text('fwd:\n  ros__parameters:\n    joints: [a]\n')
+    policy, = resolve(GRAPHS['deploy'], {
+        'namespace': 'dog', 'imu_topic': 'imu/data', 'command_topic': '/fwd/commands',
+        'gains_topic': '/fwd/gains', 'state_qos': 'reliable', 'controllers_file': str(own),
+        'command_controller': 'fwd', 'require_verification': 'false'})
+    assert policy.fqn == '/dog/policy_node'
+    assert policy.remappings[1:3] == (('imu', 'imu/data'), ('joint_commands', '/fwd/commands'))
+    assert policy.remappings[-1] == ('joint_gains', '/fwd/gains')
+    assert policy.parameters['publish_gains'] is True
+    assert policy.parameters['require_verification'] is False
+    assert policy.parameters['controllers_file'] == str(own)
+    assert policy.parameters['state_qos'] == 'reliable'
+    assert resolve(GRAPHS['deploy'], {'controllers_file': ''})[0].parameters[
+        'controllers_file'] == ''
+
+
+@pytest.mark.parametrize('values, key, words', [
+    ({'command_topic': ' '}, 'command_topic', 'empty; give the topic name'),
+    ({'controllers_file': 'nope.yaml'}, 'controllers_file', 'no such file'),
+    ({'state_qos': 'fast'}, 'state_qos', 'sensor_data, reliable'),
+    ({'require_verification': 'maybe'}, 'require_verification', 'true, false'),
+])
+def test_bad_deploy_arguments_are_named(values, key, words):
+    with pytest.raises(ConfigError) as info:
+        resolve(GRAPHS['deploy'], values)
+    assert info.value.key == key and words in str(info.value)

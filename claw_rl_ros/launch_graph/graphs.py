@@ -15,9 +15,11 @@ e.g. a training graph (``trainer`` + ``actors`` argument -> ``actor_0`` ... ``ac
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Mapping
 
+from ..core import paths
 from ..core.config import ConfigError
 from .description import (Argument, existing_path, Graph, NodeEntry, robot_argument, to_bool)
 
@@ -97,6 +99,66 @@ def _train(values: Mapping[str, str]) -> list[NodeEntry]:
         for i, name in enumerate(names)]
 
 
+# The deploy graph: the policy node alone on a real robot's ros2_control controllers.
+DEPLOY_ARGUMENTS = (
+    ROBOT, MODEL, NAMESPACE, RECORD,
+    Argument('joint_states_topic', '/joint_states', 'sensor_msgs/JointState of the robot '
+             '(joint_state_broadcaster); joints matched by name'),
+    Argument('imu_topic', '/imu_sensor_broadcaster/imu', 'sensor_msgs/Imu of the trunk IMU '
+             '(imu_sensor_broadcaster)'),
+    Argument('command_topic', '/forward_position_controller/commands', 'std_msgs/'
+             'Float64MultiArray position targets (forward_command_controller ~/commands)'),
+    Argument('cmd_vel_topic', '/cmd_vel', 'geometry_msgs/Twist velocity command source '
+             '(teleop); nothing published: stand in place'),
+    Argument('gains_topic', '', 'publish [Kp x J, Kd x J] per command here, for drivers '
+             'that take gains (empty: off)'),
+    Argument('state_qos', 'sensor_data', 'QoS of the joint_states / imu subscriptions',
+             ('sensor_data', 'reliable')),
+    Argument('controllers_file', 'ros2_control_claw_quadruped.yaml', 'ros2_control '
+             'controllers YAML (config/<name> or a path); the self-check compares the command '
+             "controller's joints with the policy's order (empty: skip)"),
+    Argument('command_controller', 'forward_position_controller', 'name of the '
+             'forward_command_controller in controllers_file'),
+    Argument('require_verification', 'true', 'enter RL only with a passing '
+             '<model>.verify.json of this model (claw-rl verify)', ('true', 'false')),
+)
+
+
+def _deploy(values: Mapping[str, str]) -> list[NodeEntry]:
+    """policy_node on wall time, autostart off (the operator steps it up), remapped topics."""
+    source = "graph 'deploy'"
+    for name in ('joint_states_topic', 'imu_topic', 'command_topic', 'cmd_vel_topic'):
+        if not values[name].strip():
+            raise ConfigError(source, name, 'empty; give the topic name')
+    controllers = values['controllers_file']
+    if controllers:
+        path = paths.config_path(controllers)
+        if not path.is_file():
+            raise ConfigError(source, 'controllers_file', f'{controllers!r}: no such file '
+                              '(looked in the working directory and config/); give the '
+                              'controllers YAML of the robot, or empty to skip the check')
+        controllers = str(path.resolve())
+    gains = values['gains_topic'].strip()
+    remap = [('joint_states', values['joint_states_topic']), ('imu', values['imu_topic']),
+             ('joint_commands', values['command_topic']), ('cmd_vel', values['cmd_vel_topic'])]
+    if gains:
+        remap.append(('joint_gains', gains))
+    # The recorder listens on the same remapped topics as the policy node.
+    recorders = [dataclasses.replace(r, remappings=tuple(remap)) for r in recorder(values)]
+    policy = NodeEntry('policy_node', 'policy_node',
+                       param_files=('policy_node.yaml', 'deploy.yaml'), parameters={
+                           'robot': robot_argument(values['robot']),
+                           'model_path': existing_path(values, 'model', source),
+                           'use_sim_time': False, 'autostart': False,
+                           'require_verification': to_bool(values, 'require_verification',
+                                                           source),
+                           'publish_gains': bool(gains), 'state_qos': values['state_qos'],
+                           'controllers_file': controllers,
+                           'command_controller': values['command_controller']},
+                       remappings=tuple(remap))
+    return recorders + [policy]
+
+
 def _stand(values: Mapping[str, str]) -> list[NodeEntry]:
     return [NodeEntry('claw_rl', 'stand', exits=True, arguments=(
         'stand', '--robot', robot_argument(values['robot']), '--seconds', values['seconds']))]
@@ -115,6 +177,8 @@ GRAPHS: dict[str, Graph] = {graph.name: graph for graph in (
           (ROBOT, MODEL, MODE, NAMESPACE, use_sim_time('true'), RECORD),
           lambda v: recorder(v) + [sim_node(v, "graph 'control'"),
                                    policy_node(v, "graph 'control'")]),
+    Graph('deploy', 'policy_node alone on a real robot: ros2_control topics, wall time, '
+          'operator-driven safety state machine, verified model', DEPLOY_ARGUMENTS, _deploy),
     Graph('train', 'live training: trainer_node learning from N batched actor_nodes, pushing '
           'each new student back to them', (CONFIG, ACTORS, WORLDS, RUN_DIR, NAMESPACE),
           _train),

@@ -14,6 +14,14 @@ still under way); the ``SetParametersResult`` says success or the exact reason, 
 model leaves the old one serving. Humans set ``model_path`` instead. Serialising 600 KB as a
 ``uint8[]`` field takes < 1.5 ms, as a BYTE_ARRAY parameter ~230 ms (rclpy converts it byte
 by byte), hence bytes on a topic and activation by hash.
+
+Safety (never optional; wiring in :mod:`.safety_io`, logic in core/deploy/safety.py): every
+command comes from the state machine PASSIVE -> STAND_UP -> RL -> SIT_DOWN, shaped to the joint
+limits and a maximum change per tick. ``autostart`` (default true: simulation and training)
+enters RL at the first complete fresh state and re-arms after a fault; the deploy graph sets it
+false: the operator drives ``~/operator`` or the ``~/stand_up`` ... Trigger services, and
+``rl`` needs a passing self-check and (``require_verification``) a passing
+``<model>.verify.json``.
 """
 
 from __future__ import annotations
@@ -33,13 +41,14 @@ from ..core.deploy.control_stats import LatencyStats, RateMeter
 from ..core.deploy.model_swap import DEFAULT_MAX_MODEL_BYTES, ModelRejected
 from ..core.deploy.policy_controller import PolicyController
 from ..core.sim.robot import load_robot
-from .ros_io import (COMMAND_QOS, diagnostics, doubles, LATCHED_QOS, now_sec, SENSOR_QOS,
-                     spin, steady_timer, to_sec)
+from .ros_io import (COMMAND_QOS, diagnostics, doubles, LATCHED_QOS, now_sec, publisher, spin,
+                     steady_timer, to_sec)
+from .safety_io import declare_safety, READ_ONLY, SafetyIO, state_qos
 
 
 class PolicyNode(Node):
     """Parameters: robot, model_path, model_sha256, stale_after_periods, joints,
-    max_model_bytes (and the standard use_sim_time)."""
+    max_model_bytes, state_qos, the safety ones (safety_io.py) and use_sim_time."""
 
     def __init__(self):
         super().__init__('policy_node')
@@ -49,21 +58,23 @@ class PolicyNode(Node):
         cap = self.declare_parameter('max_model_bytes', DEFAULT_MAX_MODEL_BYTES).value
         model_path = self.declare_parameter('model_path', '').value
         self.declare_parameter('model_sha256', '')
+        qos = state_qos(self)
         self.ctrl = PolicyController(robot, stale_after_periods=stale, output_joints=joints,
-                                     max_model_bytes=cap)
+                                     max_model_bytes=cap, **declare_safety(self))
         if model_path:
             self.ctrl.load_path(model_path)  # refuses to start with the exact reason
         self.pool, self.validating = ThreadPoolExecutor(1), {}
         self.latency = LatencyStats()
         self.state_rate, self.cmd_rate = RateMeter(), RateMeter()
-        self.pub_cmd = self.create_publisher(Float64MultiArray, 'joint_commands', COMMAND_QOS)
-        self.pub_version = self.create_publisher(String, 'policy/model_version', LATCHED_QOS)
-        self.pub_diag = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
-        self.create_subscription(JointState, 'joint_states', self.on_joint_state, SENSOR_QOS)
-        self.create_subscription(Imu, 'imu', self.on_imu, SENSOR_QOS)
+        self.pub_cmd = publisher(self, Float64MultiArray, 'joint_commands', COMMAND_QOS)
+        self.pub_version = publisher(self, String, 'policy/model_version', LATCHED_QOS)
+        self.pub_diag = publisher(self, DiagnosticArray, '/diagnostics', 10)
+        self.create_subscription(JointState, 'joint_states', self.on_joint_state, qos)
+        self.create_subscription(Imu, 'imu', self.on_imu, qos)
         self.create_subscription(Twist, 'cmd_vel', self.on_cmd_vel, 10)
         self.create_subscription(UInt8MultiArray, 'policy/model', self.on_model, LATCHED_QOS)
         self.add_on_set_parameters_callback(self.on_set_parameters)
+        self.safety = SafetyIO(self, self.ctrl)
         # Watchdog on the steady clock (compares stamps with the node's, maybe simulated, time).
         steady_timer(self, robot.control_dt, self.on_watchdog)
         steady_timer(self, 1.0, self.publish_diagnostics)
@@ -98,6 +109,7 @@ class PolicyNode(Node):
         self.cmd_rate.tick(now)
         if start is not None:
             self.latency.add(now - start)
+        self.safety.after_tick()
 
     # --------------------------------------------------------------------------- hot swap
     def on_model(self, msg: UInt8MultiArray) -> None:
@@ -124,7 +136,8 @@ class PolicyNode(Node):
                     self.ctrl.activate(p.value)
                 elif p.name == 'model_path' and p.value:
                     self.ctrl.load_path(p.value)
-                elif p.name in ('robot', 'joints', 'stale_after_periods', 'max_model_bytes'):
+                elif p.name in ('robot', 'joints', 'stale_after_periods', 'max_model_bytes',
+                                *READ_ONLY):
                     return SetParametersResult(successful=False,
                                                reason=f'{p.name} is read-only after start-up')
                 else:
@@ -147,7 +160,9 @@ class PolicyNode(Node):
                   'command_rate_hz': self.cmd_rate.rate(now), **self.latency.summary('latency'),
                   **self.ctrl.diagnostics()}
         level = 'ok' if self.ctrl.policy is not None else 'warn'
+        level = 'error' if self.ctrl.safety.latched else level
         message = f'serving {self.ctrl.version}' if self.ctrl.policy else 'no model: holding'
+        message = f'{self.ctrl.safety.state}, {message}'
         self.pub_diag.publish(diagnostics(self, 'policy', level, message, fields))
 
 

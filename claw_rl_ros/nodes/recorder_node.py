@@ -13,6 +13,7 @@ after Ctrl-C (written as ``<path>.part``, renamed on shutdown).
 
 from __future__ import annotations
 
+import json
 import time
 
 from diagnostic_msgs.msg import DiagnosticArray
@@ -59,11 +60,15 @@ class RecorderNode(Node):
         if unknown:
             raise ValueError(f'parameter topics has {unknown}; record a subset of '
                              f'{list(TOPICS)}')
+        # Each topic's role by its resolved (remapped) name, e.g. /forward_position_controller/
+        # commands is joint_commands on a ros2_control robot: replay reads it from here.
+        names = {topic: self.resolve_topic_name(topic) for topic in topics}
         self.rec = Recorder(path, {'robot': robot.name, 'joints': ','.join(joints),
-                                   'control_dt': robot.control_dt})
+                                   'control_dt': robot.control_dt,
+                                   'roles': json.dumps({n: t for t, n in names.items()})})
         for topic in topics:
             msg_type, qos = TOPICS[topic]
-            name = self.resolve_topic_name(topic)
+            name = names[topic]
             channel = self.rec.add_topic(name, type_name(msg_type))
             self.create_subscription(msg_type, topic, self.writer(channel, name), qos, raw=True)
         self.pub_diag = self.create_publisher(DiagnosticArray, '/diagnostics', 10)

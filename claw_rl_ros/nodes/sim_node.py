@@ -30,8 +30,8 @@ from ..core.deploy.state_input import JointOrder
 from ..core.sim.env_config import EnvConfig
 from ..core.sim.robot import load_robot
 from ..core.sim.sim_session import SimSession
-from .ros_io import (COMMAND_QOS, diagnostics, doubles, now_sec, SENSOR_QOS, spin,
-                     steady_timer, to_stamp)
+from .ros_io import (COMMAND_QOS, diagnostics, doubles, now_sec, publisher, SENSOR_QOS,
+                     spin, steady_timer, to_stamp)
 
 MODES = ('realtime', 'lockstep')
 
@@ -68,11 +68,11 @@ class SimNode(Node):
         self.imu.header.frame_id = robot.imu_body
         self.odom = Odometry(child_frame_id=robot.base_body)
         self.odom.header.frame_id = 'odom'
-        self.pub_js = self.create_publisher(JointState, 'joint_states', SENSOR_QOS)
-        self.pub_imu = self.create_publisher(Imu, 'imu', SENSOR_QOS)
-        self.pub_odom = self.create_publisher(Odometry, 'odom', SENSOR_QOS)
-        self.pub_clock = self.create_publisher(Clock, '/clock', SENSOR_QOS)
-        self.pub_diag = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
+        self.pub_js = publisher(self, JointState, 'joint_states', SENSOR_QOS)
+        self.pub_imu = publisher(self, Imu, 'imu', SENSOR_QOS)
+        self.pub_odom = publisher(self, Odometry, 'odom', SENSOR_QOS)
+        self.pub_clock = publisher(self, Clock, '/clock', SENSOR_QOS)
+        self.pub_diag = publisher(self, DiagnosticArray, '/diagnostics', 10)
         self.create_subscription(Float64MultiArray, 'joint_commands', self.on_command,
                                  COMMAND_QOS)
         self.create_subscription(Twist, 'cmd_vel', self.on_cmd_vel, 10)
@@ -138,16 +138,18 @@ class SimNode(Node):
         a.x, a.y, a.z = (float(v) for v in r.imu_acc)
         js.position, js.velocity = doubles(r.joint_pos), doubles(r.joint_vel)
         js.effort = doubles(r.joint_effort)
-        pose, twist = odom.pose.pose, odom.twist.twist
-        pose.position.x, pose.position.y, pose.position.z = (float(v) for v in r.base_pos)
-        o = pose.orientation
-        o.w, o.x, o.y, o.z = (float(v) for v in r.base_quat)
-        twist.linear.x, twist.linear.y, twist.linear.z = (float(v) for v in r.base_lin_vel)
-        twist.angular.x, twist.angular.y, twist.angular.z = (float(v) for v in r.base_ang_vel)
         # The policy acts on joint_states: publish it last, after everything it needs.
         if self.params['publish_clock']:
             self.pub_clock.publish(Clock(clock=stamp))
-        self.pub_odom.publish(odom)
+        if self.pub_odom.get_subscription_count():  # ground truth only when someone listens
+            pose, twist = odom.pose.pose, odom.twist.twist
+            pose.position.x, pose.position.y, pose.position.z = (float(v) for v in r.base_pos)
+            o = pose.orientation
+            o.w, o.x, o.y, o.z = (float(v) for v in r.base_quat)
+            twist.linear.x, twist.linear.y, twist.linear.z = (float(v) for v in r.base_lin_vel)
+            twist.angular.x, twist.angular.y, twist.angular.z = (
+                float(v) for v in r.base_ang_vel)
+            self.pub_odom.publish(odom)
         self.pub_imu.publish(imu)
         self.awaiting = time.perf_counter()
         self.pub_js.publish(js)

@@ -33,6 +33,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 import io
+import json
 from pathlib import Path
 from typing import Any, Optional
 
@@ -42,7 +43,9 @@ from ..learning.checkpoint import atomic_write_bytes
 from ..sim.env_config import EnvConfig
 from ..sim.robot import RobotSpec
 from ..sim.sim_session import SimSession
+from .command_shaping import CommandShaper
 from .recording import read_messages, read_metadata
+from .safety import SafetyConfig
 from .state_input import (BadInput, CLIP_ACTIONS, IMU_SYNC_PERIODS, imu_arrays, JointOrder,
                           ObservationAssembler)
 
@@ -75,12 +78,15 @@ class Recording:
 
 
 def load_recording(path: str | Path) -> Recording:
-    """Read a recorder_node MCAP (topics matched by their last name, any namespace)."""
+    """Read a recorder_node MCAP (topics by the recorded roles, else by their last name)."""
     meta = read_metadata(path)
     rec = Recording(robot=meta.get('robot', ''),
                     joints=[j for j in meta.get('joints', '').split(',') if j])
+    # Roles by recorded topic name (remapped topics, e.g. a ros2_control robot's); recordings
+    # without them fall back to the last name component.
+    roles = {k: v.split('/')[-1] for k, v in json.loads(meta.get('roles', '{}')).items()}
     for topic, _, t, m in read_messages(path):
-        name = topic.rstrip('/').split('/')[-1]
+        name = roles.get(topic, topic.rstrip('/').split('/')[-1])
         if name == 'joint_states':
             rec.states.append((t, _stamp(m.header), list(m.name), np.asarray(m.position),
                                np.asarray(m.velocity)))
@@ -99,7 +105,7 @@ def load_recording(path: str | Path) -> Recording:
                              np.array([w.x, w.y, w.z])))
         elif name == 'model_version':
             rec.versions.append((t, m.data))
-        elif name == 'state' and topic.rstrip('/').endswith('safety/state'):
+        elif name == 'state' and (topic in roles or topic.rstrip('/').endswith('safety/state')):
             rec.safety.append((t, m.data))
     for part in (rec.states, rec.imus, rec.cmd_vel, rec.commands, rec.odom, rec.versions,
                  rec.safety):
@@ -178,15 +184,35 @@ def _events(rec: Recording) -> list[tuple[int, int, Any]]:
     return sorted(events, key=lambda e: (e[0], e[1]))
 
 
+def _is_rl(safety: Optional[str]) -> bool:
+    return safety is not None and safety.strip().upper().startswith('RL')
+
+
+def _shaped(robot: RobotSpec, sent: np.ndarray, last_sent: Optional[np.ndarray]) -> bool:
+    """Whether [J] ``sent`` (spec order) sits on a shaping bound: a joint limit or the maximum
+    change from ``last_sent`` (then the action that produced it is not ``sent``'s)."""
+    eps = 1e-9
+    bound = (sent <= robot.joint_lower + eps) | (sent >= robot.joint_upper - eps)
+    if last_sent is not None:
+        bound |= np.abs(sent - last_sent) >= CommandShaper(robot).max_delta - eps
+    return bool(bound.any())
+
+
 def _act(asm: ObservationAssembler, robot: RobotSpec, policy, order: JointOrder, state, imu,
-         command: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(action [J], target [J] in command order) for one tick under velocity ``command``."""
+         command: np.ndarray, last_sent: Optional[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """(action [J], target [J] in command order) for one tick under velocity ``command``;
+    ``last_sent`` is the previous command sent ([J] spec order), the rate limit's origin."""
     saved = asm.commands.copy()
     asm.set_command(command)
-    # obs -> action -> target, exactly as PolicyController._try_tick does.
+    # obs -> action -> target = q0 + scale * a, shaped (joint limits, maximum change per tick)
+    # exactly as PolicyController does in RL (after the fade-in).
     action = policy(asm.observe(state[1], state[2], imu[1], imu[2]))
     asm.commands[:] = saved
-    return action, order.to_output(robot.action_to_target(action[None])[0])
+    shaper = CommandShaper(robot)
+    if last_sent is not None:
+        shaper.restart(last_sent)
+    target, _ = shaper.shape(robot.default_joint_pos + robot.action_scale * action)
+    return action, order.to_output(target)
 
 
 def _run(rec: Recording, robot: RobotSpec, policy, order: JointOrder, phase_offset: int,
@@ -201,7 +227,13 @@ def _run(rec: Recording, robot: RobotSpec, policy, order: JointOrder, phase_offs
     used_stamp, safety = None, None
     pending = None  # a cmd_vel published but not yet seen in effect (asm.commands: in effect)
     recent_imus: deque = deque(maxlen=8)
-    uncertain = True  # the last action before the first recorded tick is not known
+    last_sent: Optional[np.ndarray] = None
+    # Whether the last action fed to the observation is the policy's own (not before the first
+    # recorded tick: the recording may have started after the policy).
+    known = False
+    # The recording does not say whether the node faded in (deploy) or started at once
+    # (autostart): up to fade_in_s after entering RL, a tick that differs is not compared.
+    rl_since, fade_in_s = -np.inf, SafetyConfig().fade_in_s
     kinds, stamps, diffs = [], [], []
     for t, kind, e in _events(rec):
         if kind == 0:
@@ -213,11 +245,13 @@ def _run(rec: Recording, robot: RobotSpec, policy, order: JointOrder, phase_offs
                 kinds.append('missing')
                 stamps.append(state[0])
                 diffs.append(np.full(robot.num_joints, np.nan))
-                action = None if tick_imu is None else \
-                    _act(asm, robot, policy, order, state, tick_imu, asm.commands[0])[0]
-                asm.advance(None if action is None else
-                            np.clip(action, -CLIP_ACTIONS, CLIP_ACTIONS))
-                used_stamp, uncertain = state[0], True
+                tried = None if tick_imu is None else \
+                    _act(asm, robot, policy, order, state, tick_imu, asm.commands[0], last_sent)
+                asm.advance(None if tried is None else
+                            np.clip(tried[0], -CLIP_ACTIONS, CLIP_ACTIONS))
+                # What it sent is unknown: the next tick's last action and rate limit origin.
+                used_stamp, known = state[0], False
+                last_sent = None if tried is None else order.from_output(tried[1])
             try:
                 state = (e[1], *order.joint_arrays(e[2], e[3], e[4]))
             except BadInput:
@@ -231,6 +265,8 @@ def _run(rec: Recording, robot: RobotSpec, policy, order: JointOrder, phase_offs
         elif kind == 2:
             pending = np.array(e[1], dtype=np.float64)
         elif kind == 3:
+            if e[1].strip().upper().startswith('RL') and not _is_rl(safety):
+                rl_since = t  # the command fades in from here (autostart: no fade)
             safety = e[1]
         else:
             recorded = e[1]
@@ -244,16 +280,19 @@ def _run(rec: Recording, robot: RobotSpec, policy, order: JointOrder, phase_offs
             if np.array_equal(recorded, hold):
                 kinds.append('hold')
                 asm.advance(None)
+                known = True  # after a hold the policy's last action is 0, as here
             elif not fresh:
                 kinds.append('skipped')  # the state this command answered was not recorded
                 asm.advance(sent)
+                known = not _shaped(robot, order.from_output(recorded), last_sent)
             else:
                 # A published cmd_vel reaches the policy node some time later (a reliable
                 # message may wait for a repair): until a tick shows the new command in
                 # effect, each tick is tried with the new one, then the one before it.
                 commands = [asm.commands[0].copy()] if pending is None else \
                     [pending, asm.commands[0].copy()]
-                tries = [_act(asm, robot, policy, order, state, imu, c) for c in commands]
+                tries = [_act(asm, robot, policy, order, state, imu, c, last_sent)
+                         for c in commands]
                 hits = [k for k, (_, tgt) in enumerate(tries)
                         if np.abs(tgt - recorded).max() <= tolerance]
                 matched = bool(hits)
@@ -261,24 +300,25 @@ def _run(rec: Recording, robot: RobotSpec, policy, order: JointOrder, phase_offs
                 if pending is not None and (not hits or hits[0] == 0):
                     asm.set_command(pending)  # seen in effect (or nothing matches anyway)
                     pending = None
-                if uncertain and not matched:
-                    # The last action before this tick is unknown (the first recorded tick,
-                    # or one after a tick without a recorded command): not a difference.
+                # In the fade-in window a tick counts only if it matches unfaded (autostart).
+                fading = t - rl_since < fade_in_s and not matched
+                rl = safety is None or (_is_rl(safety) and not fading)
+                if not matched and not known:
+                    # The last action is not the policy's own (the first recorded tick, one
+                    # after a tick without a recorded command, or after a command the shaping
+                    # had cut): this tick cannot be judged.
                     kinds.append('skipped')
-                    diffs.append(diff)
-                    asm.advance(sent)
-                    used_stamp, uncertain = state[0], False
-                    continue
-                rl = safety is None or safety.strip().upper().startswith('RL')
-                kinds.append('compared' if rl else 'not_rl')
-                if rl:
-                    diff = np.abs(target - recorded)
+                else:
+                    kinds.append('compared' if rl else 'not_rl')
+                    if rl:
+                        diff = np.abs(target - recorded)
                 # A matching tick continues with its own action (exact, even when clamped),
                 # a differing one with what was sent, so one difference does not propagate.
                 asm.advance(np.clip(action if matched else sent, -CLIP_ACTIONS, CLIP_ACTIONS))
+                known = matched or not _shaped(robot, order.from_output(recorded), last_sent)
             if state is not None:
                 used_stamp = state[0]
-            uncertain = False
+            last_sent = order.from_output(recorded)
             diffs.append(diff)
             if max_ticks is not None and len(kinds) >= max_ticks:
                 break

@@ -1,0 +1,122 @@
+"""The policy card: a human-readable page beside an exported model (``student.card.md``).
+
+Everything on it is read back from the model file itself (the embedded robot spec and export
+metadata) and, when present, from the verification record beside it (``student.verify.json``,
+written by ``claw-rl verify``): robot, joint order with pose, limits and gains, observation
+layout and scales, control period, action scale and clip, training run, verification results,
+sha256. Regenerate it after a verification with :func:`write_policy_card`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from ..learning.checkpoint import atomic_write_bytes
+from .onnx_policy import OnnxPolicy
+from .verification import read_verification
+
+RUN_KEYS = ('checkpoint', 'iteration', 'total_steps', 'algorithm', 'run')
+
+
+def card_path(model: str | Path) -> Path:
+    """``runs/x/student.onnx`` -> ``runs/x/student.card.md``."""
+    return Path(model).with_suffix('.card.md')
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f'{value:.6g}'
+    if isinstance(value, list):
+        return ', '.join(_fmt(v) for v in value)
+    return str(value)
+
+
+def _table(header: list[str], rows: list[list[Any]]) -> list[str]:
+    lines = ['| ' + ' | '.join(header) + ' |', '|' + '---|' * len(header)]
+    return lines + ['| ' + ' | '.join(_fmt(v) for v in row) + ' |' for row in rows]
+
+
+def _joints(spec: dict[str, Any]) -> list[str]:
+    keys = ('default_joint_pos', 'joint_lower', 'joint_upper', 'kp', 'kd', 'effort_limit')
+    rows = [[i, name, *(spec.get(k, ['?'] * (i + 1))[i] for k in keys)]
+            for i, name in enumerate(spec['joint_names'])]
+    return _table(['#', 'joint', 'default [rad]', 'lower [rad]', 'upper [rad]',
+                   'Kp [N m/rad]', 'Kd [N m s/rad]', 'effort [N m]'], rows)
+
+
+def _observation(spec: dict[str, Any]) -> list[str]:
+    rows, start = [], 0
+    for term in spec.get('observation', []):
+        size = int(term['size'])
+        scales = sorted(set(term['scale']))
+        rows.append([term['name'], f'[{start}:{start + size}]', size,
+                     _fmt(scales[0]) if len(scales) == 1 else _fmt(term['scale'])])
+        start += size
+    return _table(['term', 'slice', 'size', 'scale'], rows)
+
+
+def _verification(model: Path, sha256: str) -> list[str]:
+    try:
+        found = read_verification(model)
+    except ValueError as exc:
+        return [f'Unreadable verification record: {exc}']
+    if found is None:
+        return ['Not verified: no verification record beside the model. Run `claw-rl verify '
+                f'--model {model.name}`; the deploy graph refuses RL until a passing one '
+                'exists.']
+    path, record = found
+    other = str(record.get('model_sha256'))[:12]
+    same = 'yes' if record.get('model_sha256') == sha256 else \
+        f'NO: it verifies another model (sha256 {other})'
+    lines = [f'- record: `{path.name}`, created {record.get("created", "?")}',
+             f'- result: **{"PASSED" if record.get("passed") is True else "FAILED"}**',
+             f'- for this model: {same}']
+    table = record.get('table') or []
+    if table and all(isinstance(row, dict) for row in table):
+        header = list(dict.fromkeys(k for row in table for k in row))
+        lines += [''] + _table(header, [[row.get(k, '') for k in header] for row in table])
+    return lines
+
+
+def policy_card(model: str | Path) -> str:
+    """The markdown card of an exported model file."""
+    model = Path(model)
+    policy = OnnxPolicy(model)
+    spec, meta = policy.spec, policy.metadata
+    extras = {k: json.loads(meta[k]) for k in RUN_KEYS if k in meta}
+    dt = float(spec.get('control_dt', 0.0))
+    gait = spec.get('gait') or {}
+    period = f'{dt:g} s ({1 / dt:g} Hz)' if dt > 0 else '?'
+    lines = [
+        f'# Policy card: {model.name}', '',
+        f'- sha256: `{policy.sha256}`',
+        f'- size: {model.stat().st_size} bytes; exported {meta.get("exported_at", "?")} '
+        f'(format {meta.get("claw_rl_format", "?")}); onnxruntime vs torch max abs diff '
+        f'{meta.get("parity_max_abs_diff", "?")}',
+        f'- input `obs` [batch, {policy.obs_dim}] -> output `actions` [batch, '
+        f'{policy.num_actions}]', '',
+        '## Robot and control', '',
+        f'- robot: `{spec.get("robot")}` (spec version {spec.get("spec_version")})',
+        f'- control period: {period}: one action per /joint_states message',
+        f'- action: target = default + {spec.get("action_scale")} x action, action clipped '
+        f'to +-{spec.get("action_clip", "?")} in the graph, then to the joint limits',
+        f'- gait clock: period {gait.get("period_s", 0)} s, duty {gait.get("duty", "?")}, '
+        f'offsets {_fmt(gait.get("offsets", []))}', '',
+        '## Joint order (commands and the forward_command_controller `joints`)', '',
+        *_joints(spec), '',
+        f'## Observation layout ({policy.obs_dim} values)', '', *_observation(spec), '',
+        '## Training run', '',
+        *([f'- {k}: {_fmt(v)}' for k, v in extras.items()] or ['- not recorded']), '',
+        '## Verification', '', *_verification(model, policy.sha256), '',
+        '## Deploying', '',
+        f'`claw-rl up deploy --model {model.name}` (README, "Deploying on hardware").', '']
+    return '\n'.join(lines)
+
+
+def write_policy_card(model: str | Path) -> Path:
+    """Write :func:`policy_card` beside the model, atomically; returns the card's path."""
+    path = card_path(model)
+    atomic_write_bytes(path, policy_card(model).encode())
+    return path

@@ -1,0 +1,271 @@
+"""The deployed policy's safety state machine (plain Python, no ROS).
+
+States and what each one commands (joint position targets, spec order)::
+
+    PASSIVE --stand_up--> STAND_UP --rl--> RL --sit_down--> SIT_DOWN --(done)--> PASSIVE
+       ^                                                                            |
+       +------------- passive / estop / any fault, from every state ----------------+
+
+* PASSIVE: damping only. The target is the measured pose, so a PD joint gives
+  ``tau = Kp (q - q) - Kd qd = -Kd qd``; a driver that takes gains gets ``Kp = 0``.
+* STAND_UP: from the pose measured at the request to the default pose, linearly over
+  ``stand_up_s``; stays at the default pose when done.
+* RL: the policy acts; its command fades in from the default pose over ``fade_in_s``.
+* SIT_DOWN: from the pose measured at the request to the sit pose over ``sit_down_s``, then
+  PASSIVE by itself.
+
+Faults (:data:`FAULTS`) move every state to PASSIVE at once. ``estop`` is latched: nothing
+but ``reset`` (in PASSIVE) clears it. With ``autostart`` (simulation, training) the operator
+steps are skipped: a healthy complete state takes PASSIVE to STAND_UP (done at once, the
+default pose) and, with a model that may act, to RL (no fade-in); after a fault the machine
+re-arms the same way once the state is healthy again, except after an e-stop. Every
+transition is kept as a :class:`Transition` for the node to log and publish.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+import math
+from typing import Sequence
+
+import numpy as np
+
+from ..sim.robot import RobotSpec
+
+PASSIVE, STAND_UP, RL, SIT_DOWN = 'PASSIVE', 'STAND_UP', 'RL', 'SIT_DOWN'
+STATES = (PASSIVE, STAND_UP, RL, SIT_DOWN)
+REQUESTS = ('stand_up', 'rl', 'sit_down', 'passive', 'estop', 'reset')
+# Automatic fall-backs to PASSIVE (counted by cause in the diagnostics).
+FAULTS = ('tilt', 'stale_joint_states', 'stale_imu', 'non_finite', 'bad_input',
+          'inference_overrun', 'saturation', 'joint_limit', 'estop')
+
+
+@dataclass
+class SafetyConfig:
+    """Limits and timings of the state machine (ROS parameters of the policy node)."""
+
+    autostart: bool = True        # skip operator steps; re-arm after faults (not after estop)
+    stand_up_s: float = 2.0       # STAND_UP interpolation time [s]
+    sit_down_s: float = 2.0       # SIT_DOWN interpolation time [s]
+    fade_in_s: float = 1.0        # RL command fade-in from the default pose [s]
+    tilt_limit: float = 1.0       # trunk tilt from upright that faults [rad]
+    joint_limit_margin: float = 0.1   # measured position this far beyond a limit faults [rad]
+    saturation_tol: float = 0.05  # a command clipped by more than this is saturated [rad]
+    saturation_ticks: int = 50    # consecutive saturated RL ticks that fault
+    inference_deadline_s: float = 0.0  # policy time that counts as an overrun (0: dt / 2)
+    overrun_ticks: int = 3        # consecutive overruns that fault
+    sit_pose: Sequence[float] = ()  # SIT_DOWN target [J] (empty: the pose STAND_UP began at)
+
+    def validate(self, num_joints: int) -> None:
+        """Raise ValueError naming the field, the value and the fix."""
+        for name in ('stand_up_s', 'sit_down_s', 'fade_in_s', 'joint_limit_margin',
+                     'saturation_tol', 'inference_deadline_s'):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f'{name} = {value!r}; must be a finite number >= 0')
+        if not 0 < self.tilt_limit <= math.pi:
+            raise ValueError(f'tilt_limit = {self.tilt_limit!r} rad; must be in (0, pi]')
+        for name in ('saturation_ticks', 'overrun_ticks'):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f'{name} = {getattr(self, name)!r}; must be >= 1 tick')
+        if len(self.sit_pose) not in (0, num_joints):
+            raise ValueError(f'sit_pose has {len(self.sit_pose)} values; give {num_joints} '
+                             '(spec joint order) or none')
+
+
+@dataclass(frozen=True)
+class Transition:
+    """One state change: at ``stamp`` [s] from ``source`` to ``target`` because ``reason``."""
+
+    stamp: float
+    source: str
+    target: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f'{self.source} -> {self.target} ({self.reason})'
+
+
+def tilt_of(quat_wxyz: np.ndarray) -> float:
+    """Trunk tilt from upright [rad] of a [4] unit quaternion (w, x, y, z).
+
+    The body z axis in the world frame has z component 1 - 2 (x^2 + y^2) = cos(tilt); closed
+    form, about 30x cheaper than rotating the gravity vector with numpy for one quaternion.
+    """
+    x, y = float(quat_wxyz[1]), float(quat_wxyz[2])
+    return math.acos(min(1.0, max(-1.0, 1.0 - 2.0 * (x * x + y * y))))
+
+
+class SafetyMachine:
+    """The state, its transitions and the fault checks; see the module docstring.
+
+    ``rl_gate()`` returns None when the policy may act, else the reason it may not (no model,
+    no passing verification, a failed self-check); it is asked on every entry into RL.
+    """
+
+    def __init__(self, robot: RobotSpec, cfg: SafetyConfig, rl_gate=lambda: None):
+        cfg.validate(robot.num_joints)
+        self.robot, self.cfg, self.rl_gate = robot, cfg, rl_gate
+        self.q0 = robot.default_joint_pos
+        self.deadline = cfg.inference_deadline_s or robot.control_dt / 2
+        self.state = PASSIVE
+        self.latched = False
+        self.last_fault = ''
+        self.faults = {cause: 0 for cause in FAULTS}
+        self.history: deque[Transition] = deque(maxlen=100)
+        self.pending: list[Transition] = []  # not yet published by the node
+        self.count = 0
+        self._since = 0.0        # stamp of the last transition
+        self._from: np.ndarray | None = None  # [J] pose an interpolation starts at
+        self._rest: np.ndarray | None = None  # [J] pose STAND_UP began at (sit default)
+        self._saturated = 0
+        self._overruns = 0
+
+    # --------------------------------------------------------------------------- changes
+    def _go(self, target: str, now: float, reason: str, pose: np.ndarray | None) -> None:
+        t = Transition(now, self.state, target, reason)
+        self.state, self._since = target, now
+        self._from = None if pose is None else np.array(pose, dtype=np.float64)
+        self._saturated = self._overruns = 0
+        self.history.append(t)
+        self.pending.append(t)
+        self.count += 1
+
+    def fault(self, cause: str, now: float, detail: str = '') -> None:
+        """Fall back to PASSIVE (from any state but PASSIVE) and count the cause."""
+        assert cause in FAULTS, cause
+        self.faults[cause] += 1
+        self.last_fault = f'{cause}: {detail}' if detail else cause
+        if cause == 'estop':
+            self.latched = True
+        if self.state != PASSIVE:
+            self._go(PASSIVE, now, f'fault {self.last_fault}', None)
+
+    def request(self, name: str, now: float, pose: np.ndarray | None) -> tuple[bool, str]:
+        """An operator request at ``now`` with the measured [J] ``pose`` (None: no fresh
+        complete state); returns (accepted, message naming the reason)."""
+        if name not in REQUESTS:
+            return False, f'unknown request {name!r}; use one of {", ".join(REQUESTS)}'
+        if name == 'estop':
+            self.fault('estop', now, 'operator e-stop (latched until reset)')
+            return True, 'e-stop: PASSIVE, latched until reset'
+        if name == 'reset':
+            if self.state != PASSIVE:
+                return False, f'reset is for PASSIVE; now {self.state}: request passive first'
+            was, self.latched, self.last_fault = self.latched, False, ''
+            return True, 'e-stop latch cleared' if was else 'nothing latched'
+        if name == 'passive':
+            if self.state != PASSIVE:
+                self._go(PASSIVE, now, 'operator passive', None)
+            return True, 'PASSIVE'
+        if self.latched:
+            return False, f'{name} refused: e-stop latched; request reset first'
+        if pose is None:
+            return False, f'{name} refused: no fresh complete joint state and IMU reading'
+        allowed = {'stand_up': (PASSIVE, SIT_DOWN), 'rl': (STAND_UP,),
+                   'sit_down': (STAND_UP, RL)}[name]
+        if self.state not in allowed:
+            return False, f'{name} refused in {self.state}; allowed from {" or ".join(allowed)}'
+        if name == 'stand_up':
+            self._rest = np.array(pose, dtype=np.float64)
+            self._go(STAND_UP, now, 'operator stand_up', pose)
+        elif name == 'rl':
+            if not self.stood_up(now):
+                return False, 'rl refused: STAND_UP has not reached the default pose yet'
+            blocked = self.rl_gate()
+            if blocked:
+                return False, f'rl refused: {blocked}'
+            self._go(RL, now, 'operator rl', None)
+        else:
+            self._go(SIT_DOWN, now, 'operator sit_down', pose)
+        return True, self.state
+
+    # ----------------------------------------------------------------------------- ticks
+    def check_state(self, now: float, pos: np.ndarray, quat_wxyz: np.ndarray) -> bool:
+        """Faults from a complete, finite state: [J] ``pos`` (spec order), [4] base
+        orientation (w, x, y, z); True when healthy."""
+        tilt = tilt_of(quat_wxyz)
+        if tilt > self.cfg.tilt_limit:
+            self.fault('tilt', now, f'{tilt:.3f} rad > tilt_limit {self.cfg.tilt_limit:g}')
+            return False
+        margin = self.cfg.joint_limit_margin
+        low = pos < self.robot.joint_lower - margin
+        high = pos > self.robot.joint_upper + margin
+        if low.any() or high.any():
+            j = int(np.flatnonzero(low | high)[0])
+            self.fault('joint_limit', now, f'{self.robot.joint_names[j]} at {pos[j]:.3f} rad, '
+                       f'limits [{self.robot.joint_lower[j]:g}, {self.robot.joint_upper[j]:g}] '
+                       f'+- {margin:g}')
+            return False
+        return True
+
+    def advance(self, now: float, pose: np.ndarray) -> None:
+        """Time-driven changes after a healthy tick: SIT_DOWN done; autostart re-arming."""
+        if self.state == SIT_DOWN and now - self._since >= self.cfg.sit_down_s:
+            self._go(PASSIVE, now, 'sit_down done', None)
+            return
+        if not self.cfg.autostart or self.latched:
+            return
+        if self.state == PASSIVE:
+            self._rest = np.array(pose, dtype=np.float64)
+            self._go(STAND_UP, now, 'autostart', pose)
+        if self.state == STAND_UP and self.rl_gate() is None:
+            self._go(RL, now, 'autostart', None)
+
+    def stood_up(self, now: float) -> bool:
+        return self.state == STAND_UP and (self.cfg.autostart or
+                                           now - self._since >= self.cfg.stand_up_s)
+
+    def target(self, now: float, pose: np.ndarray) -> np.ndarray:
+        """[J] target of PASSIVE, STAND_UP and SIT_DOWN (spec order) at ``now``."""
+        if self.state == PASSIVE:
+            return np.array(pose, dtype=np.float64)
+        if self.state == STAND_UP:
+            duration, goal = (0.0 if self.cfg.autostart else self.cfg.stand_up_s), self.q0
+        elif self.state == SIT_DOWN:
+            duration, goal = self.cfg.sit_down_s, self.sit_pose()
+        else:
+            raise ValueError('in RL the policy gives the target')
+        # Linear interpolation from the pose at entry to the goal, s in [0, 1].
+        s = 1.0 if duration <= 0 else min(1.0, max(0.0, (now - self._since) / duration))
+        return goal.copy() if s >= 1.0 else self._from + s * (goal - self._from)
+
+    def sit_pose(self) -> np.ndarray:
+        if len(self.cfg.sit_pose):
+            return np.asarray(self.cfg.sit_pose, dtype=np.float64)
+        return self._rest if self._rest is not None else self.q0
+
+    def fade(self, now: float) -> float:
+        """RL fade-in factor in [0, 1] (1 under autostart)."""
+        if self.cfg.autostart or self.cfg.fade_in_s <= 0:
+            return 1.0
+        return min(1.0, max(0.0, (now - self._since) / self.cfg.fade_in_s))
+
+    def note_policy_tick(self, now: float, inference_s: float, saturated: bool) -> None:
+        """An RL tick: fault after ``overrun_ticks`` overruns or ``saturation_ticks``
+        saturated commands in a row."""
+        self._overruns = self._overruns + 1 if inference_s > self.deadline else 0
+        self._saturated = self._saturated + 1 if saturated else 0
+        if self._overruns >= self.cfg.overrun_ticks:
+            self.fault('inference_overrun', now, f'{self._overruns} policy calls in a row over '
+                       f'the {self.deadline * 1e3:.1f} ms deadline (last '
+                       f'{inference_s * 1e3:.1f} ms)')
+        elif self._saturated >= self.cfg.saturation_ticks:
+            self.fault('saturation', now, f'command clipped by more than '
+                       f'{self.cfg.saturation_tol:g} rad for {self._saturated} ticks in a row')
+
+    def drain(self) -> list[Transition]:
+        """Transitions since the last call (for the node to log and publish)."""
+        out, self.pending = self.pending, []
+        return out
+
+    def diagnostics(self) -> dict[str, object]:
+        """Flat fields: state, latch, last fault and transition, fault counts."""
+        out: dict[str, object] = {
+            'safety_state': self.state, 'estop_latched': self.latched,
+            'last_fault': self.last_fault or 'none',
+            'last_transition': str(self.history[-1]) if self.history else 'none',
+            'transitions': self.count}
+        out.update({f'faults_{k}': v for k, v in self.faults.items()})
+        return out

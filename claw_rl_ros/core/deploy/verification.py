@@ -1,0 +1,65 @@
+"""The sim2sim verification record beside a model: ``<model stem>.verify.json``.
+
+Written by ``claw-rl verify``; read here by the deploy path (RL only with a passing record of
+exactly this model) and by the policy card. Format::
+
+    {"model_sha256": "<hex>", "passed": true|false, "table": [...], "created": "<ISO time>"}
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+SUFFIX = '.verify.json'
+
+
+def verification_path(model: str | Path) -> Path:
+    """``runs/x/student.onnx`` -> ``runs/x/student.verify.json``."""
+    return Path(model).with_suffix(SUFFIX)
+
+
+def _candidates(model: str | Path) -> list[Path]:
+    model = Path(model)
+    return [verification_path(model), model.with_name(model.name + SUFFIX)]
+
+
+def read_verification(model: str | Path) -> tuple[Path, dict[str, Any]] | None:
+    """(path, record) of the first verification file beside ``model``; None if there is none.
+
+    Raises ValueError (path, problem, fix) for a file that is not a JSON object.
+    """
+    for path in _candidates(model):
+        if path.is_file():
+            try:
+                record = json.loads(path.read_text())
+            except (OSError, json.JSONDecodeError) as exc:
+                raise ValueError(f'{path}: not readable JSON ({exc}); re-run claw-rl verify') \
+                    from None
+            if not isinstance(record, dict):
+                raise ValueError(f'{path}: a JSON object is expected; re-run claw-rl verify')
+            return path, record
+    return None
+
+
+def verification_blocker(model: str | Path | None, sha256: str) -> str | None:
+    """None when a passing verification of exactly these model bytes lies beside ``model``;
+    otherwise the reason, naming the file and the fix."""
+    fix = ('run `claw-rl verify --model <model>` (or set require_verification false to deploy '
+           'an unverified model)')
+    if model is None:
+        return f'model {sha256[:12]} came as bytes, with no verification file; {fix}'
+    try:
+        found = read_verification(model)
+    except ValueError as exc:
+        return str(exc)
+    if found is None:
+        return f'no {verification_path(model).name} beside {model}; {fix}'
+    path, record = found
+    if record.get('model_sha256') != sha256:
+        return (f'{path} verifies model {str(record.get("model_sha256"))[:12]}, not the served '
+                f'{sha256[:12]}; {fix}')
+    if record.get('passed') is not True:
+        return f'{path}: verification did not pass (passed = {record.get("passed")!r}); {fix}'
+    return None
