@@ -159,14 +159,6 @@ def test_verification_gate(robot, tmp_path):
     assert ctrl.diagnostics()['verified'] is False
 
 
-def test_the_other_file_name_is_read_too(robot, tmp_path):
-    model = tmp_path / 'student.onnx'
-    model.write_bytes(b'x')
-    (tmp_path / 'student.onnx.verify.json').write_text(json.dumps(
-        {'model_sha256': 'a' * 64, 'passed': True, 'table': [], 'created': 'now'}))
-    assert verification_blocker(model, 'a' * 64) is None
-
-
 # ------------------------------------------------------------------- ros2_control example
 def test_example_controllers_yaml_joint_order_is_the_spec_order():
     spec = load_robot('claw_quadruped').joint_names

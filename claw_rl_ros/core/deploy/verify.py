@@ -16,7 +16,7 @@ and hands the measurements of each episode to this module, which knows no ROS. T
 * latency p99 of the policy node (joint state in -> command out, its /diagnostics) <= 50 % of
   the control period, so the command lands well before the next state.
 
-The verdict is written beside the model as ``<model>.verify.json``:
+The verdict is written beside the model as ``<model stem>.verify.json``:
 ``{"model_sha256", "passed", "table", "created"}`` (the deploy path reads it).
 """
 
@@ -35,6 +35,7 @@ import numpy as np
 from ..config import param
 from ..learning.checkpoint import atomic_write_bytes
 from ..sim.robot import RobotSpec
+from .verification import verification_path
 
 
 @dataclass
@@ -156,9 +157,9 @@ def format_table(rows: list[Row]) -> str:
 
 
 def result_path(model: str | Path) -> Path:
-    """``<model>.verify.json`` beside the model (``student.onnx.verify.json``)."""
-    model = Path(model)
-    return model.with_name(model.name + '.verify.json')
+    """The verification record beside the model (``student.onnx`` -> ``student.verify.json``),
+    where the deploy path and the policy card read it."""
+    return verification_path(model)
 
 
 def write_result(model: str | Path, rows: list[Row]) -> Path:
@@ -169,24 +170,3 @@ def write_result(model: str | Path, rows: list[Row]) -> Path:
     path = result_path(model)
     atomic_write_bytes(path, (json.dumps(data, indent=2, allow_nan=False) + '\n').encode())
     return path
-
-
-def check_result(model: str | Path) -> str | None:
-    """None when ``<model>.verify.json`` says these exact model bytes passed; else the reason
-    (no verification, a failed one, or one made for other bytes)."""
-    path = result_path(model)
-    if not path.is_file():
-        return f'{path} not found: run claw-rl verify --model {model}'
-    try:
-        data = json.loads(path.read_text())
-        sha, ok = data['model_sha256'], data['passed']
-    except (ValueError, KeyError, TypeError) as exc:
-        return f'{path} is not a verification result ({exc}); run claw-rl verify again'
-    actual = hashlib.sha256(Path(model).read_bytes()).hexdigest()
-    if sha != actual:
-        return (f'{path} verifies model {sha[:12]}, but {model} is {actual[:12]}: run claw-rl '
-                'verify for this model')
-    if ok is not True:
-        failed = [r.get('check') for r in data.get('table', []) if not r.get('passed')]
-        return f'{model} failed verification ({", ".join(map(str, failed))})'
-    return None
