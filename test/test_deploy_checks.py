@@ -125,8 +125,8 @@ def test_verification_gate(robot, tmp_path):
     ctrl = PolicyController(robot, safety=SafetyConfig(autostart=False, stand_up_s=0.0),
                             require_verification=True)
     sha = ctrl.models.offer(model.read_bytes())[0]
-    assert verification_path(model) == tmp_path / 'student.verify.json'
-    assert 'no student.verify.json beside' in verification_blocker(model, sha)
+    assert verification_path(model) == tmp_path / 'student.onnx.verify.json'
+    assert 'no student.onnx.verify.json beside' in verification_blocker(model, sha)
     ctrl.load_path(model)
     feed = Robot(ctrl, robot)
     for _ in range(4):
@@ -134,7 +134,8 @@ def test_verification_gate(robot, tmp_path):
     assert ctrl.request('stand_up', feed.t)[0]
     feed.tick()
     ok, message = ctrl.request('rl', feed.t)
-    assert not ok and 'no student.verify.json beside' in message and 'claw-rl verify' in message
+    assert not ok and 'no student.onnx.verify.json beside' in message
+    assert 'claw-rl verify' in message
     write_verification(model, sha, passed=False)
     assert 'did not pass' in verification_blocker(model, sha)
     write_verification(model, 'f' * 64)
@@ -162,7 +163,7 @@ def test_verification_gate(robot, tmp_path):
 def test_the_other_file_name_is_read_too(robot, tmp_path):
     model = tmp_path / 'student.onnx'
     model.write_bytes(b'x')
-    (tmp_path / 'student.onnx.verify.json').write_text(json.dumps(
+    (tmp_path / 'student.verify.json').write_text(json.dumps(
         {'model_sha256': 'a' * 64, 'passed': True, 'table': [], 'created': 'now'}))
     assert verification_blocker(model, 'a' * 64) is None
 

@@ -1,4 +1,4 @@
-"""The sim2sim verification record beside a model: ``<model stem>.verify.json``.
+"""The sim2sim verification record beside a model: ``<model>.verify.json``.
 
 Written by ``claw-rl verify``; read here by the deploy path (RL only with a passing record of
 exactly this model) and by the policy card. Format::
@@ -16,13 +16,14 @@ SUFFIX = '.verify.json'
 
 
 def verification_path(model: str | Path) -> Path:
-    """``runs/x/student.onnx`` -> ``runs/x/student.verify.json``."""
-    return Path(model).with_suffix(SUFFIX)
+    """``runs/x/student.onnx`` -> ``runs/x/student.onnx.verify.json`` (as claw-rl verify)."""
+    model = Path(model)
+    return model.with_name(model.name + SUFFIX)
 
 
 def _candidates(model: str | Path) -> list[Path]:
     model = Path(model)
-    return [verification_path(model), model.with_name(model.name + SUFFIX)]
+    return [verification_path(model), model.with_suffix(SUFFIX)]
 
 
 def read_verification(model: str | Path) -> tuple[Path, dict[str, Any]] | None:
