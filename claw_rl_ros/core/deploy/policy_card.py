@@ -1,10 +1,11 @@
 """The policy card: a human-readable page beside an exported model (``student.card.md``).
 
 Everything on it is read back from the model file itself (the embedded robot spec and export
-metadata) and, when present, from the verification record beside it (``student.verify.json``,
-written by ``claw-rl verify``): robot, joint order with pose, limits and gains, observation
-layout and scales, control period, action scale and clip, training run, verification results,
-sha256. Regenerate it after a verification with :func:`write_policy_card`.
+metadata) and, when present, from the verification record beside it
+(``student.verify.json``, written by ``claw-rl verify``): robot, joint order with pose,
+limits and gains, observation layout and scales, control period, action scale and clip,
+training run, verification results, sha256. Regenerate it after a verification with
+:func:`write_policy_card`.
 """
 
 from __future__ import annotations
