@@ -256,6 +256,10 @@ def _run(rec: Recording, robot: RobotSpec, policy, order: JointOrder, phase_offs
                 asm.advance(sent)
                 known = not _shaped(robot, order.from_output(recorded), last_sent)
             else:
+                # Leaving PASSIVE (the first command), the rate limit starts from the measured
+                # pose (PolicyController restarts its shaper there), else from the last sent.
+                if last_sent is None or (safety or '').strip().upper().startswith('PASSIVE'):
+                    last_sent = np.clip(state[1], robot.joint_lower, robot.joint_upper)
                 action, target = _act(asm, robot, policy, order, state, imu, asm.commands[0],
                                       last_sent)
                 if cmd_time > last_tick and np.abs(target - recorded).max() > tolerance:
