@@ -10,7 +10,7 @@ PIP := $(BIN)/python -m pip --disable-pip-version-check
 TRAIN_CONFIG ?= config/train_ppo.yaml
 PYTEST_ARGS ?=
 
-.PHONY: venv sysdeps train test bench bench-opd bench-ros mutation clean-venv
+.PHONY: venv sysdeps train test bench bench-sac bench-opd bench-ros mutation clean-venv
 
 venv: $(STAMP)
 
@@ -44,6 +44,14 @@ bench: venv
 	$(PIP) install -q -r requirements-bench.txt
 	$(BIN)/python bench/env_throughput.py
 	$(BIN)/python bench/ppo_vs_sb3.py
+
+# SAC vs stable-baselines3 SAC (Pendulum-v1, Hopper-v5; 2 seeds) and SAC vs PPO on the claw
+# quadruped at equal training time (docs/sac_vs_ppo_claw.png). Over an hour on 2 idle cores at
+# these budgets; `SAC_BENCH_ARGS=--quick` is a smoke run. Results: docs/sac_results.md.
+SAC_BENCH_ARGS ?=
+bench-sac: venv
+	$(PIP) install -q -r requirements-bench.txt
+	$(BIN)/python bench/sac_vs_sb3.py $(SAC_BENCH_ARGS)
 
 # The ROS control loop: lockstep vs a bare ping-pong, realtime latency with hot swaps, and the
 # newest runs/*/student.onnx walking through the loop (a few minutes; wants an idle machine).

@@ -85,6 +85,11 @@ class Settings:
     # lr, clipped value loss, rollout-wide advantage normalisation, critic also reading the
     # privileged observations), i.e. each side as its users would run it.
     ours_setup: str = 'same'
+    # ours: 'torch' = our networks as the core builds them (PyTorch default init, Adam eps
+    # 1e-8); 'sb3' = an experiment, not a fix: re-initialise them as SB3 does (orthogonal,
+    # gains sqrt 2 hidden / 0.01 action mean / 1 value) and use Adam eps 1e-5, to measure how
+    # much of the return gap those two account for.
+    ours_init: str = 'torch'
 
     @property
     def iterations(self) -> int:
@@ -217,11 +222,26 @@ def ours_config(s: Settings) -> TrainConfig:
     return from_dict(TrainConfig, cfg, source='bench')
 
 
+def sb3_init_(runner: OnPolicyRunner, lr: float) -> None:
+    """SB3's PPO initialisation on our student: orthogonal weights, zero biases, gains sqrt 2
+    for hidden layers, 0.01 for the action mean, 1 for the value; Adam with eps 1e-5."""
+    policy = runner.policy
+    for net, out_gain in ((policy.actor, 0.01), (policy.critic, 1.0)):
+        linears = [m for m in net if isinstance(m, torch.nn.Linear)]
+        for k, layer in enumerate(linears):
+            torch.nn.init.orthogonal_(layer.weight,
+                                      gain=out_gain if k == len(linears) - 1 else np.sqrt(2))
+            torch.nn.init.zeros_(layer.bias)
+    runner.alg.optimizer = torch.optim.Adam(policy.parameters(), lr=lr, eps=1e-5)
+
+
 def train_ours(s: Settings, section: str) -> tuple[Policy, dict[str, float]]:
     """Train with OnPolicyRunner on our vec env; the deterministic batched policy, timings."""
     start = time.perf_counter()
     env = TimedEnv(make_ours_env(s, section))
     runner = OnPolicyRunner(ours_config(s), tempfile.mkdtemp(prefix='bench_ours_'), env=env)
+    if s.ours_init == 'sb3':
+        sb3_init_(runner, s.lr)
     setup = time.perf_counter() - start
     collect_s = 0.0
     start = time.perf_counter()
@@ -390,10 +410,17 @@ def notes(section: str, s: Settings) -> None:
               'loss, time-outs bootstrapped with V(final obs), separate actor and critic MLPs, '
               f'state-independent log std (init std {s.init_std:g}, no floor); obs '
               f'normalisation {obs_norm}')
-    print('  remaining differences: SB3 initialises orthogonally (gains sqrt 2 / 0.01 / 1), '
-          'ours with PyTorch defaults; Adam eps 1e-5 (SB3) vs 1e-8 (ours, fused)'
+    init = ('ours re-initialised as SB3 (orthogonal, Adam eps 1e-5: --*-ours-init sb3)'
+            if s.ours_init == 'sb3' else 'SB3 initialises orthogonally (gains sqrt 2 / 0.01 / '
+            '1), ours with PyTorch defaults; Adam eps 1e-5 (SB3) vs 1e-8 (ours, fused)')
+    print(f'  remaining differences: {init}'
           + ('; SB3 resets a finished world a second time (the adapter already did: same '
              'distribution, one extra re-randomisation)' if section == 'claw' else ''))
+    if s.normalize_obs:
+        print('  obs normaliser: ours (x - mean) / (std + 1e-2), unclipped, statistics merged '
+              'once per rollout after the update (the first rollout acts on raw observations); '
+              'SB3 VecNormalize (x - mean) / sqrt(var + 1e-8) clipped to +-10, statistics '
+              'merged at every step before acting')
     if section == 'claw':
         print('  SB3 vec env: stock SubprocVecEnv runs one process per env (SB3 has no '
               'several-envs-per-worker mode); at 64 envs on 2 cores it stepped ~1000 env '
@@ -425,6 +452,8 @@ def parse_args() -> tuple[list[str], dict[str, Settings], bool]:
                 parser.add_argument(flag, choices=sorted(ACTIVATIONS), default=None)
             elif f.name == 'ours_setup':
                 parser.add_argument(flag, choices=('same', 'rsl'), default=None)
+            elif f.name == 'ours_init':
+                parser.add_argument(flag, choices=('torch', 'sb3'), default=None)
             elif f.name == 'sb3_vec':
                 parser.add_argument(flag, choices=VEC_CLASSES, default=None,
                                     help='auto: probe both, use the faster')

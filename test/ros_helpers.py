@@ -188,13 +188,9 @@ class Probe:
                 self._cond.wait(left)
             return [m for _, m in self.messages[topic]]
 
-    def advertise(self, topic: str, msg_type, qos=10) -> None:
-        """Create the publisher on ``topic`` now (so subscribers can match before publish)."""
-        if topic not in self._pubs:
-            self._pubs[topic] = self.node.create_publisher(msg_type, topic, qos)
-
     def publish(self, topic: str, msg, qos=10) -> None:
-        self.advertise(topic, type(msg), qos)
+        if topic not in self._pubs:
+            self._pubs[topic] = self.node.create_publisher(type(msg), topic, qos)
         self._pubs[topic].publish(msg)
 
     def wait_subscribers(self, topic: str, n: int = 1, timeout: float = 10.0) -> None:

@@ -67,8 +67,14 @@ def test_default_pose_fallback_stands_and_diagnostics_carry_the_fields(graph, pr
     start = probe.count('odom')
     odom = probe.wait_count('odom', start + 100, timeout=20)[-1]  # 2 s of control steps
     assert odom.pose.pose.position.z > 0.18
-    assert all(np.array_equal(c, q0) for c in commands(probe, 0))
+    sent = commands(probe, 0)
     pol = status(probe, 'policy_node', lambda v: int(v['dropped_no_model']) > 10)
+    # Every command is the default pose, unless a starved CPU delayed a state past its
+    # freshness: then the safety layer damps (measured pose) and says so in its fault counts.
+    others = [c for c in sent if not np.array_equal(c, q0)]
+    faults = sum(int(v) for k, v in pol.items() if k.startswith('faults_stale'))
+    assert not others or faults > 0, (len(others), pol)
+    assert len(others) < 0.2 * len(sent)
     for key in ('state_rate_hz', 'command_rate_hz', 'latency_p50_ms', 'latency_p99_ms',
                 'model_version', 'last_swap', 'dropped_non_finite', 'dropped_stale',
                 'dropped_missing_joint', 'dropped_unknown_joint', 'dropped_wrong_length'):

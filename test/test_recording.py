@@ -4,6 +4,7 @@ model, different for another), robustness to lost messages and a late start, and
 replay picture."""
 
 import hashlib
+import json
 from pathlib import Path
 import re
 import subprocess
@@ -69,13 +70,12 @@ def run(ros_env, probe, robot, tmp_path_factory):  # noqa: F811
     changed after >= 100 ticks and kept for >= 150; returns (mcap path, model, another model).
 
     Deterministic start: the sim is paused before the policy starts, and resumes only once the
-    recorder has matched every publisher (its diagnostics) and the policy, sim and recorder
-    hear the probe's cmd_vel, so the recording holds the policy's first output (offset 0).
+    recorder has matched every publisher (its diagnostics), so the recording holds the
+    policy's first output.
     """
     d = tmp_path_factory.mktemp('record')
     model, other = good_model(robot, d / 'a.onnx', seed=0), good_model(robot, d / 'b.onnx', 1)
     probe.subscribe('/diagnostics', DiagnosticArray, 50)
-    probe.advertise('cmd_vel', Twist)
 
     def recorder(key, n):
         return lambda m: any(s.hardware_id == '/recorder_node' and any(
@@ -90,21 +90,23 @@ def run(ros_env, probe, robot, tmp_path_factory):  # noqa: F811
     policy = NodeProcess('policy_node', ros_env, d, {'use_sim_time': True,
                                                      'model_path': str(model)})
     for topic in ('joint_states', 'imu', 'joint_commands', 'policy/model_version',
-                  'safety/state', 'cmd_vel'):
+                  'safety/state'):
         probe.wait_for('/diagnostics', recorder(f'publishers /{topic}', 1), timeout=60)
-    probe.wait_subscribers('cmd_vel', 3, timeout=60)  # policy, sim, recorder
     assert probe.call(SetBool, '/sim_node/pause', SetBool.Request(data=False)).success
     probe.wait_for('/diagnostics', recorded('joint_commands', 100), timeout=60)
+    probe.publish('cmd_vel', Twist())  # zero, as before: creates the publisher
+    probe.wait_subscribers('cmd_vel', 3)  # sim, policy and recorder all get the next one
     cmd = Twist()
     cmd.linear.x, cmd.angular.z = 0.4, 0.3
     probe.publish('cmd_vel', cmd)
-    walking = probe.wait_for('/diagnostics', recorded('cmd_vel', 1), timeout=30)
+    walking = probe.wait_for('/diagnostics', recorded('cmd_vel', 2), timeout=30)
     # 150 ticks under the new command, however late it came (the loop's pace varies).
     before = max(int(kv.value) for s in walking.status for kv in s.values
                  if s.hardware_id == '/recorder_node' and kv.key == 'messages /joint_commands')
     probe.wait_for('/diagnostics', recorded('joint_commands', before + 150), timeout=60)
     codes = stop_all(policy, sim, rec)
-    assert codes == {'policy_node': 0, 'sim_node': 0, 'recorder_node': 0}, rec.log
+    assert codes == {'policy_node': 0, 'sim_node': 0, 'recorder_node': 0}, \
+        rec.log + sim.log + policy.log
     return d / 'run.mcap', model, other
 
 
@@ -138,10 +140,16 @@ def test_replay_with_the_serving_model_is_identical(run):
     assert result.returncode == 0, result.stdout + result.stderr
     assert 'identical' in result.stdout and 'max |recomputed - recorded| 0 rad' in result.stdout
     rec = replay.load_recording(path)
-    assert len({tuple(c) for _, c in rec.cmd_vel}) == 1  # the command changed mid-run ...
+    assert len({tuple(c) for _, c in rec.cmd_vel}) == 2  # the command changed mid-run
     out = replay.replay_actions(rec, replay_robot(), OnnxPolicy(model))
-    assert out.compared.sum() >= 0.9 * len(out.kind) and out.phase_offset == 0
-    assert not out.differing.any()
+    assert out.compared.sum() >= 0.9 * len(out.kind) and not out.differing.any()
+    assert out.phase_offset == expected_offset(out) == 0  # recorded from the first tick
+
+
+def expected_offset(out):
+    """Gait clock ticks before the first recorded command: the lockstep sim starts at 0 s
+    and the policy's first output answers that first state."""
+    return round(out.stamp[0] / 0.02) % 20
 
 
 def replay_robot():
@@ -156,6 +164,8 @@ def test_another_model_is_reported_as_differing(run):
     # From the first tick the policy acted in RL on (the autostart state machine may publish
     # its RL state one tick after the first command).
     assert 'DIFFERENT' in result.stdout and re.search(r'ticks [01]-', result.stdout)
+    out = replay.replay_actions(replay.load_recording(path), replay_robot(), OnnxPolicy(other))
+    assert out.differing.sum() == out.compared.sum() >= 150  # every compared tick differs
 
 
 def rewrite(src, dst, keep):
@@ -180,13 +190,19 @@ def test_lost_states_are_skipped_and_a_late_start_finds_the_gait_clock(run, robo
         t == '/joint_states' and i % 10 == 5)))
     out = replay.replay_actions(lossy, robot, policy)
     assert out.kind.count('skipped') >= 15 and not out.differing.any()
-    # The recorder joined 7 ticks late: the clock offset is found, the ticks match.
-    full = replay.replay_actions(replay.load_recording(path), robot, policy)
+    # The sim replay steps once per control period between the states that were recorded.
+    assert replay.compare_sim(lossy, robot).rms().max() < 1e-3
+    # Every 10th command lost: the policy acted all the same (the clock moves on).
+    deaf = replay.load_recording(rewrite(path, tmp_path / 'deaf.mcap', lambda t, i: not (
+        t == '/joint_commands' and i % 10 == 5)))
+    out = replay.replay_actions(deaf, robot, policy)
+    assert out.kind.count('missing') >= 15 and not out.differing.any()
+    assert out.compared.sum() >= 0.8 * len(out.kind)
+    # The recorder joined 7 ticks later: the clock offset is found, the ticks match.
     late = replay.load_recording(rewrite(path, tmp_path / 'late.mcap', lambda t, i: i >= 7 or
                                          t in ('/policy/model_version', '/cmd_vel')))
     out = replay.replay_actions(late, robot, policy)
-    period = round(robot.gait_period / robot.control_dt)
-    assert out.phase_offset == (full.phase_offset + 7) % period
+    assert out.phase_offset == expected_offset(out) and out.kind[0] == 'skipped'
     assert not out.differing.any() and out.compared.sum() > 150
 
 
@@ -201,7 +217,7 @@ def test_compare_sim_replays_the_commands_and_plots(run, tmp_path):
     # The loop ran the nominal sim: replaying its commands there reproduces its joints.
     cmp = replay.compare_sim(replay.load_recording(path), replay_robot())
     assert len(cmp.t) >= 200 and cmp.rms().max() < 1e-3
-    assert np.ptp(cmp.recorded, axis=0).max() > 0.1  # the joints did move
+    assert np.ptp(cmp.recorded, axis=0).max() > 0.02  # the joints did move
 
 
 def test_replay_usage_errors_exit_2(tmp_path, capsys):
@@ -213,3 +229,32 @@ def test_replay_usage_errors_exit_2(tmp_path, capsys):
         assert cli.main(['replay', *map(str, argv)]) == 2
         err = capsys.readouterr().err
         assert message in err and err.count('\n') == 1, err
+
+
+def test_remapped_topics_replay_by_their_recorded_roles(run, tmp_path):
+    # A ros2_control robot: the same messages on the controllers' topic names.
+    path, model, _ = run
+    rename = {'/joint_states': '/joint_states', '/imu': '/imu_sensor_broadcaster/imu',
+              '/joint_commands': '/forward_position_controller/commands'}
+    for with_roles in (True, False):
+        meta = dict(read_metadata(path))
+        roles = json.loads(meta.pop('roles'))
+        if with_roles:
+            meta['roles'] = json.dumps({rename.get(t, t): r for t, r in roles.items()})
+        dst = tmp_path / f'remapped_{with_roles}.mcap'
+        rec, channels = Recorder(dst, meta), {}
+        with open(path, 'rb') as f:
+            for schema, channel, message in make_reader(f).iter_messages(log_time_order=True):
+                topic = rename.get(channel.topic, channel.topic)
+                if topic not in channels:
+                    channels[topic] = rec.add_topic(topic, schema.name)
+                rec.write(channels[topic], topic, message.data, message.log_time,
+                          message.publish_time)
+        rec.close()
+        result = claw_rl('replay', dst, '--model', model)
+        if with_roles:  # the same verdict, tick for tick, as under the original names
+            original = claw_rl('replay', path, '--model', model)
+            assert 'compared' in original.stdout, original.stdout + original.stderr
+            assert (result.returncode, result.stdout) == (original.returncode, original.stdout)
+        else:  # by last name alone, /forward_position_controller/commands is not a command
+            assert result.returncode != 0 and 'no joint_commands recorded' in result.stderr

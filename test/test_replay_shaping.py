@@ -46,8 +46,9 @@ def test_replay_reproduces_ticks_cut_by_the_rate_limit(robot, tmp_path):
     assert out.kind.count('compared') == len(rec.commands), out.format()
     assert out.phase_offset == 0
     assert not out.differing.any(), out.format()
-    # Another model under the same shaping is still told apart (after a cut tick it differs
-    # from, the last action is unknown: few ticks can be judged, but one is enough).
+    # Another model under the same shaping is not accepted: after a cut tick it differs from,
+    # its last action is unknown, so few (or no) ticks can be judged; claw-rl replay fails
+    # both a differing tick and a replay with nothing compared.
     other = replay.replay_actions(rec, slow, OnnxPolicy(good_model(robot, tmp_path / 'b.onnx',
                                                                    seed=1)))
-    assert other.differing.any(), other.format()
+    assert other.differing.any() or not other.compared.any(), other.format()

@@ -356,3 +356,46 @@ def test_controller_commands_are_rate_limited_and_clamped(robot):
     np.testing.assert_allclose(np.diff(outs, axis=0).max(), 0.05)
     np.testing.assert_allclose(outs[0], q0 + 0.05)
     np.testing.assert_allclose(outs[-1], np.minimum(q0 + 2.0, robot.joint_upper))
+
+
+def test_faults_in_stand_up_and_sit_down_fall_back_too(robot):
+    for state in ('stand_up', 'sit_down'):
+        ctrl, feed = in_rl(robot) if state == 'sit_down' else (None, None)
+        if ctrl is None:
+            ctrl = deploy_controller(robot)
+            feed = Robot(ctrl, robot)
+            feed.tick()
+        assert ctrl.request(state, feed.t)[0]
+        feed.tick()
+        low = feed.pos.copy()
+        low[1] = robot.joint_lower[1] - 0.2  # the lower limit counts as much as the upper
+        np.testing.assert_allclose(feed.tick(pos=low), np.maximum(low, robot.joint_lower))
+        assert ctrl.safety.state == PASSIVE and ctrl.safety.faults['joint_limit'] == 1
+
+
+def test_a_state_that_waited_too_long_for_its_imu_is_not_answered(robot):
+    ctrl, feed = in_rl(robot)
+    feed.t += DT
+    assert ctrl.on_joint_state(feed.t, robot.joint_names, feed.pos, np.zeros(12),
+                               feed.t) is None
+    late = feed.t + 5 * DT  # its IMU reading comes 100 ms later: the state is stale by then
+    out = ctrl.on_imu(late, [0, 0, 0, 1], [0, 0, 0], late)
+    np.testing.assert_allclose(out, feed.pos)  # damping, not a policy command
+    assert ctrl.safety.faults['stale_imu'] == 1 and ctrl.drops['stale'] == 1
+
+
+def test_leaving_passive_starts_the_rate_limit_at_the_measured_pose(robot):
+    ctrl = PolicyController(robot, max_delta_per_tick=0.05)  # autostart
+    ctrl.policy, ctrl._unverified = Crafted(robot, np.full(12, 2.0)), None
+    feed = Robot(ctrl, robot)
+    feed.pos = robot.default_joint_pos - 0.1
+    np.testing.assert_allclose(feed.tick(), feed.pos + 0.05)  # not q0 + 0.5 at once
+
+
+def test_operator_requests_need_a_fresh_state(robot):
+    ctrl = deploy_controller(robot)
+    feed = Robot(ctrl, robot)
+    feed.tick()
+    ok, message = ctrl.request('stand_up', feed.t + 4 * DT)  # the state is 80 ms old
+    assert not ok and 'no fresh complete joint state' in message
+    assert ctrl.request('stand_up', feed.t + DT)[0]

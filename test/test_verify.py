@@ -19,6 +19,7 @@ import yaml
 
 from claw_rl_ros import cli
 from claw_rl_ros.core.config import from_dict
+from claw_rl_ros.core.deploy.verification import verification_blocker
 from claw_rl_ros.core.deploy.verify import (Episode, format_table, passed, result_path, score,
                                             VerifyConfig, write_result)
 from claw_rl_ros.core.sim.env_config import EnvConfig
@@ -91,13 +92,22 @@ def test_score_rows_pass_and_fail_on_their_limits(robot):
 def test_result_file_names_the_model_bytes(robot, tmp_path):
     model = tmp_path / 'm.onnx'
     model.write_bytes(b'model bytes')
+    sha = hashlib.sha256(b'model bytes').hexdigest()
     path = write_result(model, score(VerifyConfig(), robot, [episode()], 1.0))
-    assert path == result_path(model) == tmp_path / 'm.onnx.verify.json'
+    # Written where the deploy path reads it (verification_blocker), the one check.
+    assert path == result_path(model) == tmp_path / 'm.verify.json'
     data = json.loads(path.read_text())
     assert sorted(data) == ['created', 'model_sha256', 'passed', 'table']
-    assert data['model_sha256'] == hashlib.sha256(b'model bytes').hexdigest()
+    assert data['model_sha256'] == sha
     assert data['passed'] is True and len(data['table']) == 9
-    assert sorted(p.name for p in tmp_path.iterdir()) == ['m.onnx', 'm.onnx.verify.json']
+    assert sorted(p.name for p in tmp_path.iterdir()) == ['m.onnx', 'm.verify.json']
+    assert verification_blocker(model, sha) is None
+    retrained = hashlib.sha256(b'retrained').hexdigest()  # the verdict belongs to the old bytes
+    assert 'verifies model' in verification_blocker(model, retrained)
+    write_result(model, score(VerifyConfig(), robot, [episode(vx=0.0)], 1.0))
+    assert 'did not pass' in verification_blocker(model, sha)
+    result_path(model).unlink()
+    assert 'no m.verify.json beside' in verification_blocker(model, sha)
 
 
 @pytest.fixture(scope='module')

@@ -1,5 +1,8 @@
 """``claw-rl eval``: an ONNX student evaluated (and optionally rendered) in simulation.
 
+A model exported from a Gymnasium run (its spec says ``kind: gymnasium``) is evaluated on the
+Gymnasium env it names: mean return of its deterministic action.
+
 User mistakes (missing file, corrupt model, a model for another robot spec) become a
 ConfigError: one line on stderr and exit status 2.
 """
@@ -36,20 +39,64 @@ def _env_config(args: argparse.Namespace, base, robot_name: str):
     return from_dict(EnvConfig, merge(to_dict(base), overrides), source='claw-rl eval')
 
 
-def _load_model(args: argparse.Namespace, config_robot: str | None):
+def _open_model(path: str):
+    """The OnnxPolicy at ``path``; an unusable file is a ConfigError naming --model."""
+    from ..core.deploy.onnx_policy import ModelError, OnnxPolicy
+    try:
+        return OnnxPolicy(path)
+    except ModelError as exc:
+        raise ConfigError('--model', '', str(exc)) from None
+
+
+def _load_model(args: argparse.Namespace, config_robot: str | None, policy):
     """(OnnxPolicy, RobotSpec): the model checked against the robot it will drive.
 
     The robot is --robot, else the --config env's robot, else the one the model names.
     """
-    from ..core.deploy.onnx_policy import ModelError, OnnxPolicy
+    from ..core.deploy.onnx_policy import ModelError
     from ..core.sim.robot import load_robot
     try:
-        policy = OnnxPolicy(args.model)
         robot = load_robot(args.robot or config_robot or policy.spec.get('robot', ''))
         policy.check_robot(robot)
     except ModelError as exc:
         raise ConfigError('--model', '', str(exc)) from None
     return policy, robot
+
+
+def _write_report(path: str | None, report: dict) -> None:
+    if path:
+        from ..core.learning.checkpoint import atomic_write_bytes
+        atomic_write_bytes(path, (json.dumps(report, indent=2) + '\n').encode())
+        print(f'wrote {path}')
+
+
+def _cmd_eval_gym_model(args: argparse.Namespace, policy) -> int:
+    """An ONNX model exported from a Gymnasium run, on the env its spec names."""
+    from ..core.deploy.evaluate_gym import evaluate_policy
+    from ..core.deploy.onnx_policy import ModelError
+    from ..core.sim.gym_spec import gym_task_spec
+    robot_only = [flag for flag, value in (('--robot', args.robot), ('--config', args.config),
+                                           ('--command', args.command), ('--gif', args.gif))
+                  if value]
+    if robot_only:
+        raise ConfigError(robot_only[0], '', f'{args.model} is a policy for the Gymnasium env '
+                          f'{policy.spec.get("env_id")!r}; {", ".join(robot_only)} only apply '
+                          'to robot models: drop them')
+    env_id = policy.spec.get('env_id', '')
+    try:
+        policy.check_robot(gym_task_spec(env_id))
+    except ModelError as exc:
+        raise ConfigError('--model', '', str(exc)) from None
+    returns = evaluate_policy(policy, env_id, args.episodes, seed=args.seed)
+    algorithm = json.loads(policy.metadata.get('algorithm', 'null'))
+    report = {'model': str(args.model), 'sha256': policy.sha256, 'env': env_id,
+              'algorithm': algorithm, 'episodes': args.episodes,
+              'mean_return': float(returns.mean()), 'std_return': float(returns.std())}
+    print(f'model {args.model} (sha256 {policy.sha256[:12]}), {env_id} ({algorithm}): mean '
+          f'return {report["mean_return"]:.1f} +- {report["std_return"]:.1f} over '
+          f'{args.episodes} episodes')
+    _write_report(args.json, report)
+    return 0
 
 
 def _cmd_eval_run(args: argparse.Namespace) -> int:
@@ -72,10 +119,7 @@ def _cmd_eval_run(args: argparse.Namespace) -> int:
     print(f'{cfg.gym_env} ({cfg.algorithm}, {path.name}): mean return '
           f'{report["mean_return"]:.1f} +- {report["std_return"]:.1f} over {args.episodes} '
           'episodes')
-    if args.json:
-        from ..core.learning.checkpoint import atomic_write_bytes
-        atomic_write_bytes(args.json, (json.dumps(report, indent=2) + '\n').encode())
-        print(f'wrote {args.json}')
+    _write_report(args.json, report)
     return 0
 
 
@@ -87,27 +131,26 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     if not args.model:
         raise ConfigError('--model', '', 'give an exported .onnx student with --model, or a '
                           'Gymnasium training run with --run-dir')
+    model = _open_model(args.model)
+    if model.kind == 'gymnasium':
+        return _cmd_eval_gym_model(args, model)
     if args.gif:
         _default_gl_backend()
-    from ..core.learning.checkpoint import atomic_write_bytes
     from ..core.sim.env_config import EnvConfig
     from ..core.deploy.evaluate import evaluate
     from ..core.learning.train_config import load_train_config
     if args.gif and Path(args.gif).suffix.lower() not in ('.gif', '.png'):
         raise ConfigError('--gif', '', f'{args.gif}: name a .gif (animation) or .png (strip)')
     base = load_train_config(args.config).env if args.config else EnvConfig()
-    policy, robot = _load_model(args, base.robot if args.config else None)
+    policy, robot = _load_model(args, base.robot if args.config else None, model)
     env_cfg = _env_config(args, base, robot.name)
     command = tuple(args.command) if args.command else None
     report = evaluate(policy, env_cfg, robot, episodes=args.episodes, command=command,
                       seed=args.seed)
     print(f'model {args.model} (sha256 {policy.sha256[:12]}), robot {robot.name}')
     print(report.format())
-    if args.json:
-        out = {'model': str(args.model), 'sha256': policy.sha256, 'robot': robot.name,
-               **report.to_dict()}
-        atomic_write_bytes(args.json, (json.dumps(out, indent=2) + '\n').encode())
-        print(f'wrote {args.json}')
+    _write_report(args.json, {'model': str(args.model), 'sha256': policy.sha256,
+                              'robot': robot.name, **report.to_dict()})
     if args.gif:
         _render(policy, robot, args, command)
     return 0

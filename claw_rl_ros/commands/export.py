@@ -7,6 +7,7 @@ ConfigError: one line on stderr and exit status 2.
 from __future__ import annotations
 
 import argparse
+import json
 
 from ..core.config import ConfigError
 
@@ -29,20 +30,26 @@ def _cmd_export(args: argparse.Namespace) -> int:
     except (ValueError, ExportError) as exc:
         raise ConfigError(str(source), '', str(exc)) from None
     model = OnnxPolicy(path)
-    card = write_policy_card(path)
+    # The card documents a robot deployment (joints, gains, control period); task models
+    # (Gymnasium) describe themselves in their metadata only.
+    card = write_policy_card(path) if model.kind == 'robot' else None
     print(f'exported {source} -> {path}')
     print(f'  sha256 {model.sha256}')
-    print(f'  obs [batch, {model.obs_dim}] -> actions [batch, {model.num_actions}], '
-          f'robot {model.spec.get("robot")!r}')
+    target = f'robot {model.spec.get("robot")!r}' if model.kind == 'robot' else \
+        f'Gymnasium env {model.spec.get("env_id")!r}'
+    print(f'  obs [batch, {model.obs_dim}] -> actions [batch, {model.num_actions}], {target}, '
+          f'algorithm {json.loads(model.metadata.get("algorithm", "null"))}')
     print(f'  max abs diff onnxruntime vs torch: {model.metadata["parity_max_abs_diff"]}')
-    print(f'  policy card {card}')
+    if card is not None:
+        print(f'  policy card {card}')
     return 0
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     """Register ``export`` on the claw-rl parser."""
     export = subparsers.add_parser('export', help='export a checkpoint\'s student to ONNX '
-                                   '(normaliser and robot spec inside, parity-checked)')
+                                   '(normaliser and robot or Gymnasium task spec inside, '
+                                   'parity-checked)')
     source = export.add_mutually_exclusive_group(required=True)
     source.add_argument('--checkpoint', help='a training checkpoint (.pt)')
     source.add_argument('--run-dir', help='a run directory: export its latest checkpoint')

@@ -6,8 +6,8 @@ events, learning_curve.png, student.onnx and eval.json. Ctrl-C saves a checkpoin
 
 ``--env gym:<EnvId>`` trains on any Box-action Gymnasium env instead of the robot (through
 GymVecEnv, with ``config/train_gym_<algorithm>.yaml``, CleanRL / SB3 defaults, unless
-``--config`` is given); ``--algorithm ppo|sac`` picks the trainer. A Gymnasium run ends with an
-evaluation of the deterministic policy (no ONNX: the export carries a robot spec).
+``--config`` is given); ``--algorithm ppo|sac`` picks the trainer. A Gymnasium run ends with
+student.onnx (the task's spec in its metadata) and an evaluation of it on the env.
 """
 
 from __future__ import annotations
@@ -174,7 +174,7 @@ def _log_iteration(runner, logger, iteration: int, metrics: dict) -> None:
 def _export_and_evaluate(runner, run_dir: Path) -> dict[str, Any]:
     """student.onnx (if the actor is deployable) and an evaluation of it."""
     if runner.cfg.gym_env:
-        return _evaluate_gym(runner)
+        return _evaluate_gym(runner, run_dir)
     from ..core.deploy.export import export_onnx
     from ..core.deploy.evaluate import evaluate
     from ..core.deploy.onnx_policy import OnnxPolicy
@@ -198,16 +198,27 @@ def _export_and_evaluate(runner, run_dir: Path) -> dict[str, Any]:
     return out
 
 
-def _evaluate_gym(runner) -> dict[str, Any]:
-    """Mean return of the deterministic policy over ``eval_episodes`` fresh episodes."""
+def _evaluate_gym(runner, run_dir: Path) -> dict[str, Any]:
+    """student.onnx for the Gymnasium task, and its mean return over ``eval_episodes``."""
     from ..core.deploy.evaluate_gym import evaluate_policy
+    from ..core.deploy.export import export_onnx
+    from ..core.deploy.onnx_policy import OnnxPolicy
+    from ..core.sim.gym_spec import gym_task_spec
+    task = gym_task_spec(runner.cfg.gym_env)
+    onnx_path = export_onnx(runner.policy, task, run_dir / 'student.onnx',
+                            extra_metadata={'iteration': runner.iteration,
+                                            'total_steps': runner.total_steps,
+                                            'algorithm': runner.cfg.algorithm})
+    out: dict[str, Any] = {'student_onnx': str(onnx_path)}
     episodes = runner.cfg.runner.eval_episodes
     if not episodes:
-        return {}
-    returns = evaluate_policy(runner.policy, runner.cfg.gym_env, episodes,
+        return out
+    policy = OnnxPolicy(onnx_path, task)
+    returns = evaluate_policy(policy, runner.cfg.gym_env, episodes,
                               seed=runner.cfg.runner.seed + 1000)
     report = {'episodes': episodes, 'mean_return': float(returns.mean()),
               'std_return': float(returns.std())}
-    print(f'evaluation of the deterministic policy: mean return {report["mean_return"]:.1f} '
+    print(f'evaluation of student.onnx: mean return {report["mean_return"]:.1f} '
           f'+- {report["std_return"]:.1f} over {episodes} episodes')
-    return {'eval': report}
+    out['eval'] = report
+    return out

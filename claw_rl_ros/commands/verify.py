@@ -3,7 +3,7 @@
 Starts the package's ``control`` graph (sim_node + policy_node as processes, through the same
 graph runner as ``claw-rl up``) in lockstep, with the sim node's perturbations from
 ``config/verify.yaml``, drives N episodes at a fixed forward command, prints the pass/fail table
-(:mod:`claw_rl_ros.core.deploy.verify`), writes ``<model>.verify.json`` beside the model and
+(:mod:`claw_rl_ros.core.deploy.verify`), writes ``<model stem>.verify.json`` beside the model and
 exits 0 (pass) or 1 (fail); 2 for a usage error (missing or unusable model, bad config).
 
 Why lockstep: the sim waits for each command, so the verdict does not depend on how loaded the

@@ -120,7 +120,7 @@ DEPLOY_ARGUMENTS = (
     Argument('command_controller', 'forward_position_controller', 'name of the '
              'forward_command_controller in controllers_file'),
     Argument('require_verification', 'true', 'enter RL only with a passing '
-             '<model>.verify.json of this model (claw-rl verify)', ('true', 'false')),
+             '<model stem>.verify.json of this model (claw-rl verify)', ('true', 'false')),
 )
 
 

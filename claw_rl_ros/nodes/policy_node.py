@@ -21,7 +21,7 @@ limits and a maximum change per tick. ``autostart`` (default true: simulation an
 enters RL at the first complete fresh state and re-arms after a fault; the deploy graph sets it
 false: the operator drives ``~/operator`` or the ``~/stand_up`` ... Trigger services, and
 ``rl`` needs a passing self-check and (``require_verification``) a passing
-``<model>.verify.json``.
+``<model stem>.verify.json``.
 """
 
 from __future__ import annotations

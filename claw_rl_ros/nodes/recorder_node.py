@@ -15,6 +15,7 @@ can wait for the recorder to hear a node before letting it act).
 
 from __future__ import annotations
 
+import json
 import time
 
 from diagnostic_msgs.msg import DiagnosticArray
@@ -27,13 +28,15 @@ from std_msgs.msg import Float64MultiArray, String
 
 from ..core.deploy.recording import Recorder
 from ..core.sim.robot import load_robot
-from .ros_io import COMMAND_QOS, diagnostics, LATCHED_QOS, SENSOR_QOS, spin, steady_timer
+from .ros_io import diagnostics, LATCHED_QOS, SENSOR_QOS, spin, steady_timer
 
-RELIABLE = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE)
-SENSOR_DEEP = QoSProfile(depth=50, reliability=ReliabilityPolicy.BEST_EFFORT,
+# Deep queues: a recorder that falls behind for a moment (a loaded machine) catches up
+# instead of losing messages; the QoS policies stay compatible with each publisher's.
+RELIABLE = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE)
+SENSOR_DEEP = QoSProfile(depth=1000, reliability=ReliabilityPolicy.BEST_EFFORT,
                          durability=SENSOR_QOS.durability)
 TOPICS = {'joint_states': (JointState, SENSOR_DEEP), 'imu': (Imu, SENSOR_DEEP),
-          'cmd_vel': (Twist, RELIABLE), 'joint_commands': (Float64MultiArray, COMMAND_QOS),
+          'cmd_vel': (Twist, RELIABLE), 'joint_commands': (Float64MultiArray, RELIABLE),
           'policy/model_version': (String, LATCHED_QOS), 'safety/state': (String, RELIABLE),
           'odom': (Odometry, SENSOR_DEEP)}
 
@@ -59,12 +62,16 @@ class RecorderNode(Node):
         if unknown:
             raise ValueError(f'parameter topics has {unknown}; record a subset of '
                              f'{list(TOPICS)}')
+        # Each topic's role by its resolved (remapped) name, e.g. /forward_position_controller/
+        # commands is joint_commands on a ros2_control robot: replay reads it from here.
+        names = {topic: self.resolve_topic_name(topic) for topic in topics}
         self.rec = Recorder(path, {'robot': robot.name, 'joints': ','.join(joints),
-                                   'control_dt': robot.control_dt})
+                                   'control_dt': robot.control_dt,
+                                   'roles': json.dumps({n: t for t, n in names.items()})})
         self.subs = {}
         for topic in topics:
             msg_type, qos = TOPICS[topic]
-            name = self.resolve_topic_name(topic)
+            name = names[topic]
             channel = self.rec.add_topic(name, type_name(msg_type))
             self.subs[name] = self.create_subscription(msg_type, topic, self.writer(channel, name),
                                                        qos, raw=True)

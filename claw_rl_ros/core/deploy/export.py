@@ -1,13 +1,16 @@
-"""Export the student's deterministic action to ONNX, with the normaliser and the robot spec.
+"""Export the student's deterministic action to ONNX, with the normaliser and the task spec.
 
-The graph is ``actions [batch, A] = clip(actor(normalise(obs [batch, obs_dim])), +-action_clip)``:
+The graph is ``actions [batch, A] = clip(actor(normalise(obs [batch, obs_dim])), action range)``:
 the student's ``act_inference`` on the ``policy`` observation group (a PPO ``ActorCritic``: the
 Gaussian mean; a SAC ``SACPolicy``: ``bias + scale * tanh(mean)``, the squashed mean in the
-env's action range), clipped as the env clips the actions it trained with
-(``env.clip_actions``), so every consumer of the file gets the trained action range; the
-metadata holds the robot spec (joints, pose, gains, limits, observation layout) plus
-``action_clip``, which deployment checks. The file is written only after ``onnx.checker`` and a
-torch/onnxruntime parity check pass, and atomically.
+env's action range), clipped as the env clips the actions it trained with, so every consumer of
+the file gets the trained action range. The range is ``+-action_clip`` for the robot
+(``env.clip_actions``) and the action space's per-dimension ``[low, high]`` for a Gymnasium task.
+The metadata holds the spec the policy was trained for, a :class:`~..sim.robot.RobotSpec`
+(joints, pose, gains, limits, observation layout) or a :class:`~..sim.gym_spec.GymTaskSpec`
+(env id, observation and action spaces), plus ``action_clip``, which deployment checks. The file
+is written only after ``onnx.checker`` and a torch/onnxruntime parity check pass, and
+atomically.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from datetime import datetime, timezone
 import io
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, TYPE_CHECKING
 import warnings
 
 import numpy as np
@@ -34,11 +37,16 @@ from ..sim.env_config import EnvConfig
 from ..sim.robot import load_robot, METADATA_KEY, RobotSpec
 from ..learning.runner import load_policy
 
+if TYPE_CHECKING:  # gymnasium is imported only to export a Gymnasium run
+    from ..sim.gym_spec import GymTaskSpec
+
 EXPORT_FORMAT = 1
 MIN_OPSET = 17
 PARITY_TOLERANCE = 1e-5
 DEFAULT_ACTION_CLIP = EnvConfig().clip_actions
 RESERVED_KEYS = (METADATA_KEY, 'claw_rl_format', 'exported_at', 'parity_max_abs_diff')
+# The action range of the graph: +-clip on every action, or per-dimension (low [A], high [A]).
+ActionClip = float | tuple[np.ndarray, np.ndarray]
 
 
 class ExportError(RuntimeError):
@@ -46,41 +54,90 @@ class ExportError(RuntimeError):
 
 
 class _DeployedActor(nn.Module):
-    """``obs [B, obs_dim] -> clip(act_inference({'policy': obs}), +-clip) [B, A]``."""
+    """``obs [B, obs_dim] -> clip(act_inference({'policy': obs}), action range) [B, A]``."""
 
-    def __init__(self, policy: ActorCritic, action_clip: float):
+    def __init__(self, policy: ActorCritic, action_clip: ActionClip):
         super().__init__()
         self.policy = policy
-        self.action_clip = float(action_clip)
+        self.action_clip = action_clip
+        if isinstance(action_clip, tuple):
+            # Buffers: the bounds are constants of the traced graph.
+            self.register_buffer('low', torch.as_tensor(action_clip[0], dtype=torch.float32))
+            self.register_buffer('high', torch.as_tensor(action_clip[1], dtype=torch.float32))
+            self.action_clip = (self.low, self.high)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return deployed_action(self.policy, obs, self.action_clip)
 
 
-def deployed_action(policy: ActorCritic, obs: torch.Tensor, action_clip: float) -> torch.Tensor:
-    """What the exported graph computes: [B, obs_dim] -> [B, A] clipped deterministic action."""
-    return policy.act_inference({'policy': obs}).clamp(-action_clip, action_clip)
+def deployed_action(policy: ActorCritic, obs: torch.Tensor,
+                    action_clip: ActionClip) -> torch.Tensor:
+    """What the exported graph computes: [B, obs_dim] -> [B, A] clipped deterministic action.
+
+    ``action_clip`` is a float (every action within +-clip) or (low [A], high [A]) (arrays or
+    tensors).
+    """
+    action = policy.act_inference({'policy': obs})
+    if isinstance(action_clip, tuple):
+        low, high = (b.to(action.dtype) if isinstance(b, torch.Tensor)
+                     else torch.as_tensor(b, dtype=action.dtype) for b in action_clip)
+        return torch.minimum(torch.maximum(action, low), high)
+    return action.clamp(-action_clip, action_clip)
 
 
-def _check_exportable(policy: ActorCritic, robot: RobotSpec) -> None:
-    """Only a student reading the measurable ``policy`` group with the robot's sizes."""
+def _sizes(spec: RobotSpec | GymTaskSpec) -> tuple[int, int, str]:
+    """(obs_dim, action_dim, the spec's action count in words) from its metadata."""
+    meta = spec.to_metadata()
+    if meta.get('kind'):
+        words = f'env {spec.name!r} takes {meta["action_dim"]} actions'
+    else:
+        words = f'robot {spec.name!r} has {meta["action_dim"]} joints'
+    return int(meta['obs_dim']), int(meta['action_dim']), words
+
+
+def _check_exportable(policy: ActorCritic, spec: RobotSpec | GymTaskSpec) -> None:
+    """Only a student reading the measurable ``policy`` group with the spec's sizes."""
     if list(policy.actor_obs_groups) != ['policy']:
         raise ValueError(f'the actor reads observation groups {policy.actor_obs_groups}; only '
                          "an actor on ['policy'] can be deployed (privileged observations do "
                          'not exist on the robot): export the student, not the teacher')
-    obs = torch.zeros(1, robot.policy_obs.dim)
+    obs_dim, action_dim, actions = _sizes(spec)
+    obs = torch.zeros(1, obs_dim)
     try:
         with torch.no_grad():
             out = policy.act_inference({'policy': obs})
     except RuntimeError as exc:
-        raise ValueError(f'the actor does not accept the {robot.name!r} policy observation '
-                         f'[{robot.policy_obs.dim}] ({exc})') from None
-    if tuple(out.shape) != (1, robot.num_joints):
-        raise ValueError(f'the actor outputs {tuple(out.shape[1:])} actions, robot '
-                         f'{robot.name!r} has {robot.num_joints} joints')
+        raise ValueError(f'the actor does not accept the {spec.name!r} policy observation '
+                         f'[{obs_dim}] ({exc})') from None
+    if tuple(out.shape) != (1, action_dim):
+        raise ValueError(f'the actor outputs {tuple(out.shape[1:])} actions, {actions}')
 
 
-def _graph_bytes(policy: ActorCritic, obs_dim: int, opset: int, action_clip: float) -> bytes:
+def _checked_clip(action_clip: ActionClip, action_dim: int) -> ActionClip:
+    """A float > 0, or (low [A], high [A]) float64, finite, with low <= high."""
+    if not isinstance(action_clip, tuple):
+        if not action_clip > 0:
+            raise ValueError(f'action_clip {action_clip!r} must be > 0 (env.clip_actions)')
+        return float(action_clip)
+    low, high = (np.asarray(b, dtype=np.float64).reshape(-1) for b in action_clip)
+    if low.shape != (action_dim,) or high.shape != (action_dim,):
+        raise ValueError(f'action_clip bounds have shapes {low.shape} and {high.shape}; the '
+                         f'policy has {action_dim} actions')
+    if not (np.isfinite(low).all() and np.isfinite(high).all() and (low <= high).all()):
+        raise ValueError(f'action_clip bounds low {low.tolist()} high {high.tolist()} must be '
+                         'finite with low <= high (the action space)')
+    return low, high
+
+
+def _clip_metadata(action_clip: ActionClip) -> float | dict[str, list[float]]:
+    """The spec's ``action_clip``: the float, or ``{'low': [A], 'high': [A]}``."""
+    if isinstance(action_clip, tuple):
+        return {'low': action_clip[0].tolist(), 'high': action_clip[1].tolist()}
+    return action_clip
+
+
+def _graph_bytes(policy: ActorCritic, obs_dim: int, opset: int,
+                 action_clip: ActionClip) -> bytes:
     """TorchScript-based export with a dynamic batch.
 
     torch 2.13 deprecates this exporter in favour of ``dynamo=True``, which needs the
@@ -100,18 +157,27 @@ def _graph_bytes(policy: ActorCritic, obs_dim: int, opset: int, action_clip: flo
     return buffer.getvalue()
 
 
-def _metadata(robot: RobotSpec, extra: dict[str, Any] | None,
-              action_clip: float) -> dict[str, str]:
+def _metadata(spec: RobotSpec | GymTaskSpec, extra: dict[str, Any] | None,
+              action_clip: ActionClip) -> dict[str, str]:
     """metadata_props: the spec and format as JSON strings, plus extras (each JSON-encoded)."""
     extra = dict(extra or {})
     clash = [k for k in extra if k in RESERVED_KEYS]
     if clash:
         raise ValueError(f'extra_metadata may not set {clash}: reserved for the exporter')
-    props = {METADATA_KEY: json.dumps({**robot.to_metadata(), 'action_clip': action_clip}),
+    props = {METADATA_KEY: json.dumps({**spec.to_metadata(),
+                                       'action_clip': _clip_metadata(action_clip)}),
              'claw_rl_format': str(EXPORT_FORMAT),
              'exported_at': datetime.now(timezone.utc).isoformat(timespec='seconds')}
     props.update({str(k): json.dumps(v) for k, v in extra.items()})
     return props
+
+
+def _name_output_dims(model: onnx.ModelProto, action_dim: int) -> None:
+    """Output ``actions`` as [batch, action_dim]: per-dimension clipping (Max/Min against [A]
+    bounds) leaves the exporter's second dim symbolic, which loaders would refuse."""
+    dims = model.graph.output[0].type.tensor_type.shape.dim
+    dims[0].dim_param = 'batch'
+    dims[1].dim_value = action_dim
 
 
 def _set_metadata(model: onnx.ModelProto, props: dict[str, str]) -> None:
@@ -129,7 +195,7 @@ def random_observations(obs_dim: int, num_samples: int, seed: int) -> np.ndarray
 
 
 def verify_onnx(policy: ActorCritic, model: str | Path | bytes, num_samples: int = 1000,
-                seed: int = 0, action_clip: float = float('inf')) -> float:
+                seed: int = 0, action_clip: ActionClip = float('inf')) -> float:
     """Max abs difference between onnxruntime and :func:`deployed_action` on random obs."""
     source = model if isinstance(model, bytes) else str(model)
     session = ort.InferenceSession(source, session_options(),
@@ -142,26 +208,30 @@ def verify_onnx(policy: ActorCritic, model: str | Path | bytes, num_samples: int
     return float(np.abs(onnx_actions - torch_actions).max())
 
 
-def export_onnx(policy: ActorCritic, robot: RobotSpec, path: str | Path, *, opset: int = 17,
-                extra_metadata: dict[str, Any] | None = None,
-                action_clip: float = DEFAULT_ACTION_CLIP) -> Path:
+def export_onnx(policy: ActorCritic, spec: RobotSpec | GymTaskSpec, path: str | Path, *,
+                opset: int = 17, extra_metadata: dict[str, Any] | None = None,
+                action_clip: ActionClip | None = None) -> Path:
     """Write ``policy``'s deterministic action as ONNX to ``path`` (atomically); returns it.
 
-    Input ``obs`` [batch, obs_dim], output ``actions`` [batch, A] clipped to +-action_clip (the
-    env's ``clip_actions`` during training), normaliser inside the graph, robot spec and
+    Input ``obs`` [batch, obs_dim], output ``actions`` [batch, A] clipped to ``action_clip``:
+    a float (+-clip, the robot env's ``clip_actions`` during training) or (low [A], high [A]);
+    by default ``EnvConfig().clip_actions`` for a robot and the action space's bounds for a
+    Gymnasium task. Normaliser inside the graph; the spec (robot or Gymnasium task) and
     ``action_clip`` in the metadata. Raises ValueError for a policy that cannot be deployed and
     :class:`ExportError` when onnxruntime and torch disagree by ``PARITY_TOLERANCE`` or more.
     """
     if opset < MIN_OPSET:
         raise ValueError(f'opset {opset} is too old; use {MIN_OPSET} or newer')
-    _check_exportable(policy, robot)
-    if not action_clip > 0:
-        raise ValueError(f'action_clip {action_clip!r} must be > 0 (env.clip_actions)')
-    model = onnx.load_from_string(_graph_bytes(policy, robot.policy_obs.dim, opset,
-                                               action_clip))
+    _check_exportable(policy, spec)
+    obs_dim, action_dim, _ = _sizes(spec)
+    if action_clip is None:
+        action_clip = getattr(spec, 'action_bounds', DEFAULT_ACTION_CLIP)
+    action_clip = _checked_clip(action_clip, action_dim)
+    model = onnx.load_from_string(_graph_bytes(policy, obs_dim, opset, action_clip))
+    _name_output_dims(model, action_dim)
     model.producer_name = 'claw_rl_ros'
-    model.doc_string = f'{robot.name} student policy: actions = actor(normalise(obs))'
-    props = _metadata(robot, extra_metadata, action_clip)
+    model.doc_string = f'{spec.name} student policy: actions = actor(normalise(obs))'
+    props = _metadata(spec, extra_metadata, action_clip)
     _set_metadata(model, props)
     onnx.checker.check_model(model)
     diff = verify_onnx(policy, model.SerializeToString(), action_clip=action_clip)
@@ -175,15 +245,19 @@ def export_onnx(policy: ActorCritic, robot: RobotSpec, path: str | Path, *, opse
 
 
 def export_checkpoint(checkpoint_path: str | Path, out_path: str | Path) -> Path:
-    """Export a training checkpoint's student for the robot named in its config."""
+    """Export a training checkpoint's student for the robot, or the Gymnasium env
+    (``gym_env``), named in its config."""
     policy, cfg, payload = load_policy(checkpoint_path)
+    extra = {'checkpoint': Path(checkpoint_path).name, 'iteration': payload.get('iteration'),
+             'total_steps': payload.get('total_steps'), 'algorithm': cfg.algorithm}
+    if cfg.gym_env:
+        from ..sim.gym_spec import gym_task_spec
+        return export_onnx(policy, gym_task_spec(cfg.gym_env), out_path, extra_metadata=extra)
     robot = load_robot(cfg.env.robot)
     trained = payload.get('robot')
     problems = robot.mismatches(trained) if trained else []
     if problems:
         raise ConfigError(str(checkpoint_path), 'robot', f'robot {cfg.env.robot!r} changed '
                           'since this checkpoint was trained: ' + '; '.join(problems))
-    extra = {'checkpoint': Path(checkpoint_path).name, 'iteration': payload.get('iteration'),
-             'total_steps': payload.get('total_steps'), 'algorithm': cfg.algorithm}
     return export_onnx(policy, robot, out_path, extra_metadata=extra,
                        action_clip=cfg.env.clip_actions)

@@ -2,7 +2,10 @@
 
 The model carries the robot spec in its metadata (``claw_rl_spec``); given the robot it will
 drive, :class:`OnnxPolicy` refuses a model made for another robot, joint order, gain set or
-observation layout, naming every difference. Only onnxruntime is needed (no torch, no onnx).
+observation layout, naming every difference. A model trained on a Gymnasium task carries that
+task's spec instead (``kind: gymnasium``: env id, observation and action spaces) and is checked
+against a :class:`~..sim.gym_spec.GymTaskSpec` the same way. Only onnxruntime is needed (no
+torch, no onnx).
 """
 
 from __future__ import annotations
@@ -52,10 +55,11 @@ def _read(source: str | Path | bytes) -> tuple[bytes, str]:
 class OnnxPolicy:
     """``actions = policy(obs)``: [obs_dim] -> [A] or [N, obs_dim] -> [N, A], float32.
 
-    Attributes: ``spec`` (the robot spec dict from the metadata), ``metadata`` (all metadata
-    strings), ``obs_dim``, ``num_actions``, ``action_clip`` (the trained action range),
-    ``sha256`` (hex digest of the model bytes, the model's version name), ``name`` (path or
-    ``<model bytes>``).
+    Attributes: ``spec`` (the robot or Gymnasium task spec dict from the metadata), ``kind``
+    (``robot`` or ``gymnasium``), ``metadata`` (all metadata strings), ``obs_dim``,
+    ``num_actions``, ``action_clip`` (the trained action range: a float for +-clip, or
+    ``{'low': [A], 'high': [A]}``), ``sha256`` (hex digest of the model bytes, the model's
+    version name), ``name`` (path or ``<model bytes>``).
     """
 
     def __init__(self, source: str | Path | bytes, robot: RobotSpec | None = None):
@@ -74,6 +78,7 @@ class OnnxPolicy:
         # The action range the model was trained with (clipped inside the graph); None for
         # models exported before it was recorded.
         self.action_clip = self.spec.get('action_clip')
+        self.kind = self.spec.get('kind', 'robot')
         self._check_io()
         if robot is not None:
             self.check_robot(robot)
@@ -107,11 +112,16 @@ class OnnxPolicy:
                                  f'spec metadata says tensor(float) [batch, {dim}]')
 
     def check_robot(self, robot: RobotSpec) -> None:
-        """Raise :class:`SpecMismatchError` naming every difference from ``robot``'s spec."""
+        """Raise :class:`SpecMismatchError` naming every difference from ``robot``'s spec.
+
+        ``robot`` may also be a Gymnasium task spec (anything with ``name`` and
+        ``mismatches(metadata) -> list[str]``).
+        """
         problems = robot.mismatches(self.spec)
         if problems:
+            what = 'robot' if self.kind == 'robot' else 'task'
             raise SpecMismatchError(
-                f'{self.name} was exported for a different robot spec than {robot.name!r} '
+                f'{self.name} was exported for a different {what} spec than {robot.name!r} '
                 f'({len(problems)} mismatch(es)): ' + '; '.join(problems))
 
     def __call__(self, obs: np.ndarray) -> np.ndarray:

@@ -13,12 +13,14 @@ command. A matching tick goes on with its own action as the next last action; a 
 with the action read back from the recorded command (what the robot was sent), so a difference
 is reported where it happens and does not propagate. A recorded default-pose hold is a hold
 (last action 0); a tick whose state was not recorded (best-effort message lost) is skipped.
-A ``cmd_vel`` published during a tick may have reached the policy node after it acted: such a
-tick is also tried with the previous command. The gait clock counts ticks from the policy's first
-output; if the recording started later, the clock offset is inferred (the offset whose first
-ticks match best) and reported, and that first tick is skipped (its last action is
-unknown). With a ``safety/state`` topic, only ticks in a state named
-``RL...`` are compared (the others are shaped by the safety layer, not the model).
+A ``cmd_vel`` reaches the policy node some ticks after it was published: until a tick shows
+the new command in effect, ticks are tried with the new one, then the one before. The gait
+clock counts ticks from the policy's first output; if the recording started later, the clock
+offset is inferred (the offset whose first ticks match best) and reported; a first tick that
+does not match is skipped (the last action before it is unknown), and so is one right after
+a tick whose command was not recorded. With a ``safety/state``
+topic, only ticks in a state named ``RL...`` are compared (the others are shaped by the safety
+layer, not the model).
 
 **Sim** (:func:`compare_sim`). From the first recorded state (joints from ``joint_states``,
 trunk from ``odom`` when recorded, else the IMU orientation at the standing height), the
@@ -28,8 +30,10 @@ recorded joint trajectories are plotted side by side (PNG) with their RMS differ
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 import io
+import json
 from pathlib import Path
 from typing import Any, Optional
 
@@ -42,7 +46,8 @@ from ..sim.sim_session import SimSession
 from .command_shaping import CommandShaper
 from .recording import read_messages, read_metadata
 from .safety import SafetyConfig
-from .state_input import BadInput, CLIP_ACTIONS, imu_arrays, JointOrder, ObservationAssembler
+from .state_input import (BadInput, CLIP_ACTIONS, IMU_SYNC_PERIODS, imu_arrays, JointOrder,
+                          ObservationAssembler)
 
 NS = 1e-9
 
@@ -73,12 +78,15 @@ class Recording:
 
 
 def load_recording(path: str | Path) -> Recording:
-    """Read a recorder_node MCAP (topics matched by their last name, any namespace)."""
+    """Read a recorder_node MCAP (topics by the recorded roles, else by their last name)."""
     meta = read_metadata(path)
     rec = Recording(robot=meta.get('robot', ''),
                     joints=[j for j in meta.get('joints', '').split(',') if j])
+    # Roles by recorded topic name (remapped topics, e.g. a ros2_control robot's); recordings
+    # without them fall back to the last name component.
+    roles = {k: v.split('/')[-1] for k, v in json.loads(meta.get('roles', '{}')).items()}
     for topic, _, t, m in read_messages(path):
-        name = topic.rstrip('/').split('/')[-1]
+        name = roles.get(topic, topic.rstrip('/').split('/')[-1])
         if name == 'joint_states':
             rec.states.append((t, _stamp(m.header), list(m.name), np.asarray(m.position),
                                np.asarray(m.velocity)))
@@ -97,7 +105,7 @@ def load_recording(path: str | Path) -> Recording:
                              np.array([w.x, w.y, w.z])))
         elif name == 'model_version':
             rec.versions.append((t, m.data))
-        elif name == 'state' and topic.rstrip('/').endswith('safety/state'):
+        elif name == 'state' and (topic in roles or topic.rstrip('/').endswith('safety/state')):
             rec.safety.append((t, m.data))
     for part in (rec.states, rec.imus, rec.cmd_vel, rec.commands, rec.odom, rec.versions,
                  rec.safety):
@@ -110,8 +118,8 @@ def load_recording(path: str | Path) -> Recording:
 
 @dataclass
 class ActionReplay:
-    """Per tick: ``kind`` ('compared', 'hold', 'skipped' or 'not_rl'), ``stamp`` [s] of its
-    state, ``diff`` [J] |recomputed - recorded| (NaN when not compared)."""
+    """Per tick: ``kind`` ('compared', 'hold', 'skipped', 'missing' or 'not_rl'), ``stamp``
+    [s] of its state, ``diff`` [J] |recomputed - recorded| (NaN when not compared)."""
 
     kind: list[str]
     stamp: np.ndarray
@@ -144,11 +152,14 @@ class ActionReplay:
 
     def format(self, limit: int = 10) -> str:
         n, c, d = len(self.kind), int(self.compared.sum()), int(self.differing.sum())
-        counts = {k: self.kind.count(k) for k in ('hold', 'skipped', 'not_rl')}
+        counts = {k: self.kind.count(k) for k in ('hold', 'skipped', 'not_rl',
+                                                  'missing')}
         worst = np.nanmax(self.diff) if c else float('nan')
         lines = [f'replay: {n} ticks, {c} compared ({counts["hold"]} default-pose holds, '
-                 f'{counts["skipped"]} without a recorded state, {counts["not_rl"]} outside '
-                 f'RL); model {self.model_version}, recorded '
+                 f'{counts["skipped"]} skipped: state not recorded or last action unknown, '
+                 f'{counts["missing"]} without a '
+                 f'recorded command, {counts["not_rl"]} outside RL); model '
+                 f'{self.model_version}, recorded '
                  f'{", ".join(self.recorded_versions) or "no version"}',
                  f'  gait clock offset {self.phase_offset} ticks; tolerance '
                  f'{self.tolerance:g} rad; max |recomputed - recorded| {worst:.3g} rad',
@@ -213,16 +224,34 @@ def _run(rec: Recording, robot: RobotSpec, policy, order: JointOrder, phase_offs
         asm.gait_phase[:] = (phase_offset * robot.control_dt / robot.gait_period) % 1.0
     hold = order.to_output(robot.default_joint_pos)
     state = imu = None
-    used_stamp, safety, last_tick, cmd_time = None, None, -1, -1
-    previous_cmd = asm.commands[0].copy()
+    used_stamp, safety = None, None
+    pending = None  # a cmd_vel published but not yet seen in effect (asm.commands: in effect)
+    recent_imus: deque = deque(maxlen=8)
     last_sent: Optional[np.ndarray] = None
-    known = True  # the last action fed to the observation is the policy's own
+    # Whether the last action fed to the observation is the policy's own (not before the first
+    # recorded tick: the recording may have started after the policy).
+    known = False
     # The recording does not say whether the node faded in (deploy) or started at once
     # (autostart): up to fade_in_s after entering RL, a tick that differs is not compared.
     rl_since, fade_in_s = -np.inf, SafetyConfig().fade_in_s
     kinds, stamps, diffs = [], [], []
     for t, kind, e in _events(rec):
         if kind == 0:
+            if kinds and state is not None and state[0] != used_stamp and e[1] > state[0]:
+                # A new tick came, the last one got no recorded command (it was lost): the
+                # policy acted all the same, so its clock and last action move on.
+                tick_imu = next((i for i in recent_imus if abs(i[0] - state[0]) <=
+                                 IMU_SYNC_PERIODS * robot.control_dt), None)
+                kinds.append('missing')
+                stamps.append(state[0])
+                diffs.append(np.full(robot.num_joints, np.nan))
+                tried = None if tick_imu is None else \
+                    _act(asm, robot, policy, order, state, tick_imu, asm.commands[0], last_sent)
+                asm.advance(None if tried is None else
+                            np.clip(tried[0], -CLIP_ACTIONS, CLIP_ACTIONS))
+                # What it sent is unknown: the next tick's last action and rate limit origin.
+                used_stamp, known = state[0], False
+                last_sent = None if tried is None else order.from_output(tried[1])
             try:
                 state = (e[1], *order.joint_arrays(e[2], e[3], e[4]))
             except BadInput:
@@ -230,11 +259,11 @@ def _run(rec: Recording, robot: RobotSpec, policy, order: JointOrder, phase_offs
         elif kind == 1:
             try:
                 imu = (e[1], *imu_arrays(e[2], e[3]))
+                recent_imus.append(imu)
             except BadInput:
                 imu = None
         elif kind == 2:
-            previous_cmd, cmd_time = asm.commands[0].copy(), t
-            asm.set_command(e[1])
+            pending = np.array(e[1], dtype=np.float64)
         elif kind == 3:
             if e[1].strip().upper().startswith('RL') and not _is_rl(safety):
                 rl_since = t  # the command fades in from here (autostart: no fade)
@@ -242,17 +271,18 @@ def _run(rec: Recording, robot: RobotSpec, policy, order: JointOrder, phase_offs
         else:
             recorded = e[1]
             diff = np.full(robot.num_joints, np.nan)
-            fresh = state is not None and imu is not None and state[0] != used_stamp
+            # The policy node acts on a state and an IMU reading of the same tick.
+            fresh = state is not None and imu is not None and state[0] != used_stamp and \
+                imu[0] >= state[0] - IMU_SYNC_PERIODS * robot.control_dt
             stamps.append(state[0] if state is not None else float('nan'))
             # What the robot was sent, as an action (the next tick's last action).
             sent = (order.from_output(recorded) - robot.default_joint_pos) / robot.action_scale
             if np.array_equal(recorded, hold):
                 kinds.append('hold')
                 asm.advance(None)
-            elif not fresh or (not kinds and phase_offset):
-                # The state this command answered was not recorded, or the recording started
-                # after the policy (its last action before the first tick is unknown).
-                kinds.append('skipped')
+                known = True  # after a hold the policy's last action is 0, as here
+            elif not fresh:
+                kinds.append('skipped')  # the state this command answered was not recorded
                 asm.advance(sent)
                 known = not _shaped(robot, order.from_output(recorded), last_sent)
             else:
@@ -260,21 +290,27 @@ def _run(rec: Recording, robot: RobotSpec, policy, order: JointOrder, phase_offs
                 # pose (PolicyController restarts its shaper there), else from the last sent.
                 if last_sent is None or (safety or '').strip().upper().startswith('PASSIVE'):
                     last_sent = np.clip(state[1], robot.joint_lower, robot.joint_upper)
-                action, target = _act(asm, robot, policy, order, state, imu, asm.commands[0],
-                                      last_sent)
-                if cmd_time > last_tick and np.abs(target - recorded).max() > tolerance:
-                    # A cmd_vel published during this tick may have reached the policy node
-                    # only after it acted: the tick may have used the previous command.
-                    alt = _act(asm, robot, policy, order, state, imu, previous_cmd, last_sent)
-                    if np.abs(alt[1] - recorded).max() <= tolerance:
-                        action, target = alt
+                # A published cmd_vel reaches the policy node some time later (a reliable
+                # message may wait for a repair): until a tick shows the new command in
+                # effect, each tick is tried with the new one, then the one before it.
+                commands = [asm.commands[0].copy()] if pending is None else \
+                    [pending, asm.commands[0].copy()]
+                tries = [_act(asm, robot, policy, order, state, imu, c, last_sent)
+                         for c in commands]
+                hits = [k for k, (_, tgt) in enumerate(tries)
+                        if np.abs(tgt - recorded).max() <= tolerance]
+                matched = bool(hits)
+                action, target = tries[hits[0] if hits else 0]
+                if pending is not None and (not hits or hits[0] == 0):
+                    asm.set_command(pending)  # seen in effect (or nothing matches anyway)
+                    pending = None
                 # In the fade-in window a tick counts only if it matches unfaded (autostart).
-                fading = t - rl_since < fade_in_s and np.abs(target - recorded).max() > tolerance
+                fading = t - rl_since < fade_in_s and not matched
                 rl = safety is None or (_is_rl(safety) and not fading)
-                matched = np.abs(target - recorded).max() <= tolerance
                 if not matched and not known:
-                    # The last action came from a command the shaping had cut: the policy's
-                    # own action is unknown, so this tick cannot be judged.
+                    # The last action is not the policy's own (the first recorded tick, one
+                    # after a tick without a recorded command, or after a command the shaping
+                    # had cut): this tick cannot be judged.
                     kinds.append('skipped')
                 else:
                     kinds.append('compared' if rl else 'not_rl')
@@ -286,7 +322,7 @@ def _run(rec: Recording, robot: RobotSpec, policy, order: JointOrder, phase_offs
                 known = matched or not _shaped(robot, order.from_output(recorded), last_sent)
             if state is not None:
                 used_stamp = state[0]
-            last_tick, last_sent = t, order.from_output(recorded)
+            last_sent = order.from_output(recorded)
             diffs.append(diff)
             if max_ticks is not None and len(kinds) >= max_ticks:
                 break
@@ -357,10 +393,7 @@ def _initial_state(sim: SimSession, rec: Recording, order: JointOrder, first) ->
     elif imu:
         qpos[3:7] = imu_arrays(imu[0][2], imu[0][3])[0]
     qpos[p.qadr], qvel[p.vadr] = pos, vel
-    p.state[:] = 0.0
-    p.qpos[0], p.qvel[0] = qpos, qvel
-    sim._prev_targets = pos.copy()
-    sim._refresh_sensors()
+    sim.set_state(qpos, qvel)
 
 
 def compare_sim(rec: Recording, robot: RobotSpec, seconds: Optional[float] = None
@@ -379,14 +412,18 @@ def compare_sim(rec: Recording, robot: RobotSpec, seconds: Optional[float] = Non
         _initial_state(sim, rec, order, start)
         t, recorded, simulated = [start[1]], [order.joint_arrays(*start[2:5])[0]], \
             [sim.readings().joint_pos]
-        pending = None
+        sent: list[np.ndarray] = []
+        last = order.from_output(events[first_cmd][2][1])
         for _, kind, e in events[first_cmd:]:
             if kind == 4:
-                pending = order.from_output(e[1])
-            elif kind == 0 and pending is not None and e[1] > t[-1]:
-                # The next recorded state: step the sim once with the command before it.
-                sim.step(np.clip(pending, robot.joint_lower, robot.joint_upper))
-                pending = None
+                sent.append(order.from_output(e[1]))
+            elif kind == 0 and e[1] > t[-1] + 0.5 * robot.control_dt:
+                # The next recorded state, n control periods later: n steps, each with the
+                # next command sent meanwhile (the last one again if commands were lost).
+                for k in range(max(1, round((e[1] - t[-1]) / robot.control_dt))):
+                    last = sent[k] if k < len(sent) else last
+                    sim.step(np.clip(last, robot.joint_lower, robot.joint_upper))
+                sent = []
                 t.append(e[1])
                 recorded.append(order.joint_arrays(e[2], e[3], e[4])[0])
                 simulated.append(sim.readings().joint_pos)

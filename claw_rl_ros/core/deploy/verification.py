@@ -20,27 +20,21 @@ def verification_path(model: str | Path) -> Path:
     return Path(model).with_suffix(SUFFIX)
 
 
-def _candidates(model: str | Path) -> list[Path]:
-    model = Path(model)
-    return [verification_path(model), model.with_name(model.name + SUFFIX)]
-
-
 def read_verification(model: str | Path) -> tuple[Path, dict[str, Any]] | None:
-    """(path, record) of the first verification file beside ``model``; None if there is none.
+    """(path, record) of the verification file beside ``model``; None if there is none.
 
     Raises ValueError (path, problem, fix) for a file that is not a JSON object.
     """
-    for path in _candidates(model):
-        if path.is_file():
-            try:
-                record = json.loads(path.read_text())
-            except (OSError, json.JSONDecodeError) as exc:
-                raise ValueError(f'{path}: not readable JSON ({exc}); re-run claw-rl verify') \
-                    from None
-            if not isinstance(record, dict):
-                raise ValueError(f'{path}: a JSON object is expected; re-run claw-rl verify')
-            return path, record
-    return None
+    path = verification_path(model)
+    if not path.is_file():
+        return None
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ValueError(f'{path}: not readable JSON ({exc}); re-run claw-rl verify') from None
+    if not isinstance(record, dict):
+        raise ValueError(f'{path}: a JSON object is expected; re-run claw-rl verify')
+    return path, record
 
 
 def verification_blocker(model: str | Path | None, sha256: str) -> str | None:

@@ -16,7 +16,7 @@ and hands the measurements of each episode to this module, which knows no ROS. T
 * latency p99 of the policy node (joint state in -> command out, its /diagnostics) <= 50 % of
   the control period, so the command lands well before the next state.
 
-The verdict is written beside the model as ``<model>.verify.json``:
+The verdict is written beside the model as ``<model stem>.verify.json``:
 ``{"model_sha256", "passed", "table", "created"}`` (the deploy path reads it).
 """
 
@@ -35,6 +35,7 @@ import numpy as np
 from ..config import param
 from ..learning.checkpoint import atomic_write_bytes
 from ..sim.robot import RobotSpec
+from .verification import verification_path
 
 
 @dataclass
@@ -156,9 +157,9 @@ def format_table(rows: list[Row]) -> str:
 
 
 def result_path(model: str | Path) -> Path:
-    """``<model>.verify.json`` beside the model (``student.onnx.verify.json``)."""
-    model = Path(model)
-    return model.with_name(model.name + '.verify.json')
+    """The verification record beside the model (``student.onnx`` -> ``student.verify.json``),
+    where the deploy path and the policy card read it."""
+    return verification_path(model)
 
 
 def write_result(model: str | Path, rows: list[Row]) -> Path:

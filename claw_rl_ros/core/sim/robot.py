@@ -162,14 +162,23 @@ class RobotSpec:
 
     def mismatches(self, metadata: dict[str, Any], tol: float = 1e-6) -> list[str]:
         """Differences between this robot and a model's metadata (empty when they agree)."""
-        mine = self.to_metadata()
-        problems = []
-        for key, expected in mine.items():
-            if key not in metadata:
-                problems.append(f'{key}: missing from the model (robot has {expected!r})')
-            elif not _same(expected, metadata[key], tol):
-                problems.append(f'{key}: model has {metadata[key]!r}, robot has {expected!r}')
-        return problems
+        kind = metadata.get('kind', 'robot')
+        if kind != 'robot':
+            return [f'kind: the model was exported for a {kind} task '
+                    f'{metadata.get("env_id")!r}, not for robot {self.name!r}']
+        return spec_mismatches(self.to_metadata(), metadata, tol, owner='robot')
+
+
+def spec_mismatches(expected: dict[str, Any], metadata: dict[str, Any], tol: float = 1e-6,
+                    owner: str = 'env') -> list[str]:
+    """One line per key of ``expected`` that ``metadata`` lacks or holds another value for."""
+    problems = []
+    for key, value in expected.items():
+        if key not in metadata:
+            problems.append(f'{key}: missing from the model ({owner} has {value!r})')
+        elif not _same(value, metadata[key], tol):
+            problems.append(f'{key}: model has {metadata[key]!r}, {owner} has {value!r}')
+    return problems
 
 
 def _same(a: Any, b: Any, tol: float) -> bool:

@@ -166,6 +166,18 @@ class SimSession:
         self.resets += 1
         self._refresh_sensors()
 
+    def set_state(self, qpos: np.ndarray, qvel: np.ndarray) -> None:
+        """Put the world in a given state (a replay's start): ``qpos`` [nq] (free joint
+        position, quaternion w,x,y,z, joints), ``qvel`` [nv] (world linear, body angular,
+        joints); the actuators hold the joints where they are until the next step."""
+        p = self.physics
+        p.state[:] = 0.0
+        p.qpos[0], p.qvel[0] = qpos, qvel
+        self._prev_targets = np.array(qpos[p.qadr], dtype=np.float64)
+        self._history.clear()
+        self._history.extend([self._prev_targets] * (self._history.maxlen - 1))
+        self._refresh_sensors()
+
     def _refresh_sensors(self) -> None:
         """Sensor readings of the current state (after a reset no physics step has run)."""
         m, d = self.physics.models[0], self._data
