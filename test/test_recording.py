@@ -18,6 +18,7 @@ from PIL import Image
 import pytest
 from rclpy.serialization import serialize_message
 from sensor_msgs.msg import JointState
+from std_srvs.srv import SetBool
 
 from claw_rl_ros import cli
 from claw_rl_ros.core.deploy import replay
@@ -65,34 +66,47 @@ def test_recorder_writes_cdr_that_the_ros2_decoder_reads(tmp_path):
 
 @pytest.fixture(scope='module')
 def run(ros_env, probe, robot, tmp_path_factory):  # noqa: F811
-    """~4 s of a lockstep loop recorded by recorder_node (started first), cmd_vel changed
-    half-way; returns (mcap path, model, another model)."""
+    """>= 5 s of a lockstep loop recorded by recorder_node from the policy's first tick, cmd_vel
+    changed after >= 100 ticks and kept for >= 150; returns (mcap path, model, another model).
+
+    Deterministic start: the sim is paused before the policy starts, and resumes only once the
+    recorder has matched every publisher (its diagnostics), so the recording holds the
+    policy's first output.
+    """
     d = tmp_path_factory.mktemp('record')
     model, other = good_model(robot, d / 'a.onnx', seed=0), good_model(robot, d / 'b.onnx', 1)
     probe.subscribe('/diagnostics', DiagnosticArray, 50)
 
-    def recorded(topic, n):
-        key = f'messages /{topic}'
+    def recorder(key, n):
         return lambda m: any(s.hardware_id == '/recorder_node' and any(
             kv.key == key and int(kv.value) >= n for kv in s.values) for s in m.status)
-    recorder = NodeProcess('recorder_node', ros_env, d, {'path': str(d / 'run.mcap')})
+
+    def recorded(topic, n):
+        return recorder(f'messages /{topic}', n)
+    rec = NodeProcess('recorder_node', ros_env, d, {'path': str(d / 'run.mcap')})
     probe.wait_for('/diagnostics', recorded('joint_commands', 0), timeout=60)
     sim = NodeProcess('sim_node', ros_env, d, {'mode': 'lockstep', 'command_timeout_s': 0.2})
-    # The sim re-sends its first state until a policy answers: the recorder has it first.
-    probe.wait_for('/diagnostics', recorded('joint_states', 1), timeout=60)
+    assert probe.call(SetBool, '/sim_node/pause', SetBool.Request(data=True), 60).success
     policy = NodeProcess('policy_node', ros_env, d, {'use_sim_time': True,
                                                      'model_path': str(model)})
+    for topic in ('joint_states', 'imu', 'joint_commands', 'policy/model_version',
+                  'safety/state'):
+        probe.wait_for('/diagnostics', recorder(f'publishers /{topic}', 1), timeout=60)
+    assert probe.call(SetBool, '/sim_node/pause', SetBool.Request(data=False)).success
     probe.wait_for('/diagnostics', recorded('joint_commands', 100), timeout=60)
     probe.publish('cmd_vel', Twist())  # zero, as before: creates the publisher
     probe.wait_subscribers('cmd_vel', 3)  # sim, policy and recorder all get the next one
     cmd = Twist()
     cmd.linear.x, cmd.angular.z = 0.4, 0.3
     probe.publish('cmd_vel', cmd)
-    probe.wait_for('/diagnostics', recorded('cmd_vel', 2), timeout=30)
-    probe.wait_for('/diagnostics', recorded('joint_commands', 200), timeout=60)
-    codes = stop_all(policy, sim, recorder)
+    walking = probe.wait_for('/diagnostics', recorded('cmd_vel', 2), timeout=30)
+    # 150 ticks under the new command, however late it came (the loop's pace varies).
+    before = max(int(kv.value) for s in walking.status for kv in s.values
+                 if s.hardware_id == '/recorder_node' and kv.key == 'messages /joint_commands')
+    probe.wait_for('/diagnostics', recorded('joint_commands', before + 150), timeout=60)
+    codes = stop_all(policy, sim, rec)
     assert codes == {'policy_node': 0, 'sim_node': 0, 'recorder_node': 0}, \
-        recorder.log + sim.log + policy.log
+        rec.log + sim.log + policy.log
     return d / 'run.mcap', model, other
 
 
@@ -129,7 +143,7 @@ def test_replay_with_the_serving_model_is_identical(run):
     assert len({tuple(c) for _, c in rec.cmd_vel}) == 2  # the command changed mid-run
     out = replay.replay_actions(rec, replay_robot(), OnnxPolicy(model))
     assert out.compared.sum() >= 0.9 * len(out.kind) and not out.differing.any()
-    assert out.phase_offset == expected_offset(out)
+    assert out.phase_offset == expected_offset(out) == 0  # recorded from the first tick
 
 
 def expected_offset(out):

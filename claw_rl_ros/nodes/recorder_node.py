@@ -8,7 +8,9 @@ empty). The QoS matches each publisher's (sensor data best effort; commands reli
 model version latched). ``publish_time`` is the publisher's source timestamp, so replay can
 order states and commands causally. Parameters: ``path`` (required), ``topics`` (a subset of
 the above), ``robot``, ``joints`` (the command order, stored as metadata). The file is complete
-after Ctrl-C (written as ``<path>.part``, renamed on shutdown).
+after Ctrl-C (written as ``<path>.part``, renamed on shutdown). Diagnostics count the
+messages written and the publishers matched per topic (``publishers /joint_commands``: a graph
+can wait for the recorder to hear a node before letting it act).
 """
 
 from __future__ import annotations
@@ -66,11 +68,13 @@ class RecorderNode(Node):
         self.rec = Recorder(path, {'robot': robot.name, 'joints': ','.join(joints),
                                    'control_dt': robot.control_dt,
                                    'roles': json.dumps({n: t for t, n in names.items()})})
+        self.subs = {}
         for topic in topics:
             msg_type, qos = TOPICS[topic]
             name = names[topic]
             channel = self.rec.add_topic(name, type_name(msg_type))
-            self.create_subscription(msg_type, topic, self.writer(channel, name), qos, raw=True)
+            self.subs[name] = self.create_subscription(msg_type, topic, self.writer(channel, name),
+                                                       qos, raw=True)
         self.pub_diag = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
         steady_timer(self, 1.0, self.publish_diagnostics)
         self.get_logger().info(f'recording {", ".join(topics)} to {path}')
@@ -84,7 +88,8 @@ class RecorderNode(Node):
 
     def publish_diagnostics(self) -> None:
         fields = {'path': str(self.rec.path), 'bytes': self.rec.bytes,
-                  **{f'messages {t}': n for t, n in self.rec.counts.items()}}
+                  **{f'messages {t}': n for t, n in self.rec.counts.items()},
+                  **{f'publishers {t}': s.get_publisher_count() for t, s in self.subs.items()}}
         self.pub_diag.publish(diagnostics(self, 'recorder', 'ok', 'recording', fields))
 
     def destroy_node(self) -> None:

@@ -286,6 +286,10 @@ def _run(rec: Recording, robot: RobotSpec, policy, order: JointOrder, phase_offs
                 asm.advance(sent)
                 known = not _shaped(robot, order.from_output(recorded), last_sent)
             else:
+                # Leaving PASSIVE (the first command), the rate limit starts from the measured
+                # pose (PolicyController restarts its shaper there), else from the last sent.
+                if last_sent is None or (safety or '').strip().upper().startswith('PASSIVE'):
+                    last_sent = np.clip(state[1], robot.joint_lower, robot.joint_upper)
                 # A published cmd_vel reaches the policy node some time later (a reliable
                 # message may wait for a repair): until a tick shows the new command in
                 # effect, each tick is tried with the new one, then the one before it.
