@@ -155,6 +155,8 @@ class ActionReplay:
         counts = {k: self.kind.count(k) for k in ('hold', 'skipped', 'not_rl',
                                                   'missing')}
         worst = np.nanmax(self.diff) if c else float('nan')
+        # No compared tick is no evidence either way (the exit code is 1 then too).
+        verdict = 'NOTHING COMPARED' if c == 0 else 'identical' if d == 0 else 'DIFFERENT'
         lines = [f'replay: {n} ticks, {c} compared ({counts["hold"]} default-pose holds, '
                  f'{counts["skipped"]} skipped: state not recorded or last action unknown, '
                  f'{counts["missing"]} without a '
@@ -163,8 +165,7 @@ class ActionReplay:
                  f'{", ".join(self.recorded_versions) or "no version"}',
                  f'  gait clock offset {self.phase_offset} ticks; tolerance '
                  f'{self.tolerance:g} rad; max |recomputed - recorded| {worst:.3g} rad',
-                 f'  {"identical" if d == 0 else "DIFFERENT"}: {c - d} of {c} compared ticks '
-                 'match']
+                 f'  {verdict}: {c - d} of {c} compared ticks match']
         for first, last in self.segments()[:limit]:
             seg = self.diff[first:last + 1]
             j = int(np.nanargmax(np.nanmax(seg, axis=0)))
