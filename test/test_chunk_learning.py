@@ -162,3 +162,78 @@ def test_learner_checkpoint_resumes_the_next_update_exactly(tmp_path):
         assert got[key] == expected[key], key
     assert torch.equal(params_of(live.learner), params_of(resumed))
     live.close()
+
+
+def test_lagged_chunk_is_corrected_against_the_proximal_policy():
+    """A chunk acted by the previous model: behaviour replaced by the learner's current policy,
+    advantages weighted by min(1, pi_prox / pi_behaviour); a current chunk beside it is kept
+    as it came (weights 1)."""
+    from claw_rl_ros.core.learning.networks import gaussian_log_prob
+    live = LocalActorLearner(tiny_config(**SHORT), actors=2, generator_shared=False)
+    learner = live.learner
+    live.iteration()  # version 0 -> 1
+    old, current = live.actors
+    learner_sha = state_sha(learner.policy)[:12]
+    current.load_policy(learner.policy.state_dict(), learner.policy_version, learner_sha)
+    spec = learner.spec
+    lagged = decode_chunk(encode_chunk(old.collect()), spec)  # acted by version 0
+    fresh = decode_chunk(encode_chunk(current.collect()), spec)  # acted by version 1
+    assert (lagged.policy_version, fresh.policy_version) == (0, 1)
+    learner.fill([lagged, fresh])
+    storage = learner.alg.storage
+    n = lagged.num_envs
+    with torch.no_grad():
+        obs = {g: torch.from_numpy(np.array(v)).flatten(0, 1) for g, v in lagged.obs.items()}
+        mu, sigma = learner.policy.action_mean_std(obs)
+        actions = torch.from_numpy(np.array(lagged.actions)).flatten(0, 1)
+        prox = gaussian_log_prob(actions, mu, sigma).reshape(lagged.log_probs.shape)
+    assert torch.allclose(storage.mu[:, :n].flatten(0, 1), mu, atol=1e-6)
+    assert torch.allclose(storage.sigma[:, :n].flatten(0, 1), sigma)
+    assert torch.allclose(storage.log_probs[:, :n], prox, atol=1e-5)
+    expected = torch.exp(prox - torch.from_numpy(np.array(lagged.log_probs))).clamp(max=1.0)
+    assert torch.allclose(storage.weights[:, :n], expected, atol=1e-5)
+    assert (storage.weights[:, :n] < 0.999).any() and (storage.weights[:, :n] == 1.0).any()
+    # The current chunk is used exactly as acted.
+    assert torch.equal(storage.weights[:, n:], torch.ones_like(storage.weights[:, n:]))
+    assert torch.equal(storage.mu[:, n:], torch.from_numpy(np.array(fresh.mu)))
+    assert torch.equal(storage.log_probs[:, n:], torch.from_numpy(np.array(fresh.log_probs)))
+    metrics = learner.learn([lagged, fresh])
+    assert 0.0 < metrics['importance_weight'] < 1.0
+    assert metrics['policy_lag'] == 0.5
+    assert learner.alg.storage.weights is None  # cleared with the storage
+    live.close()
+
+
+@pytest.mark.parametrize('in_flight', [1, 2])
+def test_actor_credit_keeps_it_at_most_in_flight_chunks_ahead(in_flight):
+    """A chunk spends a credit, a newer model version gives one back (capped), a restarted
+    trainer's model (same version, other sha) refills; so an actor collects one chunk per
+    version on average however slow the trainer is."""
+    cfg = tiny_config(env={'num_envs': 2})
+    env = VecLocomotionEnv(cfg.env)
+    learner = ChunkLearner(cfg, env.obs_dims, env.num_actions)
+    actor = BatchedActor(env, copy.deepcopy(learner.policy), 2, chunks_in_flight=in_flight)
+    weights = learner.policy.state_dict()
+    assert not actor.may_collect()  # no model yet
+    actor.load_policy(weights, 0, 'sha0')
+
+    def burst():
+        n = 0
+        while actor.may_collect() and n < 10:
+            actor.collect()
+            n += 1
+        return n
+
+    assert burst() == in_flight
+    actor.load_policy(weights, 0, 'sha0')  # the same model again: no credit
+    assert burst() == 0
+    for version in range(1, 4):  # a slow trainer: one new version at a time
+        actor.load_policy(weights, version, f'sha{version}')
+        assert burst() == 1
+    actor.load_policy(weights, 9, 'sha9')  # versions skipped: credit capped
+    assert burst() == in_flight
+    actor.load_policy(weights, 9, 'other')  # restarted trainer re-exported version 9
+    assert burst() == in_flight
+    env.close()
+    with pytest.raises(ValueError, match='chunks_in_flight'):
+        BatchedActor(env, None, 2, chunks_in_flight=0)

@@ -149,6 +149,21 @@ def test_compute_returns_fills_advantages_and_normalises_them_over_the_rollout()
     assert s.advantages.std().item() == pytest.approx(1.0, abs=1e-5)
 
 
+def test_importance_weights_scale_the_normalised_advantages_and_clear_resets_them():
+    s = filled_storage()
+    last = torch.tensor([1.0, 2.0, 3.0, 4.0])
+    s.compute_returns(last, 0.9, 0.8)
+    unweighted = s.advantages.clone()
+    total = s.num_steps * s.num_envs
+    weights = torch.linspace(0.1, 1.0, total).reshape(s.num_steps, s.num_envs)
+    s.weights = weights
+    s.compute_returns(last, 0.9, 0.8)
+    # Normalised over the rollout first, then weighted (w >= 0 commutes with PPO's min).
+    torch.testing.assert_close(s.advantages, unweighted * weights)
+    s.clear()
+    assert s.weights is None
+
+
 def test_compute_returns_refuses_a_partial_rollout():
     s = RolloutStorage(3, 2, {'policy': 1}, 1)
     s.add({'policy': torch.zeros(2, 1)}, torch.zeros(2, 1), torch.zeros(2), torch.zeros(2),

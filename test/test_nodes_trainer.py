@@ -4,6 +4,7 @@ advance at both actors), training goes on when an actor dies and a restarted act
 current model, checkpoints are written, and every process stops cleanly."""
 
 from pathlib import Path
+import signal
 import subprocess
 import sys
 import time
@@ -41,24 +42,32 @@ class NamespacedNode(NodeProcess):
                                      stderr=subprocess.STDOUT)
 
 
-def bad_chunks(robot) -> dict[str, bytes]:
-    """A chunk with a NaN reward and a truncated one, sized for the tiny config."""
-    t, n, a = 8, 2, robot.num_joints
+def zero_chunk(robot, t=8, n=2, version=0, sha='0' * 12) -> RolloutChunk:
+    """A chunk of zeros (finite, well-formed) sized t x n for the tiny config's robot."""
+    a = robot.num_joints
     dims = {'policy': robot.policy_obs.dim, 'policy_noise_free': robot.policy_obs.dim,
             'privileged': robot.privileged_obs.dim}
     zeros = np.zeros((t, n), np.float32)
-    rewards = zeros.copy()
-    rewards[3, 1] = np.nan
-    chunk = RolloutChunk(
-        model_sha='0' * 12, policy_version=0, actor_id='/intruder', obs={
+    return RolloutChunk(
+        model_sha=sha, policy_version=version, actor_id='/intruder', obs={
             g: np.zeros((t, n, d), np.float32) for g, d in dims.items()},
         actions=np.zeros((t, n, a), np.float32), mu=np.zeros((t, n, a), np.float32),
-        sigma=np.ones((t, n, a), np.float32), log_probs=zeros, rewards=rewards,
+        sigma=np.ones((t, n, a), np.float32), log_probs=zeros.copy(), rewards=zeros.copy(),
         terminated=zeros > 0, truncated=zeros > 0,
         final_obs={g: np.zeros((0, d), np.float32) for g, d in dims.items()},
         last_obs={g: np.zeros((n, d), np.float32) for g, d in dims.items()})
-    nan = bytes(encode_chunk(chunk))
-    return {'non_finite': nan, 'truncated': nan[:len(nan) // 2]}
+
+
+def bad_chunks(robot) -> dict[str, bytes]:
+    """One chunk per drop cause, sized for the tiny config (stale: version 0 once the trainer
+    is past it; unknown: a version it never published)."""
+    nan = zero_chunk(robot)
+    nan.rewards[3, 1] = np.nan
+    nan = bytes(encode_chunk(nan))
+    return {'non_finite': nan, 'truncated': nan[:len(nan) // 2],
+            'wrong_size': bytes(encode_chunk(zero_chunk(robot, t=4))),
+            'unknown_version': bytes(encode_chunk(zero_chunk(robot, version=10 ** 6))),
+            'stale_version': bytes(encode_chunk(zero_chunk(robot, version=0)))}
 
 
 def distinct_versions(probe, topic):  # noqa: F811
@@ -73,16 +82,21 @@ def test_two_actors_feed_one_trainer_and_get_its_pushes(ros_env, probe, tmp_path
     for ns in ('/a', '/b'):
         probe.subscribe(f'{ns}/policy/model_version', String, LATCHED_QOS)
     probe.subscribe('/trainer/metrics/accepted', Float32, 10)
-    for cause in ('non_finite', 'truncated'):
+    bad = {cause: UInt8MultiArray(data=array.array('B', payload))
+           for cause, payload in bad_chunks(robot).items()}
+    for cause in bad:
         probe.subscribe(f'/trainer/metrics/dropped/{cause}', Float32, 10)
     actors = [NamespacedNode('actor_node', ros_env, tmp_path, {'config': str(config),
                                                                'seed': i}, ns)
               for i, ns in enumerate(('/a', '/b'))]
+    # An actor that refuses every model (too large for it): logged with its reason, and
+    # training goes on with the others.
+    picky = NamespacedNode('actor_node', ros_env, tmp_path, {
+        'config': str(config), 'seed': 2, 'max_model_bytes': 1000}, '/c')
     trainer = NodeProcess('trainer_node', ros_env, tmp_path, {
         'config': str(config), 'run_dir': str(run_dir), 'chunks_per_iteration': 2,
-        'push_targets': ['/a/actor', '/b/actor']}, name='trainer')
-    bad = {cause: UInt8MultiArray(data=array.array('B', payload))
-           for cause, payload in bad_chunks(robot).items()}
+        'batch_timeout_s': 2.0, 'push_targets': ['/a/actor', '/b/actor', '/c/actor']},
+        name='trainer')
     # The probe's chunk publisher, created now so it has matched the trainer when used below.
     probe.publish('/rollout_chunks', bad['truncated'], COMMAND_QOS)
     try:
@@ -103,8 +117,10 @@ def test_two_actors_feed_one_trainer_and_get_its_pushes(ros_env, probe, tmp_path
                     break
             else:
                 pytest.fail(f'no {cause} chunk was counted as dropped')
-        # An actor dies: training goes on with the other one.
-        assert actors[1].stop(timeout=60) == 0
+        # An actor is killed: training goes on with the other one (batches time out after
+        # 2 s instead of waiting for its chunk).
+        actors[1].proc.kill()
+        actors[1].stop()
         probe.wait_for('/trainer/metrics/accepted', lambda m: m.data >= accepted.data + 4,
                        timeout=120)
         # It comes back (holding no model): the trainer sends it the current model again.
@@ -115,7 +131,7 @@ def test_two_actors_feed_one_trainer_and_get_its_pushes(ros_env, probe, tmp_path
                        timeout=120, start=mark)
     finally:
         codes = {}
-        for proc in [trainer, *actors]:
+        for proc in [trainer, *actors, picky]:
             start = time.monotonic()
             codes[proc.name] = proc.stop(timeout=60)
             print(f'{proc.name} stopped in {time.monotonic() - start:.1f} s')
@@ -124,6 +140,11 @@ def test_two_actors_feed_one_trainer_and_get_its_pushes(ros_env, probe, tmp_path
     # Each iteration used chunks from both namespaces (lag 0: both acted with the same model).
     assert 'chunks from /a/actor, /b/actor' in log, log
     assert '/a/actor now acts with' in log and '/b/actor now acts with' in log
+    # The refusal is logged with the actor's reason, and iterations went on after it.
+    refusals = [line for line in log.splitlines() if '/c/actor refused' in line]
+    assert any('over the size cap of 1000' in line for line in refusals), refusals
+    assert 'iteration 4:' in log[log.index('/c/actor refused'):]
+    assert 'now acts with' not in picky.log
     assert sorted(p.name for p in (run_dir / 'checkpoints').iterdir())
     assert (run_dir / 'models' / 'student_v2.onnx').is_file()
 
@@ -134,3 +155,109 @@ def test_nodes_refuse_a_missing_config_with_the_reason(ros_env, tmp_path, node):
     assert proc.wait_exit(60) != 0
     proc.stop()
     assert 'nope.yaml' in proc.log
+
+
+def test_trainer_killed_and_restarted_resumes_while_the_policy_node_keeps_control(
+        ros_env, probe, tmp_path, robot):  # noqa: F811
+    """sim_node + policy_node (/robot) and one actor (/a) fed by a trainer that is SIGKILLed:
+    the policy node keeps commanding with its last model; a restarted trainer (resume) goes on
+    from its newest checkpoint: same iteration counter, same weights, new pushes."""
+    from std_msgs.msg import Float64MultiArray
+    from claw_rl_ros.core.deploy.export import deployed_action, random_observations
+    from claw_rl_ros.core.deploy.onnx_policy import OnnxPolicy
+    from claw_rl_ros.core.learning import checkpoint as ckpt
+    from claw_rl_ros.core.learning.runner import load_policy
+    import torch
+    config = tmp_path / 'tiny.yaml'
+    config.write_text(TINY_YAML)
+    run_dir = tmp_path / 'run'
+    version_topic = '/robot/policy/model_version'
+    probe.subscribe(version_topic, String, LATCHED_QOS)
+    probe.subscribe('/robot/joint_commands', Float64MultiArray, COMMAND_QOS)
+    sim = NamespacedNode('sim_node', ros_env, tmp_path, {'mode': 'realtime'}, '/robot')
+    policy = NamespacedNode('policy_node', ros_env, tmp_path, {'use_sim_time': True}, '/robot')
+    actor = NamespacedNode('actor_node', ros_env, tmp_path, {'config': str(config)}, '/a')
+    params = {'config': str(config), 'run_dir': str(run_dir),
+              'push_targets': ['/robot/policy_node', '/a/actor']}
+    trainer = NodeProcess('trainer_node', ros_env, tmp_path, params, name='trainer')
+    restarted = None
+    try:
+        # Three models (version 0 and two trained ones) reach the policy node.
+        probe.wait_for(version_topic, lambda m: len(distinct_versions(probe, version_topic) -
+                                                    {'none', ''}) >= 3, timeout=240)
+        trainer.proc.kill()
+        assert trainer.stop() == -9
+        last = ckpt.latest_checkpoint(run_dir)
+        iteration = int(last.stem.split('_')[1])
+        serving = probe.since(version_topic, 0)[-1].data
+        # The policy node goes on controlling with the last model it activated.
+        mark = probe.count('/robot/joint_commands')
+        probe.wait_for('/robot/joint_commands', timeout=30, start=mark + 100)
+        assert probe.since(version_topic, 0)[-1].data == serving
+        assert policy.alive() and sim.alive()
+        # Restarted with resume: the iteration counter and weights of the newest checkpoint.
+        restarted = NodeProcess('trainer_node', ros_env, tmp_path, {**params, 'resume': True},
+                                name='trainer2')
+        mark = probe.count(version_topic)
+        probe.wait_for(version_topic, lambda m: m.data not in (serving, 'none', ''),
+                       timeout=120, start=mark)
+        probe.wait_for(version_topic, timeout=240, start=probe.count(version_topic))
+    finally:
+        codes = {p.name: p.stop(timeout=60) for p in
+                 [p for p in (restarted, actor, policy, sim) if p is not None]}
+    log = restarted.log
+    assert f'resumed from {last} (iteration {iteration})' in log, log
+    assert f'iteration {iteration + 1}:' in log, log
+    assert f'iteration {iteration}:' not in log  # nothing learnt twice
+    assert all(code == 0 for code in codes.values()), codes
+    # The re-exported student of that iteration is the checkpoint's policy.
+    student, cfg, _ = load_policy(last)
+    obs = random_observations(robot.policy_obs.dim, 64, seed=0)
+    onnx = OnnxPolicy(run_dir / 'models' / f'student_v{iteration}.onnx', robot)
+    with torch.no_grad():
+        expected = deployed_action(student, torch.from_numpy(obs), cfg.env.clip_actions).numpy()
+    np.testing.assert_allclose(onnx(obs), expected, atol=1e-5)
+
+
+def test_train_graph_ctrl_c_checkpoints_then_resumes_to_its_time_budget(ros_env, tmp_path):
+    """``claw-rl up train``: Ctrl-C stops every process cleanly with a checkpoint, curve and
+    summary; the same run directory is refused without resume; with resume it goes on from the
+    checkpoint and the graph ends by itself when the time budget is spent, with student.onnx
+    and its evaluation."""
+    import json
+    from claw_rl_ros.core.learning import checkpoint as ckpt
+    from test_runner import gone, up
+    config = tmp_path / 'tiny.yaml'
+    config.write_text(TINY_YAML)
+    run_dir = tmp_path / 'run'
+    common = ('--config', str(config), '--actors', '2', '--run-dir', str(run_dir))
+    runner = up('train', *common, '--grace-s', '20', env=ros_env, cwd=tmp_path)
+    try:
+        runner.wait_line(r'^\[trainer\] .*iteration 2:', timeout=240)
+        runner.proc.send_signal(signal.SIGINT)
+        assert runner.finish(timeout=60) == 0, runner.text
+    finally:
+        runner.kill_leftovers()
+    assert all(gone(pid) for pid in runner.pids().values())
+    first = json.loads((run_dir / 'summary.json').read_text())
+    assert first['stopped_by_user'] is True and first['iterations'] >= 2, first
+    assert ckpt.latest_checkpoint(run_dir) == ckpt.checkpoint_path(run_dir, first['iterations'])
+    assert (run_dir / 'learning_curve.png').is_file()
+    assert not (run_dir / 'student.onnx').exists()
+    refused = up('train', *common, env=ros_env, cwd=tmp_path)
+    assert refused.finish(timeout=120) != 0
+    assert 'set resume to true' in refused.text, refused.text
+    budget = first['wall_time_s'] + 3.0
+    resumed = up('train', *common, '--resume', 'true', '--time-budget', str(budget),
+                 env=ros_env, cwd=tmp_path)
+    try:
+        assert resumed.finish(timeout=300) == 0, resumed.text
+    finally:
+        resumed.kill_leftovers()
+    assert f'(iteration {first["iterations"]})' in resumed.text
+    summary = json.loads((run_dir / 'summary.json').read_text())
+    assert summary['stopped_by_user'] is False, summary
+    assert summary['iterations'] > first['iterations']
+    assert summary['wall_time_s'] >= budget
+    assert summary['eval_forward_0.5']['episodes'] == 20
+    assert (run_dir / 'student.onnx').is_file()

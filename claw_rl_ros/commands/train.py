@@ -175,27 +175,10 @@ def _export_and_evaluate(runner, run_dir: Path) -> dict[str, Any]:
     """student.onnx (if the actor is deployable) and an evaluation of it."""
     if runner.cfg.gym_env:
         return _evaluate_gym(runner, run_dir)
-    from ..core.deploy.export import export_onnx
-    from ..core.deploy.evaluate import evaluate
-    from ..core.deploy.onnx_policy import OnnxPolicy
-    if runner.policy.actor_obs_groups != ['policy']:
-        print('actor reads privileged observations: not deployable, no student.onnx exported')
-        return {}
-    robot = runner.env.robot
-    onnx_path = export_onnx(runner.policy, robot, run_dir / 'student.onnx',
-                            extra_metadata={'iteration': runner.iteration,
-                                            'total_steps': runner.total_steps,
-                                            'algorithm': runner.cfg.algorithm},
-                            action_clip=runner.cfg.env.clip_actions)
-    out: dict[str, Any] = {'student_onnx': str(onnx_path)}
-    episodes = runner.cfg.runner.eval_episodes
-    if episodes:
-        policy = OnnxPolicy(onnx_path, robot)
-        report = evaluate(policy, runner.cfg.env, robot, episodes=episodes,
-                          command=(0.5, 0.0, 0.0), seed=runner.cfg.runner.seed + 1)
-        print(f'evaluation at 0.5 m/s forward:\n{report.format()}')
-        out['eval_forward_0.5'] = report.to_dict()
-    return out
+    from ..core.deploy.evaluate import export_and_evaluate
+    return export_and_evaluate(runner.policy, runner.cfg, runner.env.robot, run_dir, {
+        'iteration': runner.iteration, 'total_steps': runner.total_steps,
+        'algorithm': runner.cfg.algorithm})
 
 
 def _evaluate_gym(runner, run_dir: Path) -> dict[str, Any]:

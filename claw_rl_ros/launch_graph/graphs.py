@@ -70,8 +70,18 @@ CONFIG = Argument('config', 'train_ppo.yaml', 'train YAML (config/<name> or a pa
                   'networks, PPO, distillation and rollout length, shared by trainer and actors')
 ACTORS = Argument('actors', '2', 'batched actor processes (actor_0 ... actor_<N-1>)')
 WORLDS = Argument('worlds', '0', "MuJoCo worlds per actor (0 = the config's env.num_envs)")
-RUN_DIR = Argument('run_dir', 'runs/live', 'trainer run directory: checkpoints and exported '
-                   'students; training resumes from its newest checkpoint')
+RUN_DIR = Argument('run_dir', 'runs/live', 'trainer run directory: checkpoints, exported '
+                   'students, metrics.csv, TensorBoard, learning_curve.png, summary.json')
+RESUME = Argument('resume', 'false', "continue run_dir's newest checkpoint (false refuses a "
+                  'run_dir that has one)', ('true', 'false'))
+TEACHER = Argument('teacher', '', 'checkpoint of a frozen OPD teacher (empty: the config\'s '
+                   'distillation settings)')
+TIME_BUDGET = Argument('time_budget', '0', "training wall time in seconds (0 = the config's "
+                       'runner.time_budget_s)')
+OVERLAP = Argument('overlap', 'true', 'true: actors collect the next chunk while the trainer '
+                   'learns (chunks lag up to 2 versions, corrected by importance weights); '
+                   'false: synchronous PPO, actors wait for each new model (lag 0)',
+                   ('true', 'false'))
 
 
 def _count(values: Mapping[str, str], name: str, source: str, minimum: int) -> int:
@@ -90,13 +100,27 @@ def _train(values: Mapping[str, str]) -> list[NodeEntry]:
     source = "graph 'train'"
     actors = _count(values, 'actors', source, 1)
     worlds = _count(values, 'worlds', source, 0)
+    # Overlap: each actor runs one chunk ahead, collecting while the trainer learns (lag 1);
+    # lag 2 leaves one version of slack for an actor that started late or is slower.
+    in_flight = 2 if to_bool(values, 'overlap', source) else 1
+    lag = 0 if in_flight == 1 else 2
+    try:
+        budget = float(values['time_budget'])
+    except ValueError:
+        budget = -1.0
+    if budget < 0:
+        raise ConfigError(source, 'time_budget', f'{values["time_budget"]!r} is not a number of '
+                          'seconds >= 0')
     names = [f'actor_{i}' for i in range(actors)]
-    trainer = NodeEntry('trainer_node', 'trainer', parameters={
+    # The trainer ends the graph when its budget is spent (exit 0 is not a failure).
+    trainer = NodeEntry('trainer_node', 'trainer', exits=True, parameters={
         'config': values['config'], 'run_dir': values['run_dir'], 'push_targets': names,
-        'chunks_per_iteration': actors})
+        'chunks_per_iteration': actors, 'max_policy_lag': lag, 'time_budget_s': budget,
+        'resume': to_bool(values, 'resume', source),
+        'teacher': existing_path(values, 'teacher', source)})
     return [trainer] + [NodeEntry('actor_node', name, parameters={
-        'config': values['config'], 'num_envs': worlds, 'seed': i})
-        for i, name in enumerate(names)]
+        'config': values['config'], 'num_envs': worlds, 'seed': i,
+        'chunks_in_flight': in_flight}) for i, name in enumerate(names)]
 
 
 # The deploy graph: the policy node alone on a real robot's ros2_control controllers.
@@ -180,6 +204,6 @@ GRAPHS: dict[str, Graph] = {graph.name: graph for graph in (
     Graph('deploy', 'policy_node alone on a real robot: ros2_control topics, wall time, '
           'operator-driven safety state machine, verified model', DEPLOY_ARGUMENTS, _deploy),
     Graph('train', 'live training: trainer_node learning from N batched actor_nodes, pushing '
-          'each new student back to them', (CONFIG, ACTORS, WORLDS, RUN_DIR, NAMESPACE),
-          _train),
+          'each new student back to them', (CONFIG, ACTORS, WORLDS, RUN_DIR, RESUME, TEACHER,
+                                            TIME_BUDGET, OVERLAP, NAMESPACE), _train),
 )}

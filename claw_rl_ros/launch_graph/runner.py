@@ -6,8 +6,9 @@ with stdout and stderr merged and printed line by line behind ``[<node>] ``. Shu
 launch's sequence: SIGINT to every node, SIGTERM to those alive after ``grace_s``, SIGKILL after
 another ``grace_s``. It starts on Ctrl-C or SIGTERM to the runner (a second one skips the
 wait), or when a node exits on its own: a node that dies stops the graph, and the runner exits
-non-zero. A one-shot node (``exits``) that finishes with status 0 is not a failure; the graph
-ends when every node has ended.
+non-zero. A one-shot node (``exits``, e.g. ``claw_rl stand``, a trainer at its budget) that
+finishes with status 0 is not a failure: it ends the graph cleanly (ros2 launch's
+``on_exit=Shutdown``) and the runner exits 0.
 """
 
 from __future__ import annotations
@@ -228,7 +229,9 @@ class GraphRunner:
             for child in self._reap():
                 if child.node.exits and child.code == 0:
                     self.say(f'{child.label} finished')
-                    continue
+                    clean = self.shutdown()
+                    bad = [c for c in self.children if c.code not in CLEAN_ON_SIGINT]
+                    return 0 if clean and not bad else 1
                 self.say(f'{child.label} died ({exit_text(child.code)}): stopping the graph')
                 self.shutdown()
                 return child.code if child.code > 0 else 1

@@ -7,9 +7,12 @@ on ``chunk_topic`` (``std_msgs/UInt8MultiArray``, reliable). Models arrive exact
 policy node: bytes on ``policy/model`` (validated on arrival by the same ModelCache), activated
 by setting parameter ``model_sha256``; the reply says success or the exact reason. Until a model
 is active the actor waits. A chunk is always acted by one model: swaps happen between chunks.
+The actor is at most ``chunks_in_flight`` chunks ahead of the trainer (BatchedActor's credit:
+a chunk spends one, a newer model gives one back): 1 is synchronous PPO (no stale chunk at the
+trainer's max_policy_lag 0); 2 collects the next chunk while the trainer learns from the last.
 
 Parameters: config (train YAML: env, num_steps_per_env), num_envs (0 = the config's),
-seed, chunk_topic, max_model_bytes.
+physics_threads (0 = the config's), seed, chunk_topic, chunks_in_flight, max_model_bytes.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from ..core.learning.batched_actor import BatchedActor, OnnxBehaviour
 from ..core.learning.rollout_chunk import encode_chunk
 from ..core.learning.train_config import load_train_config
 from ..core.sim.env import VecLocomotionEnv
-from .ros_io import COMMAND_QOS, LATCHED_QOS, spin
+from .ros_io import COMMAND_QOS, exit_without_teardown, LATCHED_QOS, spin
 
 
 class ActorNode(Node):
@@ -38,19 +41,24 @@ class ActorNode(Node):
         seed = self.declare_parameter('seed', 0).value
         topic = self.declare_parameter('chunk_topic', '/rollout_chunks').value
         cap = self.declare_parameter('max_model_bytes', DEFAULT_MAX_MODEL_BYTES).value
+        threads = self.declare_parameter('physics_threads', 1).value
+        in_flight = self.declare_parameter('chunks_in_flight', 1).value
         self.declare_parameter('model_sha256', '')
         if num_envs:
             cfg.env.num_envs = num_envs
+        if threads:
+            cfg.env.num_threads = threads
         cfg.env.seed = seed
         self.env = VecLocomotionEnv(cfg.env)
         self.models = ModelCache(self.env.robot, cap)
         self.actor = BatchedActor(self.env, None, cfg.runner.num_steps_per_env,
-                                  self.get_fully_qualified_name(), seed=seed)
+                                  self.get_fully_qualified_name(), seed=seed,
+                                  chunks_in_flight=in_flight)
         self.pub_chunk = self.create_publisher(UInt8MultiArray, topic, COMMAND_QOS)
         self.pub_version = self.create_publisher(String, 'policy/model_version', LATCHED_QOS)
         self.create_subscription(UInt8MultiArray, 'policy/model', self.on_model, LATCHED_QOS)
         self.add_on_set_parameters_callback(self.on_set_parameters)
-        self.create_timer(0.001, self.on_tick)
+        self.create_timer(0.005, self.on_tick)
         self.pub_version.publish(String(data='none'))  # tells the trainer: no model yet
         self.get_logger().info(f'{self.env.num_envs} worlds x {self.actor.num_steps} steps per '
                                f'chunk on {topic}; waiting for a model')
@@ -70,13 +78,14 @@ class ActorNode(Node):
                     return SetParametersResult(successful=False, reason=str(exc))
                 self.actor.use_behaviour(behaviour)
                 self.pub_version.publish(String(data=behaviour.model_sha))
-            elif p.name in ('config', 'num_envs', 'seed', 'chunk_topic', 'max_model_bytes'):
+            elif p.name in ('config', 'num_envs', 'seed', 'chunk_topic', 'max_model_bytes',
+                            'physics_threads', 'chunks_in_flight'):
                 return SetParametersResult(successful=False,
                                            reason=f'{p.name} is read-only after start-up')
         return SetParametersResult(successful=True, reason=f'acting with {self.actor.model_sha}')
 
     def on_tick(self) -> None:
-        if self.actor.policy is None:
+        if not self.actor.may_collect():
             return
         payload = encode_chunk(self.actor.collect())
         self.pub_chunk.publish(UInt8MultiArray(data=array.array('B', payload)))
@@ -87,7 +96,7 @@ class ActorNode(Node):
 
 
 def main(args=None) -> int:
-    return spin(ActorNode, args)
+    exit_without_teardown(spin(ActorNode, args))
 
 
 if __name__ == '__main__':

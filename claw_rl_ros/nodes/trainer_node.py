@@ -1,23 +1,25 @@
 """trainer_node: rollout chunks in, PPO (+ OPD) updates, the new student pushed out (thin glue).
 
 Chunks arrive on ``chunk_topic`` (``std_msgs/UInt8MultiArray``, any number of actors in any
-namespace). :class:`~claw_rl_ros.core.learning.chunk_filter.ChunkGate` decodes and validates
-them and keeps only those acted by the current model (``max_policy_lag`` older versions
-allowed); drops are counted per cause and logged. Every ``chunks_per_iteration`` accepted
-chunks, :class:`~claw_rl_ros.core.learning.chunk_learner.ChunkLearner` runs the learning half
-of ``train_one_epoch``; then the student is exported to ONNX (policy version and action std in
-its metadata), checkpointed atomically, and pushed through the policy node's hot-swap mechanism
-to every node in ``push_targets``: bytes on ``<namespace>/policy/model`` (latched), then
-``model_sha256`` through ``<node>/set_parameters``; replies are logged with their reason and a
-refusal does not stop training. Targets that are not up yet are retried every 0.5 s, and a
-target whose ``policy/model_version`` reports another model (e.g. restarted) is sent the
-current one again. Metrics
-go to ``trainer/metrics/<name>`` (``std_msgs/Float32``). On start it resumes from the newest
-checkpoint in ``run_dir``.
+namespace). :class:`~claw_rl_ros.core.learning.live_trainer.LiveTrainer` decodes, validates and
+lag-filters them (``max_policy_lag`` older versions allowed, drops counted per cause), learns
+every ``chunks_per_iteration`` chunks (or when the oldest pending chunk waited
+``batch_timeout_s``: an actor died), logs metrics.csv / TensorBoard and checkpoints atomically.
+Then the student is exported to ONNX (policy version and action std in its metadata) and
+pushed through the policy node's hot-swap mechanism to every node in ``push_targets``: bytes on
+``<namespace>/policy/model`` (latched), then ``model_sha256`` through
+``<node>/set_parameters``; replies are logged with their reason and a refusal does not stop
+training. Targets that are not up yet are retried every 0.5 s, and a target whose
+``policy/model_version`` reports another model (e.g. restarted) is sent the current one again.
+Metrics go to ``trainer/metrics/<name>`` (``std_msgs/Float32``) every iteration, the chunk
+counters also once a second with ``/diagnostics``. At ``max_iterations`` or the time budget the
+node writes student.onnx, its evaluation, learning_curve.png and summary.json and exits 0;
+Ctrl-C writes the curve and summary (the checkpoint of the last iteration is already on disk).
 
-Parameters: config (train YAML), run_dir, push_targets (node names; relative ones are in the
-trainer's namespace), chunk_topic,
-chunks_per_iteration, max_policy_lag.
+Parameters: config (train YAML), run_dir, resume (continue run_dir's newest checkpoint; false
+refuses a run_dir that has one), teacher (checkpoint of a frozen OPD teacher), time_budget_s and
+max_iterations (0 = the config's), torch_threads, push_targets (node names; relative ones are in
+the trainer's namespace), chunk_topic, chunks_per_iteration, max_policy_lag, batch_timeout_s.
 """
 
 from __future__ import annotations
@@ -25,19 +27,25 @@ from __future__ import annotations
 import array
 import hashlib
 from pathlib import Path
+import time
 
+from diagnostic_msgs.msg import DiagnosticArray
 from rcl_interfaces.msg import Parameter as ParameterMsg, ParameterType, ParameterValue
 from rcl_interfaces.srv import SetParameters
+import rclpy
 from rclpy.node import Node
 from std_msgs.msg import Float32, String, UInt8MultiArray
 
-from ..core.learning import checkpoint as ckpt
-from ..core.learning.chunk_filter import ChunkGate, PolicyLagFilter
-from ..core.learning.chunk_learner import ChunkLearner
+from ..core.learning.live_trainer import LiveTrainer
 from ..core.learning.train_config import load_train_config
-from ..core.sim.observations import POLICY, POLICY_NOISE_FREE, PRIVILEGED
 from ..core.sim.robot import load_robot
-from .ros_io import COMMAND_QOS, LATCHED_QOS, spin
+from .ros_io import (COMMAND_QOS, diagnostics, exit_without_teardown, LATCHED_QOS, spin,
+                     steady_timer)
+
+
+# A target that has not answered an activation within this time (e.g. killed mid-call) is
+# asked again.
+REPLY_TIMEOUT_S = 5.0
 
 
 def _namespace(node_name: str) -> str:
@@ -49,40 +57,48 @@ class TrainerNode(Node):
 
     def __init__(self):
         super().__init__('trainer')
-        cfg = load_train_config(self.declare_parameter('config', 'train_ppo.yaml').value)
-        self.run_dir = Path(self.declare_parameter('run_dir', 'runs/live').value)
-        targets = [self._absolute(t) for t in
-                   self.declare_parameter('push_targets', ['policy_node']).value]
-        topic = self.declare_parameter('chunk_topic', '/rollout_chunks').value
-        self.per_iteration = self.declare_parameter('chunks_per_iteration', 1).value
-        lag = self.declare_parameter('max_policy_lag', 0).value
-        self.cfg = cfg
-        self.robot = load_robot(cfg.env.robot)
-        dims = {POLICY: self.robot.policy_obs.dim, POLICY_NOISE_FREE: self.robot.policy_obs.dim,
-                PRIVILEGED: self.robot.privileged_obs.dim}
-        self.learner = ChunkLearner(cfg, dims, self.robot.num_joints,
-                                    [f'reward/{k}' for k in sorted(cfg.env.rewards.scales)])
-        latest = ckpt.latest_checkpoint(self.run_dir)
-        if latest is not None:
-            self.learner.load(latest)
-            self.get_logger().info(f'resumed from {latest} (version '
-                                   f'{self.learner.policy_version})')
-        self.gate = ChunkGate(self.learner.spec, PolicyLagFilter(lag))
-        self.pending = []
+        p = {name: self.declare_parameter(name, default).value for name, default in (
+            ('config', 'train_ppo.yaml'), ('run_dir', 'runs/live'), ('resume', False),
+            ('teacher', ''), ('time_budget_s', 0.0), ('max_iterations', 0),
+            ('torch_threads', 1), ('push_targets', ['policy_node']),
+            ('chunk_topic', '/rollout_chunks'), ('chunks_per_iteration', 1),
+            ('max_policy_lag', 0), ('batch_timeout_s', 10.0))}
+        runner = {'torch_threads': p['torch_threads']}
+        runner.update({k: p[k] for k in ('time_budget_s', 'max_iterations') if p[k]})
+        overrides = {'runner': runner}
+        if p['teacher']:
+            overrides['distillation'] = {'teacher_mode': 'frozen',
+                                         'teacher_checkpoint': str(Path(p['teacher']).resolve())}
+        cfg = load_train_config(p['config'], overrides)
+        self.trainer = LiveTrainer(
+            cfg, load_robot(cfg.env.robot), p['run_dir'], max_policy_lag=p['max_policy_lag'],
+            chunks_per_iteration=p['chunks_per_iteration'],
+            batch_timeout_s=p['batch_timeout_s'], resume=p['resume'])
+        if self.trainer.resumed_from is not None:
+            self.get_logger().info(f'resumed from {self.trainer.resumed_from} (iteration '
+                                   f'{self.trainer.learner.iteration})')
+        targets = [self._absolute(t) for t in p['push_targets']]
         self.sha = ''
         self.model_pubs = {ns: self.create_publisher(
             UInt8MultiArray, f'{ns.rstrip("/")}/policy/model', LATCHED_QOS)
             for ns in {_namespace(t) for t in targets}}
         self.targets = {t: {'client': self.create_client(SetParameters, f'{t}/set_parameters'),
-                            'acked': '', 'busy': False} for t in targets}
+                            'acked': '', 'asked_at': 0.0} for t in targets}
         self.metric_pubs: dict[str, object] = {}
+        self.pub_diag = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
         # A target that reports another version (e.g. restarted, holding no model) gets the
         # current one again.
         for ns in self.model_pubs:
             self.create_subscription(String, f'{ns.rstrip("/")}/policy/model_version',
                                      lambda m, ns=ns: self.on_version(ns, m.data), LATCHED_QOS)
-        self.create_subscription(UInt8MultiArray, topic, self.on_chunk, COMMAND_QOS)
-        self.create_timer(0.5, self.activate_targets)
+        self.create_subscription(UInt8MultiArray, p['chunk_topic'], self.on_chunk, COMMAND_QOS)
+        self.create_timer(0.5, self.on_timer)
+        # Imported now rather than for the curve at Ctrl-C (seconds on a loaded machine, inside
+        # the launcher's grace period).
+        import matplotlib
+        matplotlib.use('Agg')
+        import matplotlib.pyplot  # noqa: F401
+        steady_timer(self, 1.0, self.publish_status)
         self.push()
 
     def _absolute(self, name: str) -> str:
@@ -92,22 +108,31 @@ class TrainerNode(Node):
 
     # ----------------------------------------------------------------------------- chunks
     def on_chunk(self, msg: UInt8MultiArray) -> None:
-        chunk, error = self.gate.admit_or_none(msg.data)
+        error = self.trainer.offer(msg.data)
         if error is not None:
             self.get_logger().warning(f'chunk dropped: {error}', throttle_duration_sec=2.0)
+        self.maybe_iterate()
+
+    def on_timer(self) -> None:
+        self.maybe_iterate()
+        self.activate_targets()
+
+    def maybe_iterate(self) -> None:
+        if not self.trainer.ready():
             return
-        self.pending.append(chunk)
-        if len(self.pending) >= self.per_iteration:
-            chunks, self.pending = self.pending, []
-            metrics = self.learner.learn(chunks)
-            actors = sorted({c.actor_id for c in chunks})
-            self.get_logger().info(
-                f'iteration {self.learner.iteration}: {len(chunks)} chunks from '
-                f'{", ".join(actors)}, mean reward {metrics["mean_reward"]:.4f}, dropped '
-                f'{self.gate.counters.dropped_fraction():.0%}')
-            self.publish_metrics({**metrics, **self.gate.counters.as_dict()})
-            self.learner.save(self.run_dir, self.cfg.runner.keep_checkpoints)
-            self.push()
+        actors = sorted({c.actor_id for c in self.trainer.pending})
+        metrics = self.trainer.iterate()
+        self.get_logger().info(
+            f'iteration {self.trainer.learner.iteration}: {metrics["chunks"]} chunks from '
+            f'{", ".join(actors)}, mean reward {metrics["mean_reward"]:.4f}, dropped '
+            f'{metrics["dropped_fraction"]:.0%}')
+        self.publish_metrics(metrics)
+        if self.trainer.done():
+            self.trainer.finish(stopped=False)
+            self.get_logger().info(f'training done: {self.trainer.summary}')
+            rclpy.try_shutdown(context=self.context)
+            return
+        self.push()
 
     def publish_metrics(self, metrics: dict) -> None:
         for name, value in metrics.items():
@@ -116,27 +141,36 @@ class TrainerNode(Node):
                     Float32, f'trainer/metrics/{name}', 10)
             self.metric_pubs[name].publish(Float32(data=float(value)))
 
+    def publish_status(self) -> None:
+        counters = self.trainer.gate.counters.as_dict()
+        counters['received'] = counters['accepted'] + self.trainer.gate.counters.total_dropped
+        counters['iteration'] = self.trainer.learner.iteration
+        self.publish_metrics(counters)
+        fields = {'policy_version': self.trainer.learner.policy_version,
+                  'pending_chunks': len(self.trainer.pending), **counters}
+        level = 'warn' if counters['dropped_fraction'] > 0.5 else 'ok'
+        self.pub_diag.publish(diagnostics(self, 'trainer', level, f'iteration '
+                                          f'{fields["iteration"]}', fields))
+
     # ---------------------------------------------------------------------------- pushing
     def push(self) -> None:
         """Export the current student and offer it to every target (activation follows)."""
-        version = self.learner.policy_version
-        data = self.learner.export_student(self.robot, self.run_dir / 'models' /
-                                           f'student_v{version}.onnx')
+        data = self.trainer.export()
         self.sha = hashlib.sha256(data).hexdigest()
-        self.gate.lag_filter.publish(version, self.sha)
         for pub in self.model_pubs.values():
             pub.publish(UInt8MultiArray(data=array.array('B', data)))
         self.activate_targets()
 
     def activate_targets(self) -> None:
+        now = time.monotonic()
         for name, target in self.targets.items():
-            if target['acked'] == self.sha or target['busy'] or \
+            if target['acked'] == self.sha or now - target['asked_at'] < REPLY_TIMEOUT_S or \
                     not target['client'].service_is_ready():
                 continue
             value = ParameterValue(type=ParameterType.PARAMETER_STRING, string_value=self.sha)
             request = SetParameters.Request(parameters=[ParameterMsg(name='model_sha256',
                                                                      value=value)])
-            target['busy'] = True
+            target['asked_at'] = now
             future = target['client'].call_async(request)
             future.add_done_callback(lambda f, n=name, s=self.sha: self.on_reply(n, s, f))
 
@@ -148,7 +182,7 @@ class TrainerNode(Node):
 
     def on_reply(self, name: str, sha: str, future) -> None:
         target = self.targets[name]
-        target['busy'] = False
+        target['asked_at'] = 0.0
         response = future.result()
         if response is None:  # cancelled (shutting down)
             return
@@ -161,9 +195,15 @@ class TrainerNode(Node):
             self.get_logger().warning(f'{name} refused {sha[:12]}: {result.reason}',
                                       throttle_duration_sec=2.0)
 
+    def destroy_node(self) -> None:
+        # Ctrl-C or the end of training: logs closed, curve and summary written.
+        self.trainer.finish(stopped=not self.trainer.done())
+        super().destroy_node()
+
 
 def main(args=None) -> int:
-    return spin(TrainerNode, args)
+    # Everything is on disk (checkpoint, logs, summary) once spin returns.
+    exit_without_teardown(spin(TrainerNode, args))
 
 
 if __name__ == '__main__':

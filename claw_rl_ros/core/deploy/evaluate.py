@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 import math
+from pathlib import Path
 import time
 from typing import Any, Callable, Optional
 
@@ -176,3 +177,25 @@ def evaluate(policy_fn: PolicyFn, env_cfg: EnvConfig, robot: RobotSpec, *, episo
         fall_rate=float(tally.fell.mean()), mean_return=float(tally.returns.mean()),
         mean_length_s=float(tally.lengths.mean()), settle_s=settle_s,
         wall_s=time.perf_counter() - start)
+
+
+def export_and_evaluate(policy: ActorCritic, cfg: Any, robot: RobotSpec, run_dir: str | Path,
+                        extra_metadata: dict[str, Any]) -> dict[str, Any]:
+    """End of a training run (offline or live): ``run_dir/student.onnx`` and, if
+    ``cfg.runner.eval_episodes``, its evaluation at 0.5 m/s forward; returns the summary
+    entries (nothing when the actor reads privileged observations: not deployable)."""
+    from .export import export_onnx
+    from .onnx_policy import OnnxPolicy
+    if policy.actor_obs_groups != ['policy']:
+        print('actor reads privileged observations: not deployable, no student.onnx exported')
+        return {}
+    onnx_path = export_onnx(policy, robot, Path(run_dir) / 'student.onnx',
+                            extra_metadata=extra_metadata, action_clip=cfg.env.clip_actions)
+    out: dict[str, Any] = {'student_onnx': str(onnx_path)}
+    episodes = cfg.runner.eval_episodes
+    if episodes:
+        report = evaluate(OnnxPolicy(onnx_path, robot), cfg.env, robot, episodes=episodes,
+                          command=(0.5, 0.0, 0.0), seed=cfg.runner.seed + 1)
+        print(f'evaluation at 0.5 m/s forward:\n{report.format()}', flush=True)
+        out['eval_forward_0.5'] = report.to_dict()
+    return out

@@ -55,10 +55,22 @@ class OnnxBehaviour:
 
 class BatchedActor:
     """Acts in every world of ``env`` with ``policy``: an ActorCritic (mean, std and values) or
-    an :class:`OnnxBehaviour` (no values)."""
+    an :class:`OnnxBehaviour` (no values).
+
+    Pacing (``chunks_in_flight``, a credit scheme): an actor may be that many chunks ahead of
+    the trainer. Every chunk spends one credit; every newer model version gives one back (a
+    model of the same or an older version with another sha, i.e. a restarted trainer, refills
+    the credit). 1 is synchronous PPO: one chunk per model version. 2 collects the next chunk
+    while the trainer learns from the last one, and still only one per version on average, so
+    no backlog (and no stale chunk) builds up when learning is slower than collecting.
+    """
 
     def __init__(self, env: Any, policy: Any, num_steps: int, actor_id: str = 'actor',
-                 generator: torch.Generator | None = None, seed: int = 0):
+                 generator: torch.Generator | None = None, seed: int = 0,
+                 chunks_in_flight: int = 1):
+        if chunks_in_flight < 1:
+            raise ValueError(f'chunks_in_flight {chunks_in_flight} must be >= 1 (1: wait for '
+                             'a new model after every chunk, 2: overlap with learning)')
         self.env = env
         self.policy = policy
         self.num_steps = num_steps
@@ -68,18 +80,33 @@ class BatchedActor:
         self.model_sha = ''
         self.policy_version = -1
         self.seq = 0
+        self.chunks_in_flight = chunks_in_flight
+        self.credit = 0
         obs, _ = env.reset()
         self.obs = obs
 
     def load_policy(self, state_dict: dict[str, torch.Tensor], version: int, sha: str) -> None:
         """Act from now on with these weights, tagging chunks with (version, sha)."""
         self.policy.load_state_dict(state_dict)
-        self.policy_version, self.model_sha = int(version), sha
+        self._new_model(int(version), sha)
 
     def use_behaviour(self, behaviour: OnnxBehaviour) -> None:
         """Act from now on with an exported model (its version and sha tag the chunks)."""
         self.policy = behaviour
-        self.policy_version, self.model_sha = behaviour.policy_version, behaviour.model_sha
+        self._new_model(behaviour.policy_version, behaviour.model_sha)
+
+    def _new_model(self, version: int, sha: str) -> None:
+        """Tag chunks with (version, sha) from now on and update the credit."""
+        if self.model_sha and version > self.policy_version:
+            self.credit = min(self.chunks_in_flight,
+                              self.credit + version - self.policy_version)
+        elif sha != self.model_sha:
+            self.credit = self.chunks_in_flight  # first model, or a restarted trainer's
+        self.policy_version, self.model_sha = version, sha
+
+    def may_collect(self) -> bool:
+        """A model is active and the actor is fewer than chunks_in_flight chunks ahead."""
+        return self.policy is not None and bool(self.model_sha) and self.credit > 0
 
     def _sample(self, obs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         if isinstance(self.policy, ActorCritic):
@@ -123,6 +150,7 @@ class BatchedActor:
             errors.append(extras.get('tracking_error', {}))
             diverged += extras.get('diverged', 0)
         self.seq += 1
+        self.credit -= 1
         return RolloutChunk(
             model_sha=self.model_sha, policy_version=self.policy_version,
             actor_id=self.actor_id, seq=self.seq, obs=obs, log_probs=buf['log_probs'],

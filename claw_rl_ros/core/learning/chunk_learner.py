@@ -6,6 +6,14 @@ by the learner's critic for actors without one), then runs the very same
 :meth:`PPO.learn <.ppo.PPO.learn>` as :class:`~.runner.OnPolicyRunner`: GAE, mini-batch epochs
 of combined_loss = PPO + alpha * KL(teacher || student) with gradient clipping, the normaliser
 update and the EMA teacher. Built from the same seed, it starts from the runner's exact weights.
+
+Chunks acted by an older model (``max_policy_lag`` > 0, actors collecting while the trainer
+learns) are corrected as in decoupled PPO (Hilton et al. 2021, "Batch size-invariance for
+policy optimization"): the clipped ratio and the adaptive-KL schedule are taken against the
+*proximal* policy (the learner's current one, which the update starts from), and each advantage
+is weighted by the truncated importance weight min(1, pi_prox(a|s) / pi_behaviour(a|s))
+(IMPALA's rho-bar = 1). Chunks of the current version are used exactly as the runner uses its
+own rollout (weights 1, behaviour = proximal policy).
 """
 
 from __future__ import annotations
@@ -22,7 +30,7 @@ import torch
 from . import checkpoint as ckpt
 from ..config import to_dict
 from ..deploy.export import export_onnx
-from .networks import ActorCritic
+from .networks import ActorCritic, gaussian_log_prob
 from .opd import alpha_at
 from .ppo import PPO
 from .rollout_chunk import ChunkSpec, RolloutChunk
@@ -63,6 +71,7 @@ class ChunkLearner:
         self.iteration = 0
         self.policy_version = 0
         self.total_steps = 0
+        self.elapsed_s = 0.0
         self.returns: deque[float] = deque(maxlen=200)
         self.lengths: deque[float] = deque(maxlen=200)
         self._episode_sums: dict[str, deque] = {}
@@ -88,6 +97,7 @@ class ChunkLearner:
     def fill(self, chunks: list[RolloutChunk]) -> dict[str, torch.Tensor]:
         """Copy ``chunks`` into the storage (worlds side by side); returns the last obs [N, d]."""
         storage = self._storage(sum(c.num_envs for c in chunks))
+        storage.weights = None
         gamma = self.cfg.ppo.gamma
         n0 = 0
         for c in chunks:
@@ -109,9 +119,30 @@ class ChunkLearner:
                 rewards[mask] = rewards[mask] + gamma * final
             storage.rewards[:, cols] = rewards
             storage.dones.numpy()[:, cols] = c.terminated | c.truncated
+            if c.policy_version != self.policy_version:
+                self._proximal(storage, cols)
         storage.step = storage.num_steps
         return {g: torch.from_numpy(np.concatenate([np.asarray(c.last_obs[g]) for c in chunks]))
                 for g in self.obs_dims}
+
+    @torch.no_grad()
+    def _proximal(self, storage: RolloutStorage, cols: slice) -> None:
+        """Decoupled PPO for the worlds ``cols`` acted by an older model: behaviour (mu, sigma,
+        log_probs) [T, n, ...] replaced by the current policy's, advantages weighted by
+        min(1, pi_prox / pi_behaviour) [T, n]."""
+        t, n = storage.num_steps, cols.stop - cols.start
+        obs = {g: storage.obs[g][:, cols].reshape(t * n, d) for g, d in self.obs_dims.items()}
+        actions = storage.actions[:, cols].reshape(t * n, self.num_actions)
+        mu, sigma = self.policy.action_mean_std(obs)
+        log_probs = gaussian_log_prob(actions, mu, sigma).reshape(t, n)
+        # Truncated importance weight of the behaviour sample under the proximal policy.
+        weights = torch.exp(log_probs - storage.log_probs[:, cols]).clamp(max=1.0)
+        if storage.weights is None:
+            storage.weights = torch.ones(storage.num_steps, storage.num_envs)
+        storage.weights[:, cols] = weights
+        storage.mu[:, cols] = mu.reshape(t, n, -1)
+        storage.sigma[:, cols] = sigma.reshape(t, n, -1)
+        storage.log_probs[:, cols] = log_probs
 
     # ----------------------------------------------------------------------------- learn
     def learn(self, chunks: list[RolloutChunk]) -> dict[str, float]:
@@ -121,6 +152,8 @@ class ChunkLearner:
         start = time.perf_counter()
         last_obs = self.fill(chunks)
         rollout = self._rollout_stats(chunks)
+        weights = self.alg.storage.weights
+        rollout['importance_weight'] = float(weights.mean()) if weights is not None else 1.0
         losses = self.alg.learn(last_obs, alpha_at(self.cfg.distillation, self.iteration))
         kl_teacher = losses.pop('kl_to_teacher', None)
         elapsed = time.perf_counter() - start
@@ -171,7 +204,8 @@ class ChunkLearner:
     def state_dict(self) -> dict[str, Any]:
         """Everything to resume: weights, teacher, optimizer, counters, RNG, episode logs."""
         return {'iteration': self.iteration, 'policy_version': self.policy_version,
-                'total_steps': self.total_steps, 'config': to_dict(self.cfg),
+                'total_steps': self.total_steps, 'elapsed_s': self.elapsed_s,
+                'config': to_dict(self.cfg),
                 'obs_dims': self.obs_dims, 'num_actions': self.num_actions,
                 'model': self.policy.state_dict(),
                 'teacher': self.alg.teacher.state_dict() if self.alg.teacher is not None
@@ -206,6 +240,7 @@ class ChunkLearner:
         self.iteration = payload['iteration']
         self.policy_version = payload.get('policy_version', self.iteration)
         self.total_steps = payload['total_steps']
+        self.elapsed_s = payload.get('elapsed_s', 0.0)
         episodes = payload['episodes']
         self.returns.extend(episodes['returns'])
         self.lengths.extend(episodes['lengths'])

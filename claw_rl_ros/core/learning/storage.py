@@ -63,6 +63,9 @@ class RolloutStorage:
         self.sigma = torch.zeros(t, n, num_actions)
         self.returns = torch.zeros(t, n)
         self.advantages = torch.zeros(t, n)
+        # Optional per-transition weights [T, N] of the advantages (importance weights of data
+        # acted by an older policy); None = all 1. Cleared with the storage.
+        self.weights: torch.Tensor | None = None
         self.step = 0
 
     def add(self, obs: dict[str, torch.Tensor], actions: torch.Tensor, log_probs: torch.Tensor,
@@ -92,6 +95,7 @@ class RolloutStorage:
 
     def clear(self) -> None:
         self.step = 0
+        self.weights = None
 
     def compute_returns(self, last_values: torch.Tensor, gamma: float, lam: float,
                         normalize_advantages: bool = True) -> None:
@@ -103,6 +107,9 @@ class RolloutStorage:
         if normalize_advantages:
             self.advantages = (self.advantages - self.advantages.mean()) / \
                 (self.advantages.std() + 1e-8)
+        if self.weights is not None:
+            # Importance-weighted advantages: w * min(r A, clip(r) A) = min(r wA, clip(r) wA).
+            self.advantages = self.advantages * self.weights
 
     def mini_batches(self, num_mini_batches: int, num_epochs: int,
                      generator: torch.Generator | None = None) -> Iterator[MiniBatch]:

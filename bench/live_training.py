@@ -1,0 +1,236 @@
+"""Live training over ROS 2 vs the offline ``claw-rl train``, side by side in one run.
+
+Same worlds, network and PPO settings (config/train_ppo.yaml, env.num_envs = --worlds):
+
+1. offline: ``claw-rl train`` (one process, collect then learn) as configured (physics and
+   torch threads = cores) and with 1 physics + 1 torch thread (the live nodes' setting), each
+   before and after the live runs (the machine is shared: the two bracket the drift);
+2. live: ``claw-rl up train`` (trainer_node + --actors actor_nodes with --worlds / --actors
+   worlds each), once per --modes value (sync: actors wait for each new model, max_policy_lag 0;
+   overlap: actors collect the next chunk while the trainer learns);
+3. ingest: one trainer_node alone, fed by this process replaying recorded chunks (256 x 24,
+   real rollouts) as fast as it can publish them. The chunks carry a model version the trainer
+   never published, so each is received, decoded and fully validated (sizes, NaN/inf scan,
+   flags) and then counted as ``unknown_version`` without being learnt from: this measures the
+   accept-and-decode capacity on its own.
+
+Throughput counts env steps the trainer used per second of wall time, from its metrics.csv,
+after ``--warmup`` iterations (start-up and the first push are not steady state). Peak RSS of
+the trainer comes from its summary.json (getrusage of the trainer process).
+
+    nice -n 19 .venv/bin/python bench/live_training.py [--iterations 8] [--warmup 2]
+        [--worlds 256] [--actors 2] [--modes sync overlap] [--ingest-s 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import array
+import csv
+import json
+import os
+from pathlib import Path
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def ros_env(home: Path) -> dict:
+    """An isolated ROS graph: random domain, loopback discovery, temp ROS_HOME."""
+    env = dict(os.environ, ROS_DOMAIN_ID=str(random.SystemRandom().randint(1, 100)),
+               ROS_AUTOMATIC_DISCOVERY_RANGE='LOCALHOST', ROS_HOME=str(home),
+               ROS_LOG_DIR=str(home / 'log'), PYTHONUNBUFFERED='1')
+    os.environ.update(env)
+    return env
+
+
+def bench_config(tmp: Path, worlds: int, iterations: int) -> Path:
+    """train_ppo.yaml with num_envs = worlds, a fixed iteration count and no evaluation."""
+    from claw_rl_ros.core import paths
+    data = yaml.safe_load(paths.config_path('train_ppo.yaml').read_text())
+    data['env']['num_envs'] = worlds
+    data['runner'].update(max_iterations=iterations, time_budget_s=0, eval_episodes=0,
+                          save_interval=1000)
+    path = tmp / 'bench.yaml'
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def steady_rate(run_dir: Path, warmup: int) -> tuple[float, dict]:
+    """(env steps/s after ``warmup`` iterations, last metrics row) from metrics.csv."""
+    with open(run_dir / 'metrics.csv', newline='') as f:
+        rows = list(csv.DictReader(f))
+    first, last = rows[warmup - 1], rows[-1]
+    steps = float(last['total_steps']) - float(first['total_steps'])
+    seconds = float(last['wall_time_s']) - float(first['wall_time_s'])
+    return steps / seconds, last
+
+
+def run(cmd: list[str], env: dict, log: Path, timeout: float) -> int:
+    with open(log, 'w') as out:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            return proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGINT)
+            return proc.wait(timeout=60)
+
+
+def offline(cfg: Path, tmp: Path, name: str, env: dict, warmup: int, threads: int) -> float:
+    run_dir = tmp / name
+    code = run([sys.executable, '-m', 'claw_rl_ros.cli', 'train', '--config', str(cfg),
+                '--run-dir', str(run_dir), '--no-export', '--set',
+                f'env.num_threads={threads}', '--set', f'runner.torch_threads={threads}'],
+               env, tmp / f'{name}.log', 1800)
+    if code != 0:
+        raise SystemExit(f'offline run failed ({code}): see {tmp / name}.log')
+    return steady_rate(run_dir, warmup)[0]
+
+
+def live(cfg: Path, tmp: Path, mode: str, actors: int, worlds: int, env: dict,
+         warmup: int) -> dict:
+    run_dir = tmp / f'live_{mode}'
+    code = run([sys.executable, '-m', 'claw_rl_ros.cli', 'up', 'train', '--config', str(cfg),
+                '--actors', str(actors), '--worlds', str(worlds // actors), '--run-dir',
+                str(run_dir), '--overlap', str(mode == 'overlap').lower()], env,
+               tmp / f'live_{mode}.log', 1800)
+    if code != 0:
+        raise SystemExit(f'live run failed ({code}): see {tmp}/live_{mode}.log')
+    rate, last = steady_rate(run_dir, warmup)
+    summary = json.loads((run_dir / 'summary.json').read_text())
+    return {'rate': rate, 'dropped': float(last['dropped_fraction']),
+            'rss_mib': summary['peak_rss_mib'],
+            'importance_weight': float(last.get('importance_weight', 'nan'))}
+
+
+def record_chunks(cfg: Path, count: int) -> list:
+    """``count`` real 256 x 24 chunks acted by a fresh student (version 10**6: never
+    published by the trainer)."""
+    from claw_rl_ros.core.learning.batched_actor import BatchedActor
+    from claw_rl_ros.core.learning.rollout_chunk import encode_chunk
+    from claw_rl_ros.core.learning.runner import build_policy
+    from claw_rl_ros.core.learning.train_config import load_train_config
+    from claw_rl_ros.core.sim.env import VecLocomotionEnv
+    train_cfg = load_train_config(cfg, {'env': {'num_envs': 256, 'num_threads': 1}})
+    env = VecLocomotionEnv(train_cfg.env)
+    policy = build_policy(train_cfg, env.obs_dims, env.num_actions)
+    actor = BatchedActor(env, policy, train_cfg.runner.num_steps_per_env, '/bench/replay')
+    actor.policy_version, actor.model_sha = 10 ** 6, 'feedfeedfeed'
+    payloads = [encode_chunk(actor.collect()) for _ in range(count)]
+    env.close()
+    return payloads
+
+
+def ingest(cfg: Path, tmp: Path, env: dict, seconds: float) -> dict:
+    """Env steps/s one trainer receives, decodes and validates from a flat-out publisher."""
+    import rclpy
+    from rclpy._rclpy_pybind11 import RCLError
+    from std_msgs.msg import Float32, UInt8MultiArray
+    from claw_rl_ros.nodes.ros_io import COMMAND_QOS
+    payloads = record_chunks(cfg, 4)
+    steps_per_chunk = 256 * 24
+    log = open(tmp / 'ingest_trainer.log', 'w')
+    trainer = subprocess.Popen(
+        [sys.executable, '-m', 'claw_rl_ros.nodes.trainer_node', '--ros-args', '-p',
+         f'config:={cfg}', '-p', f'run_dir:={tmp / "ingest"}', '-p', "push_targets:=['/nobody']"],
+        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    rclpy.init()
+    node = rclpy.create_node('bench_replay')
+    received: list[tuple[float, float]] = []
+    node.create_subscription(Float32, '/trainer/metrics/received',
+                             lambda m: received.append((time.monotonic(), m.data)), 10)
+    pub = node.create_publisher(UInt8MultiArray, '/rollout_chunks', COMMAND_QOS)
+    messages = [UInt8MultiArray(data=array.array('B', p)) for p in payloads]
+    try:
+        deadline = time.monotonic() + 120
+        while (pub.get_subscription_count() == 0 or not received) and \
+                time.monotonic() < deadline:
+            rclpy.spin_once(node, timeout_sec=0.1)
+        if not received:
+            raise SystemExit(f'the ingest trainer did not come up: see {log.name}')
+        sent, refused, start = 0, 0, time.monotonic()
+        mark = len(received)
+        while time.monotonic() - start < seconds:
+            try:
+                pub.publish(messages[sent % len(messages)])
+                sent += 1
+            except RCLError:  # the writer's history is full: back-pressure, go on
+                refused += 1
+            rclpy.spin_once(node, timeout_sec=0.0)
+        sent_rate = sent * steps_per_chunk / (time.monotonic() - start)
+        end = time.monotonic() + 3.0  # the trainer drains its queue, reports twice more
+        while time.monotonic() < end:
+            rclpy.spin_once(node, timeout_sec=0.1)
+    finally:
+        trainer.send_signal(signal.SIGINT)
+        trainer.wait(timeout=60)
+        node.destroy_node()
+        rclpy.shutdown()
+    window = [r for r in received[mark - 1:] if r[1] > received[mark - 1][1]] or received[-1:]
+    (t0, n0), (t1, n1) = received[mark - 1], max(window, key=lambda r: r[1])
+    summary = json.loads((tmp / 'ingest' / 'summary.json').read_text())
+    return {'rate': (n1 - n0) * steps_per_chunk / max(t1 - t0, 1e-9), 'sent_rate': sent_rate,
+            'refused': refused,
+            'chunks': n1 - n0, 'unknown': summary['chunks']['dropped/unknown_version'],
+            'rss_mib': summary['peak_rss_mib']}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument('--iterations', type=int, default=8, help='measured iterations')
+    parser.add_argument('--warmup', type=int, default=2, help='iterations not measured')
+    parser.add_argument('--worlds', type=int, default=256, help='worlds in total')
+    parser.add_argument('--actors', type=int, default=2, help='live actor processes')
+    parser.add_argument('--modes', nargs='+', default=['sync', 'overlap'],
+                        choices=('sync', 'overlap'))
+    parser.add_argument('--keep', metavar='DIR', help='keep the run directories here')
+    parser.add_argument('--ingest-only', action='store_true', help='only the ingest part')
+    parser.add_argument('--ingest-s', type=float, default=10.0, help='seconds of replay')
+    args = parser.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix='live_bench_', dir=args.keep))
+    try:
+        env = ros_env(tmp / 'ros')
+        cfg = bench_config(tmp, args.worlds, args.warmup + args.iterations)
+        threads = {} if args.ingest_only else {'cores': 0, '1 thread': 1}
+        before = {k: offline(cfg, tmp, f'offline_{n}_before', env, args.warmup, n)
+                  for k, n in threads.items()}
+        lives = {mode: live(cfg, tmp, mode, args.actors, args.worlds, env, args.warmup)
+                 for mode in args.modes if threads}
+        after = {k: offline(cfg, tmp, f'offline_{n}_after', env, args.warmup, n)
+                 for k, n in threads.items()}
+        feed = ingest(cfg, tmp, env, args.ingest_s)
+    finally:
+        if args.keep:
+            print(f'run directories kept in {tmp}')
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+    base = {k: (before[k] + after[k]) / 2 for k in threads}
+    print(f'\n{args.worlds} worlds x 24 steps per iteration, {args.iterations} iterations '
+          f'measured after {args.warmup}; live: {args.actors} actors x '
+          f'{args.worlds // args.actors} worlds, 1 physics / torch thread per process\n')
+    for k in threads:
+        print(f'offline claw-rl train, {k:8} {before[k]:8,.0f} steps/s before, '
+              f'{after[k]:,.0f} after (mean {base[k]:,.0f})')
+    for mode, r in lives.items():
+        print(f'live, {mode:7}  {r["rate"]:8,.0f} steps/s used = '
+              f'{r["rate"] / base["cores"]:.2f}x offline (cores), '
+              f'{r["rate"] / base["1 thread"]:.2f}x offline (1 thread) | dropped '
+              f'{r["dropped"]:.1%} | importance weight {r["importance_weight"]:.3f} | '
+              f'trainer peak RSS {r["rss_mib"]} MiB')
+    print(f'trainer ingest capacity     {feed["rate"]:8,.0f} steps/s decoded and validated '
+          f'({feed["chunks"]:.0f} chunks; publisher sent {feed["sent_rate"]:,.0f} steps/s, '
+          f'{feed["refused"]} publishes refused by a full writer history; '
+          f'trainer peak RSS {feed["rss_mib"]} MiB)')
+    return 0
+
+
+if __name__ == '__main__':
+    raise SystemExit(main())

@@ -1,0 +1,190 @@
+"""The live trainer's core: rollout chunks in, PPO (+ OPD) iterations out, logged like offline.
+
+:class:`LiveTrainer` is what trainer_node does between messages, without ROS:
+
+- :meth:`offer`: decode, validate and lag-filter a payload (:class:`~.chunk_filter.ChunkGate`,
+  drops counted by cause) and keep the accepted chunk;
+- :meth:`ready`: a batch is due when ``chunks_per_iteration`` chunks are pending, or when the
+  oldest pending chunk has waited ``batch_timeout_s`` (an actor died or is slow: the others'
+  chunks are learnt from rather than held until they go stale);
+- :meth:`iterate`: :meth:`ChunkLearner.learn <.chunk_learner.ChunkLearner.learn>` on the
+  pending chunks, one row in ``metrics.csv`` and TensorBoard (the offline
+  :class:`~.logger.MetricsLogger`), an atomic checkpoint;
+- :meth:`export`: the student as ONNX bytes for the push; the lag filter learns (version, sha);
+- :meth:`done`: ``runner.max_iterations`` or ``runner.time_budget_s`` reached;
+- :meth:`finish`: ``learning_curve.png``, ``summary.json`` and, when training ran to its end,
+  ``student.onnx`` with its evaluation at 0.5 m/s (as ``claw-rl train`` ends).
+
+Wall time counts from the first accepted chunk (start-up of actors is not training time) and
+continues across a resume, like the offline runner's ``elapsed_s``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+import resource
+import sys
+import time
+from typing import Any, Callable, TextIO
+
+import yaml
+
+from . import checkpoint as ckpt
+from ..config import ConfigError, to_dict
+from ..sim.observations import POLICY, POLICY_NOISE_FREE, PRIVILEGED
+from .chunk_filter import ChunkGate, PolicyLagFilter
+from .chunk_learner import ChunkLearner
+from .logger import MetricsLogger, plot_learning_curve
+from .rollout_chunk import ChunkError
+from .train_config import TrainConfig
+
+
+class LiveTrainer:
+    """See the module docstring; ``clock`` is ``time.monotonic`` unless a test gives one."""
+
+    def __init__(self, cfg: TrainConfig, robot: Any, run_dir: str | Path, *,
+                 max_policy_lag: int = 0, chunks_per_iteration: int = 1,
+                 batch_timeout_s: float = 10.0, resume: bool = False,
+                 tensorboard: bool = True, stream: TextIO | None = None,
+                 clock: Callable[[], float] = time.monotonic):
+        if chunks_per_iteration < 1:
+            raise ValueError(f'chunks_per_iteration {chunks_per_iteration} must be >= 1')
+        if not batch_timeout_s > 0:
+            raise ValueError(f'batch_timeout_s {batch_timeout_s} must be > 0 (seconds the '
+                             'oldest pending chunk waits for the others)')
+        self.cfg = cfg
+        self.robot = robot
+        self.run_dir = Path(run_dir)
+        self.per_iteration = chunks_per_iteration
+        self.batch_timeout_s = batch_timeout_s
+        self.clock = clock
+        self.stream = stream if stream is not None else sys.stdout
+        dims = {POLICY: robot.policy_obs.dim, POLICY_NOISE_FREE: robot.policy_obs.dim,
+                PRIVILEGED: robot.privileged_obs.dim}
+        self.learner = ChunkLearner(cfg, dims, robot.num_joints,
+                                    [f'reward/{k}' for k in sorted(cfg.env.rewards.scales)])
+        self.resumed_from = self._start_or_resume(resume)
+        self.gate = ChunkGate(self.learner.spec, PolicyLagFilter(max_policy_lag))
+        self.logger = MetricsLogger(self.run_dir, resume_iteration=self.learner.iteration,
+                                    stream=self.stream, tensorboard=tensorboard)
+        self.pending: list = []
+        self._first_pending = 0.0
+        self._start: float | None = None
+        self._elapsed0 = self.learner.elapsed_s
+        self._last_iteration_end: float | None = None
+        self._finished = False
+        self.summary: dict[str, Any] = {}
+
+    def _start_or_resume(self, resume: bool) -> Path | None:
+        latest = ckpt.latest_checkpoint(self.run_dir)
+        if latest is None:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            ckpt.atomic_write_bytes(self.run_dir / 'config.yaml', yaml.safe_dump(
+                to_dict(self.cfg), sort_keys=False).encode())
+            return None
+        if not resume:
+            raise ConfigError(str(self.run_dir), 'resume', 'run directory already has '
+                              'checkpoints; set resume to true to continue it, or choose '
+                              'another run_dir')
+        self.learner.load(latest)
+        return latest
+
+    # ---------------------------------------------------------------------------- chunks
+    def offer(self, payload: Any) -> ChunkError | None:
+        """Admit one encoded chunk into the pending batch; the ChunkError if it was dropped."""
+        chunk, error = self.gate.admit_or_none(payload)
+        if chunk is not None:
+            now = self.clock()
+            if self._start is None:
+                self._start = now
+            if not self.pending:
+                self._first_pending = now
+            self.pending.append(chunk)
+        return error
+
+    def ready(self) -> bool:
+        """A full batch is pending, or the oldest pending chunk waited batch_timeout_s."""
+        return len(self.pending) >= self.per_iteration or bool(self.pending) and \
+            self.clock() - self._first_pending >= self.batch_timeout_s
+
+    @property
+    def elapsed_s(self) -> float:
+        """Training wall time, including that of the run this one resumed."""
+        return self._elapsed0 + (self.clock() - self._start if self._start is not None else 0.0)
+
+    # ----------------------------------------------------------------------------- learn
+    def iterate(self) -> dict[str, float]:
+        """Learn from the pending chunks; log, checkpoint; returns the iteration's metrics."""
+        chunks, self.pending = self.pending, []
+        metrics = self.learner.learn(chunks)
+        now = self.clock()
+        steps = sum(c.num_steps * c.num_envs for c in chunks)
+        since = self._last_iteration_end if self._last_iteration_end is not None \
+            else self._start
+        self._last_iteration_end = now
+        self.learner.elapsed_s = self.elapsed_s
+        metrics.update(steps_per_s=steps / max(now - since, 1e-9),
+                       wall_time_s=self.learner.elapsed_s, **self.gate.counters.as_dict())
+        metrics['actors'] = len({c.actor_id for c in chunks})
+        it = self.learner.iteration
+        self.logger.log(it, metrics)
+        r = self.cfg.runner
+        if it % r.log_interval == 0 or self.done():
+            per_it = self.elapsed_s / max(1, it)
+            left = (r.max_iterations - it) * per_it
+            if r.time_budget_s:
+                left = min(left, max(0.0, r.time_budget_s - self.elapsed_s))
+            self.logger.progress(it, r.max_iterations, metrics, self.elapsed_s, left)
+        self.learner.save(self.run_dir, r.keep_checkpoints)
+        return metrics
+
+    def export(self) -> bytes:
+        """The current student as ONNX bytes (also ``models/student_v<version>.onnx``); the
+        lag filter now accepts chunks acted by it."""
+        import hashlib
+        version = self.learner.policy_version
+        data = self.learner.export_student(self.robot, self.run_dir / 'models' /
+                                           f'student_v{version}.onnx')
+        self.gate.lag_filter.publish(version, hashlib.sha256(data).hexdigest())
+        return data
+
+    def done(self) -> bool:
+        """max_iterations or the time budget reached."""
+        r = self.cfg.runner
+        return self.learner.iteration >= r.max_iterations or \
+            bool(r.time_budget_s) and self.elapsed_s >= r.time_budget_s
+
+    # ---------------------------------------------------------------------------- finish
+    def finish(self, stopped: bool) -> dict[str, Any]:
+        """Close the logs; curve PNG, summary.json (+ student.onnx and its evaluation unless
+        ``stopped`` early). Idempotent: a second call returns the first summary."""
+        if self._finished:
+            return self.summary
+        self._finished = True
+        self.logger.close()
+        learner = self.learner
+        if learner.iteration and ckpt.latest_checkpoint(self.run_dir) != \
+                ckpt.checkpoint_path(self.run_dir, learner.iteration):
+            learner.save(self.run_dir, self.cfg.runner.keep_checkpoints)
+        csv_path = self.run_dir / 'metrics.csv'
+        if csv_path.exists():
+            plot_learning_curve(csv_path, self.run_dir / 'learning_curve.png')
+        summary: dict[str, Any] = {
+            'iterations': learner.iteration, 'total_steps': learner.total_steps,
+            'wall_time_s': round(self.elapsed_s, 1), 'stopped_by_user': stopped,
+            'steps_per_s': round(learner.total_steps / self.elapsed_s, 1)
+            if self.elapsed_s else 0.0,
+            'peak_rss_mib': round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+            'chunks': self.gate.counters.as_dict()}
+        if not stopped and learner.iteration:
+            from ..deploy.evaluate import export_and_evaluate
+            summary.update(export_and_evaluate(learner.policy, self.cfg, self.robot,
+                                               self.run_dir, {
+                                                   'iteration': learner.iteration,
+                                                   'total_steps': learner.total_steps,
+                                                   'algorithm': self.cfg.algorithm}))
+        ckpt.atomic_write_bytes(self.run_dir / 'summary.json',
+                                json.dumps(summary, indent=2).encode())
+        self.summary = summary
+        return summary

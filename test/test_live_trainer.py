@@ -1,0 +1,192 @@
+"""LiveTrainer without ROS: when a batch is due (full, or the oldest chunk waited too long),
+drops counted by cause, the offline trainer's outputs (metrics.csv, TensorBoard, checkpoints,
+learning_curve.png, summary.json, student.onnx + evaluation), the budget, and resume."""
+
+import copy
+import csv
+import hashlib
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from claw_rl_ros.core.config import ConfigError
+from claw_rl_ros.core.learning import checkpoint as ckpt
+from claw_rl_ros.core.learning.batched_actor import BatchedActor
+from claw_rl_ros.core.learning.live_trainer import LiveTrainer
+from claw_rl_ros.core.learning.rollout_chunk import encode_chunk
+from claw_rl_ros.core.sim.env import VecLocomotionEnv
+from test_training import tiny_config
+
+
+class Clock:
+    """A hand-moved monotonic clock."""
+
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
+def make_trainer(tmp_path, robot, clock, **kwargs):
+    cfg = tiny_config(env={'episode_length_s': 0.2}, **kwargs.pop('cfg', {}))
+    return LiveTrainer(cfg, robot, tmp_path / 'run', clock=clock, tensorboard=True,
+                       **kwargs)
+
+
+class Actor:
+    """A batched actor acting with the trainer's current weights, tagged with its export."""
+
+    def __init__(self, trainer, seed=0):
+        cfg = copy.deepcopy(trainer.cfg.env)
+        cfg.seed = seed
+        self.env = VecLocomotionEnv(cfg)
+        self.actor = BatchedActor(self.env, copy.deepcopy(trainer.learner.policy),
+                                  trainer.cfg.runner.num_steps_per_env, f'/a{seed}', seed=seed)
+
+    def chunk(self, trainer, sha: str) -> bytes:
+        learner = trainer.learner
+        self.actor.load_policy(learner.policy.state_dict(), learner.policy_version, sha[:12])
+        return bytes(encode_chunk(self.actor.collect()))
+
+
+def push(trainer) -> str:
+    return hashlib.sha256(trainer.export()).hexdigest()
+
+
+def rows(run_dir):
+    with open(run_dir / 'metrics.csv', newline='') as f:
+        return list(csv.DictReader(f))
+
+
+def test_a_batch_is_due_when_full_or_when_its_oldest_chunk_waited(tmp_path, robot):
+    clock = Clock()
+    trainer = make_trainer(tmp_path, robot, clock, chunks_per_iteration=2, batch_timeout_s=5.0)
+    sha = push(trainer)
+    actor = Actor(trainer)
+    assert not trainer.ready()
+    assert trainer.offer(actor.chunk(trainer, sha)) is None
+    clock.now += 4.9
+    assert not trainer.ready()
+    clock.now += 0.2  # the other actor died: learn from the one chunk at hand
+    assert trainer.ready()
+    metrics = trainer.iterate()
+    assert metrics['chunks'] == 1 and metrics['actors'] == 1
+    assert metrics['steps_per_s'] == pytest.approx(16 * 8 / 5.1)
+    assert trainer.learner.iteration == 1 and not trainer.pending
+    sha = push(trainer)
+    trainer.offer(actor.chunk(trainer, sha))
+    assert not trainer.ready()
+    trainer.offer(actor.chunk(trainer, sha))
+    assert trainer.ready()  # full batch, no waiting
+    trainer.iterate()
+    actor.env.close()
+    table = rows(trainer.run_dir)
+    assert [int(r['iteration']) for r in table] == [1, 2]
+    assert {'steps_per_s', 'wall_time_s', 'dropped_fraction', 'accepted',
+            'dropped/stale_version', 'importance_weight', 'value_loss'} <= set(table[0])
+    assert float(table[1]['wall_time_s']) == pytest.approx(5.1)
+    assert sorted(p.name for p in (trainer.run_dir / 'checkpoints').iterdir()) == \
+        ['model_1.pt', 'model_2.pt']
+    assert list(trainer.run_dir.glob('events.out.tfevents.*'))
+    trainer.finish(stopped=True)
+
+
+def test_bad_and_stale_chunks_are_counted_by_cause_and_never_pending(tmp_path, robot):
+    clock = Clock()
+    trainer = make_trainer(tmp_path, robot, clock, chunks_per_iteration=1)
+    sha = push(trainer)
+    actor = Actor(trainer)
+    good = actor.chunk(trainer, sha)
+    assert trainer.offer(good[:len(good) // 2]).cause == 'truncated'
+    assert trainer.offer(b'nonsense').cause == 'truncated'
+    assert trainer.offer(actor.chunk(trainer, 'f' * 64)).cause == 'unknown_version'
+    assert not trainer.pending
+    assert trainer.offer(good) is None
+    trainer.iterate()
+    push(trainer)
+    assert trainer.offer(good).cause == 'stale_version'  # lag 1 > max_policy_lag 0
+    counters = trainer.gate.counters.as_dict()
+    assert counters['accepted'] == 1 and counters['dropped/truncated'] == 2
+    assert counters['dropped/unknown_version'] == 1 and counters['dropped/stale_version'] == 1
+    assert counters['dropped_fraction'] == pytest.approx(4 / 5)
+    actor.env.close()
+    trainer.finish(stopped=True)
+
+
+def test_budget_end_writes_the_offline_trainers_outputs(tmp_path, robot):
+    clock = Clock()
+    trainer = make_trainer(tmp_path, robot, clock, cfg={'runner': {
+        'max_iterations': 2, 'eval_episodes': 2}})
+    actor = Actor(trainer)
+    for _ in range(2):
+        assert not trainer.done()
+        trainer.offer(actor.chunk(trainer, push(trainer)))
+        clock.now += 1.0
+        trainer.iterate()
+    actor.env.close()
+    assert trainer.done()
+    summary = trainer.finish(stopped=False)
+    run_dir = trainer.run_dir
+    on_disk = json.loads((run_dir / 'summary.json').read_text())
+    assert on_disk == json.loads(json.dumps(summary))
+    assert on_disk['iterations'] == 2 and on_disk['total_steps'] == 2 * 16 * 8
+    assert on_disk['stopped_by_user'] is False and on_disk['peak_rss_mib'] > 0
+    assert on_disk['chunks']['accepted'] == 2
+    assert on_disk['eval_forward_0.5']['episodes'] == 2
+    assert (run_dir / 'student.onnx').is_file() and (run_dir / 'learning_curve.png').is_file()
+    assert (run_dir / 'config.yaml').is_file()
+    assert trainer.finish(stopped=True) is summary  # idempotent
+
+
+def test_time_budget_counts_from_the_first_chunk(tmp_path, robot):
+    clock = Clock()
+    trainer = make_trainer(tmp_path, robot, clock, cfg={'runner': {'time_budget_s': 10.0}})
+    sha = push(trainer)
+    clock.now += 1000.0  # actors starting up: not training time
+    assert not trainer.done()
+    actor = Actor(trainer)
+    trainer.offer(actor.chunk(trainer, sha))
+    clock.now += 9.9
+    assert not trainer.done()
+    clock.now += 0.2
+    assert trainer.done()
+    actor.env.close()
+    summary = trainer.finish(stopped=True)
+    assert 'student_onnx' not in summary and not (trainer.run_dir / 'student.onnx').exists()
+
+
+def test_resume_continues_iteration_weights_and_wall_time(tmp_path, robot):
+    clock = Clock()
+    first = make_trainer(tmp_path, robot, clock)
+    actor = Actor(first)
+    first.offer(actor.chunk(first, push(first)))
+    clock.now += 3.0
+    first.iterate()
+    first.finish(stopped=True)
+    weights = [p.detach().clone() for p in first.learner.policy.parameters()]
+    with pytest.raises(ConfigError, match='resume'):
+        make_trainer(tmp_path, robot, clock)
+    second = make_trainer(tmp_path, robot, clock, resume=True)
+    assert second.resumed_from == ckpt.checkpoint_path(first.run_dir, 1)
+    assert (second.learner.iteration, second.learner.policy_version) == (1, 1)
+    for a, b in zip(weights, second.learner.policy.parameters()):
+        assert torch.equal(a, b)
+    second.offer(actor.chunk(second, push(second)))
+    clock.now += 2.0
+    second.iterate()
+    actor.env.close()
+    table = rows(second.run_dir)
+    assert [int(r['iteration']) for r in table] == [1, 2]
+    assert float(table[1]['wall_time_s']) == pytest.approx(5.0)
+    assert np.isfinite(float(table[1]['mean_reward']))
+    second.finish(stopped=True)
+
+
+@pytest.mark.parametrize('kwargs, match', [({'chunks_per_iteration': 0}, 'chunks_per_iteration'),
+                                           ({'batch_timeout_s': 0.0}, 'batch_timeout_s')])
+def test_bad_batch_settings_are_refused_by_name(tmp_path, robot, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        make_trainer(tmp_path, robot, Clock(), **kwargs)
