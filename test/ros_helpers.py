@@ -24,6 +24,7 @@ from typing import Any, Callable
 import pytest
 import rclpy
 from rclpy.context import Context
+from rclpy.event_handler import PublisherEventCallbacks
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.parameter import Parameter
@@ -190,16 +191,22 @@ class Probe:
 
     def publish(self, topic: str, msg, qos=10) -> None:
         if topic not in self._pubs:
-            self._pubs[topic] = self.node.create_publisher(type(msg), topic, qos)
+            # Matching subscribers wake wait_subscribers (an event, not polling).
+            self._pubs[topic] = self.node.create_publisher(
+                type(msg), topic, qos, event_callbacks=PublisherEventCallbacks(
+                    matched=lambda info: self._notify()))
         self._pubs[topic].publish(msg)
+
+    def _notify(self) -> None:
+        with self._cond:
+            self._cond.notify_all()
 
     def wait_subscribers(self, topic: str, n: int = 1, timeout: float = 10.0) -> None:
         """Wait until ``n`` subscribers have matched this probe's publisher on ``topic``."""
-        deadline = time.monotonic() + timeout
-        while self._pubs[topic].get_subscription_count() < n:
-            if time.monotonic() > deadline:
+        with self._cond:
+            if not self._cond.wait_for(
+                    lambda: self._pubs[topic].get_subscription_count() >= n, timeout):
                 pytest.fail(f'no subscriber on {topic} within {timeout} s')
-            time.sleep(0.02)
 
     def call(self, srv_type, name: str, request, timeout: float = 10.0):
         """Call a service and return its response (fails on timeout)."""
@@ -207,12 +214,10 @@ class Probe:
         try:
             if not client.wait_for_service(timeout_sec=timeout):
                 pytest.fail(f'service {name} not available within {timeout} s')
-            future = client.call_async(request)
-            deadline = time.monotonic() + timeout
-            while not future.done():
-                if time.monotonic() > deadline:
-                    pytest.fail(f'no reply from {name} within {timeout} s')
-                time.sleep(0.005)
+            future, replied = client.call_async(request), threading.Event()
+            future.add_done_callback(lambda _: replied.set())
+            if not replied.wait(timeout):
+                pytest.fail(f'no reply from {name} within {timeout} s')
             return future.result()
         finally:
             self.node.destroy_client(client)

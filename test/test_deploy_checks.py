@@ -97,15 +97,21 @@ def test_live_rates_and_missing_data(robot):
         'imu rate: no timing yet')
 
 
-def test_rl_request_is_refused_with_the_report(robot, tmp_path):
-    ctrl = PolicyController(robot, safety=SafetyConfig(autostart=False, stand_up_s=0.0),
-                            command_joints=list(reversed(robot.joint_names)))
-    ctrl.load_path(good_model(robot, tmp_path / 'a.onnx'))
+def standing(ctrl, robot):
+    """A fed robot whose controller was asked to stand up (stand_up_s 0: done at once)."""
     feed = Robot(ctrl, robot)
     for _ in range(4):
         feed.tick()
     assert ctrl.request('stand_up', feed.t)[0]
     feed.tick()
+    return feed
+
+
+def test_rl_request_is_refused_with_the_report(robot, tmp_path):
+    ctrl = PolicyController(robot, safety=SafetyConfig(autostart=False, stand_up_s=0.0),
+                            command_joints=list(reversed(robot.joint_names)))
+    ctrl.load_path(good_model(robot, tmp_path / 'a.onnx'))
+    feed = standing(ctrl, robot)
     ok, message = ctrl.request('rl', feed.t)
     assert not ok and message.startswith('rl refused by the self-check (1 mismatch(es)): '
                                          'command interface joint order')
@@ -128,11 +134,7 @@ def test_verification_gate(robot, tmp_path):
     assert verification_path(model) == tmp_path / 'student.verify.json'
     assert 'no student.verify.json beside' in verification_blocker(model, sha)
     ctrl.load_path(model)
-    feed = Robot(ctrl, robot)
-    for _ in range(4):
-        feed.tick()
-    assert ctrl.request('stand_up', feed.t)[0]
-    feed.tick()
+    feed = standing(ctrl, robot)
     ok, message = ctrl.request('rl', feed.t)
     assert not ok and 'no student.verify.json beside' in message and 'claw-rl verify' in message
     write_verification(model, sha, passed=False)
