@@ -54,7 +54,7 @@ class SimSession:
 
     def __init__(self, robot: RobotSpec, cfg: EnvConfig, *, randomization: bool = False,
                  pushes: bool = False, noise: bool = False, seed: int = 0,
-                 command_timeout_s: float = 0.5):
+                 command_timeout_s: float = 0.5, physics: BatchedPhysics | None = None):
         self.robot = robot
         self.cfg = cfg
         self.randomization = randomization and cfg.randomization.enabled
@@ -63,8 +63,10 @@ class SimSession:
         self.command_timeout_s = command_timeout_s
         self.dt = robot.control_dt
         self.rng = np.random.default_rng(seed)
-        self.physics = BatchedPhysics(robot, 1, solver_iterations=cfg.solver_iterations,
-                                      solver_ls_iterations=cfg.solver_ls_iterations)
+        # One world; a subclass may bring its own (e.g. an env's, see training_session.py).
+        self.physics = physics if physics is not None else BatchedPhysics(
+            robot, 1, solver_iterations=cfg.solver_iterations,
+            solver_ls_iterations=cfg.solver_ls_iterations)
         self._data = mujoco.MjData(self.physics.models[0])
         self._push_steps = max(1, round(cfg.randomization.push_interval_s / self.dt))
         self.time = 0.0
