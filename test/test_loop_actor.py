@@ -225,6 +225,7 @@ def test_a_dropped_record_discards_the_chunk_in_progress_and_no_chunk_spans_it(t
     actor = loop.actor
     assert actor.discarded == {**{c: 0 for c in CAUSES}, 'missing_record': 1}
     assert actor.discarded_steps == 5  # ticks T .. T + 4 were in progress
+    assert [c.seq for c in chunks] == [1, 3, 4]  # the gap in seq: a discard
     spans = [loop.ticks_of(c) for c in chunks]
     assert spans == [list(range(0, T)), list(range(T + 6, 2 * T + 6)),
                      list(range(2 * T + 6, 3 * T + 6))]

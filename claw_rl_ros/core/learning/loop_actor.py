@@ -71,8 +71,10 @@ class ChunkBuilder:
         self.steps.append((record, obs, transition))
 
     def discard(self) -> int:
-        """Drop the steps so far; returns how many."""
+        """Drop the steps so far; returns how many. ``seq`` moves on, so chunks with
+        consecutive ``seq`` are consecutive in time (a gap: something was discarded)."""
         count, self.steps = len(self.steps), []
+        self.seq += 1
         return count
 
     def finish(self, last_obs: dict[str, np.ndarray]) -> RolloutChunk:
