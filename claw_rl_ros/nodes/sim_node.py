@@ -25,12 +25,10 @@ from sensor_msgs.msg import Imu, JointState
 from std_msgs.msg import Float64MultiArray
 from std_srvs.srv import SetBool, Trigger
 
-from ..core.config import from_dict, load_yaml
 from ..core.deploy.control_stats import Counters, LatencyStats, RateMeter, TickMonitor
 from ..core.deploy.state_input import JointOrder
-from ..core.sim.env_config import EnvConfig
 from ..core.sim.robot import load_robot
-from ..core.sim.sim_session import SimSession
+from ..core.sim.sim_session import env_section, SimSession
 from .loop_actor_io import LoopActorIO
 from .ros_io import (COMMAND_QOS, diagnostics, doubles, now_sec, publisher, SENSOR_QOS,
                      spin, steady_timer, to_stamp)
@@ -52,15 +50,13 @@ class SimNode(Node):
         if p['mode'] not in MODES:
             raise ValueError(f'parameter mode = {p["mode"]!r}; use one of {MODES}')
         robot = load_robot(p['robot'])
-        path = p['env_config']
         self.params, self.robot = p, robot
         self.order = JointOrder(robot, self.declare_parameter('joints', robot.joint_names).value)
         self.loop = LoopActorIO(self, robot, p) if p['training'] else None
-        cfg = from_dict(EnvConfig, load_yaml(path).get('env', {}), source=path, prefix='env') \
-            if path and not self.loop else EnvConfig(num_envs=1)
         self.sim = self.loop.session if self.loop else SimSession(
-            robot, cfg, randomization=p['randomization'], pushes=p['pushes'], noise=p['noise'],
-            seed=p['seed'], command_timeout_s=p['command_timeout_s'])
+            robot, env_section(p['env_config']), randomization=p['randomization'],
+            pushes=p['pushes'], noise=p['noise'], seed=p['seed'],
+            command_timeout_s=p['command_timeout_s'])
         self.lockstep = p['mode'] == 'lockstep'
         self.paused = False
         self.awaiting: float | None = None  # perf_counter of the unanswered state publish
