@@ -8,9 +8,14 @@ REQ_HASH := $(shell sha1sum requirements.txt setup.py | sha1sum | cut -c1-12)
 STAMP := $(VENV)/.installed-$(REQ_HASH)
 PIP := $(BIN)/python -m pip --disable-pip-version-check
 TRAIN_CONFIG ?= config/train_ppo.yaml
+# A new run directory per `make train` (expanded once, so every step of the job sees the same).
+RUN_STAMP := $(shell date +%Y%m%d-%H%M%S)
+RUN_DIR ?= runs/$(RUN_STAMP)
+# Extra arguments of the train graph, e.g. TRAIN_ARGS='--actors 4 --worlds 64 --teacher x.pt'.
+TRAIN_ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: venv sysdeps train test bench bench-sac bench-opd bench-ros mutation clean-venv
+.PHONY: venv sysdeps train train-offline test bench bench-sac bench-opd bench-ros mutation clean-venv
 
 venv: $(STAMP)
 
@@ -30,9 +35,18 @@ $(STAMP): requirements.txt setup.py
 	rm -f $(VENV)/.installed-*
 	touch $@
 
-# The main job: train the claw quadruped from scratch, export student.onnx, evaluate it.
+# The main job: train the claw quadruped from scratch live over the ROS 2 graph (trainer node,
+# two batched actor nodes, the realtime sim + policy control loop; `claw-rl up train` is
+# `ros2 launch claw_rl_ros train.launch.py`), export student.onnx and evaluate it at 0.5 m/s,
+# then render its gait.
 train: venv sysdeps
-	$(BIN)/claw-rl train --config $(TRAIN_CONFIG)
+	$(BIN)/claw-rl up train --config $(TRAIN_CONFIG) --run-dir $(RUN_DIR) $(TRAIN_ARGS)
+	$(BIN)/claw-rl eval --model $(RUN_DIR)/student.onnx --config $(TRAIN_CONFIG) \
+	  --command 0.5 0 0 --episodes 1 --gif $(RUN_DIR)/gait.png
+
+# The same training in one process (the fast path; also SAC: TRAIN_CONFIG=config/train_sac.yaml).
+train-offline: venv sysdeps
+	$(BIN)/claw-rl train --config $(TRAIN_CONFIG) --run-dir $(RUN_DIR)
 
 # pytest exit 5 (no test collected) means the suite is broken: fail on it like any other error.
 test: venv sysdeps

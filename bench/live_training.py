@@ -20,6 +20,14 @@ the trainer comes from its summary.json (getrusage of the trainer process).
 
     nice -n 19 .venv/bin/python bench/live_training.py [--iterations 8] [--warmup 2]
         [--worlds 256] [--actors 2] [--modes sync overlap] [--ingest-s 10]
+
+4. time to walk (``--time-to-walk``, on its own: ~30 minutes): the main job offline
+   (``claw-rl train``) and live (``claw-rl up train``: actors, trainer and the realtime control
+   loop), and live with alpha 0 when the main job distils, each for ``--walk-budget-s``; the
+   checkpoints every ``--walk-grid-s`` seconds of training are evaluated at 0.5 m/s with and
+   without the sim2sim perturbations (friction 0.4-1.25, mass and motor strength +-10 %, 15 ms
+   latency, pushes) as bench/opd_main_job.py does. Prints each run's time to the walking
+   criterion and the ratios live / offline and OPD / alpha 0.
 """
 
 from __future__ import annotations
@@ -183,6 +191,81 @@ def ingest(cfg: Path, tmp: Path, env: dict, seconds: float) -> dict:
             'rss_mib': summary['peak_rss_mib']}
 
 
+def distils(cfg) -> float:
+    """The largest alpha of a DistillationConfig's schedule (0: plain PPO)."""
+    return 0.0 if cfg.teacher_mode == 'none' else max(cfg.alpha, cfg.alpha_final or 0.0)
+
+
+def walk_config(tmp: Path, name: str, worlds: int, budget_s: float, alpha: float | None) -> Path:
+    """train_ppo.yaml for a time-to-walk run: a time budget, every checkpoint kept (offline:
+    every 5 iterations; live: every iteration), no final evaluation; ``alpha`` 0 = plain PPO."""
+    from claw_rl_ros.core import paths
+    data = yaml.safe_load(paths.config_path('train_ppo.yaml').read_text())
+    data['env']['num_envs'] = worlds
+    data['runner'].update(max_iterations=100000, time_budget_s=budget_s, eval_episodes=0,
+                          save_interval=5, keep_checkpoints=100000)
+    if alpha == 0:
+        data['distillation'] = {'alpha': 0.0, 'teacher_mode': 'none'}
+    path = tmp / f'{name}.yaml'
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def time_to_walk(tmp: Path, env: dict, args) -> dict[str, list[dict]]:
+    """The main job offline, live (the train graph with its control loop), and live with
+    alpha 0 when the main job distils: each for --walk-budget-s, checkpoints evaluated every
+    --walk-grid-s seconds of training at 0.5 m/s, nominal and sim2sim (bench/opd_main_job.py)."""
+    sys.path.insert(0, str(ROOT / 'bench'))
+    from opd_main_job import evaluate_run
+    from claw_rl_ros.core.learning.train_config import load_train_config
+    runs = {}
+    main_cfg = walk_config(tmp, 'walk_main', args.worlds, args.walk_budget_s, None)
+    main_alpha = distils(load_train_config(main_cfg).distillation)
+    run_dir = tmp / 'walk_offline'
+    if run([sys.executable, '-m', 'claw_rl_ros.cli', 'train', '--config', str(main_cfg),
+            '--run-dir', str(run_dir), '--no-export'], env, tmp / 'walk_offline.log',
+           args.walk_budget_s + 600) != 0:
+        raise SystemExit(f'offline run failed: see {tmp}/walk_offline.log')
+    runs['offline'] = run_dir
+    variants = {'live': main_cfg}
+    if main_alpha:
+        variants['live, alpha 0'] = walk_config(tmp, 'walk_ppo', args.worlds,
+                                                args.walk_budget_s, 0.0)
+    for label, cfg in variants.items():
+        run_dir = tmp / label.replace(', ', '_').replace(' ', '_')
+        if run([sys.executable, '-m', 'claw_rl_ros.cli', 'up', 'train', '--config', str(cfg),
+                '--actors', str(args.actors), '--worlds', str(args.worlds // args.actors),
+                '--run-dir', str(run_dir)], env, tmp / f'{run_dir.name}.log',
+               args.walk_budget_s + 600) != 0:
+            raise SystemExit(f'{label} run failed: see {tmp}/{run_dir.name}.log')
+        runs[label] = run_dir
+    return {label: evaluate_run(run_dir, args.walk_episodes, args.walk_grid_s)
+            for label, run_dir in runs.items()}
+
+
+def print_walk(results: dict[str, list[dict]], alpha: float) -> None:
+    def first(rows: list[dict], label: str) -> float:
+        return next((r['wall_time_s'] for r in rows if r[f'{label}_walks']), float('nan'))
+    print(f'\ntime to walk (vx error <= 0.1 m/s at 0.5 m/s, falls < 5 %; main job alpha up '
+          f'to {alpha:g}):')
+    for name, rows in results.items():
+        last = rows[-1]
+        print(f'{name:>14}: nominal {first(rows, "nominal"):6.0f} s, sim2sim '
+              f'{first(rows, "sim2sim"):6.0f} s | last checkpoint ({last["wall_time_s"]:.0f} '
+              f's): nominal vx err {last["nominal_vx_error"]:.3f} falls '
+              f'{last["nominal_falls"]:.0%}, sim2sim vx err {last["sim2sim_vx_error"]:.3f} '
+              f'falls {last["sim2sim_falls"]:.0%}')
+    for label in ('nominal', 'sim2sim'):
+        base = first(results['offline'], label)
+        for name in results:
+            if name != 'offline':
+                print(f'{name} / offline time to walk ({label}): '
+                      f'{first(results[name], label) / base:.2f}')
+        if 'live, alpha 0' in results:
+            print(f'live OPD / live alpha 0 time to walk ({label}): '
+                  f'{first(results["live"], label) / first(results["live, alpha 0"], label):.2f}')
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--iterations', type=int, default=8, help='measured iterations')
@@ -194,8 +277,24 @@ def main() -> int:
     parser.add_argument('--keep', metavar='DIR', help='keep the run directories here')
     parser.add_argument('--ingest-only', action='store_true', help='only the ingest part')
     parser.add_argument('--ingest-s', type=float, default=10.0, help='seconds of replay')
+    parser.add_argument('--time-to-walk', action='store_true', help='only the time-to-walk '
+                        'part: offline vs live (and live with alpha 0) on equal wall-clock')
+    parser.add_argument('--walk-budget-s', type=float, default=480.0)
+    parser.add_argument('--walk-grid-s', type=float, default=30.0,
+                        help='evaluate a checkpoint every this many seconds of training')
+    parser.add_argument('--walk-episodes', type=int, default=20)
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix='live_bench_', dir=args.keep))
+    if args.time_to_walk:
+        try:
+            results = time_to_walk(tmp, ros_env(tmp / 'ros'), args)
+            (tmp / 'time_to_walk.json').write_text(json.dumps(results, indent=1))
+        finally:
+            if not args.keep:
+                shutil.rmtree(tmp, ignore_errors=True)
+        from claw_rl_ros.core.learning.train_config import load_train_config
+        print_walk(results, distils(load_train_config('train_ppo.yaml').distillation))
+        return 0
     try:
         env = ros_env(tmp / 'ros')
         cfg = bench_config(tmp, args.worlds, args.warmup + args.iterations)

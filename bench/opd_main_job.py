@@ -81,8 +81,23 @@ def conditions() -> dict[str, dict]:
     return {'nominal': {}, 'sim2sim': sim2sim}
 
 
-def evaluate_run(run: Path, episodes: int) -> list[dict]:
-    """Every checkpoint of a run, evaluated at 0.5 m/s in both conditions."""
+def on_grid(checkpoints: list[Path], wall: dict[int, float], grid_s: float) -> list[Path]:
+    """The first checkpoint at or after every multiple of ``grid_s`` seconds of training (all
+    of them when grid_s is 0), and the last one."""
+    if not grid_s:
+        return checkpoints
+    chosen, next_mark = [], 0.0
+    for path in checkpoints:
+        t = wall.get(int(path.stem.split('_')[1]), float('nan'))
+        if t >= next_mark:
+            chosen.append(path)
+            next_mark = (t // grid_s + 1) * grid_s
+    return chosen + [p for p in checkpoints[-1:] if p not in chosen]
+
+
+def evaluate_run(run: Path, episodes: int, grid_s: float = 0.0) -> list[dict]:
+    """The checkpoints of a run (every ``grid_s`` seconds of training, or all), evaluated at
+    0.5 m/s in both conditions."""
     from claw_rl_ros.core.config import from_dict, merge, to_dict
     from claw_rl_ros.core.deploy.evaluate import evaluate, torch_policy_fn
     from claw_rl_ros.core.learning.runner import load_policy
@@ -90,8 +105,8 @@ def evaluate_run(run: Path, episodes: int) -> list[dict]:
     with open(run / 'metrics.csv', newline='') as f:
         wall = {int(r['iteration']): float(r['wall_time_s']) for r in csv.DictReader(f)}
     rows = []
-    checkpoints = sorted(run.glob('checkpoints/model_*.pt'),
-                         key=lambda p: int(p.stem.split('_')[1]))
+    checkpoints = on_grid(sorted(run.glob('checkpoints/model_*.pt'),
+                                 key=lambda p: int(p.stem.split('_')[1])), wall, grid_s)
     for path in checkpoints:
         policy, cfg, _ = load_policy(path)
         robot = load_robot(cfg.env.robot)

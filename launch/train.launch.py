@@ -1,5 +1,6 @@
 """Live training: trainer_node learning from N batched actor_nodes and pushing each new student
-back to them through the policy node's hot-swap mechanism.
+back to them, and to the control loop's policy node (sim_node + policy_node in realtime),
+through the policy node's hot-swap mechanism.
 
     ros2 launch claw_rl_ros train.launch.py actors:=2 worlds:=64 run_dir:=runs/live
 

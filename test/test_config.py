@@ -114,3 +114,16 @@ def test_set_override_of_one_reward_scale_keeps_the_others():
     assert cfg.env.rewards.scales['termination'] == -5.0
     assert cfg.env.rewards.scales['tracking_lin_vel'] == DEFAULT_REWARD_SCALES['tracking_lin_vel']
     assert set(cfg.env.rewards.scales) == set(DEFAULT_REWARD_SCALES)
+
+
+def test_the_main_job_is_ppo_plus_online_distillation_from_an_ema_teacher():
+    """config/train_ppo.yaml (make train): alpha ramps in from 0 to a positive value, so the
+    student trains on RL + alpha * KL(teacher || student) with the EMA teacher once it walks."""
+    from claw_rl_ros.core.learning.opd import alpha_at
+    from claw_rl_ros.core.learning.train_config import load_train_config
+    cfg = load_train_config('train_ppo.yaml')
+    d = cfg.distillation
+    assert cfg.algorithm == 'ppo' and d.teacher_mode == 'ema' and 0.0 < d.ema_decay < 1.0
+    assert alpha_at(d, 0) == 0.0
+    assert alpha_at(d, d.alpha_schedule_iterations) > 0.0
+    assert d.alpha_schedule_iterations < cfg.runner.max_iterations

@@ -253,19 +253,34 @@ def test_every_executable_is_a_module_with_main():
         assert (Path(__file__).resolve().parents[1] / 'scripts' / exe).is_file(), exe
 
 
-def test_train_graph_is_a_trainer_pushing_to_n_actors():
-    trainer, *actors = resolve(GRAPHS['train'], {'actors': '3', 'worlds': '64',
-                                                 'namespace': 'lab'})
+def test_train_graph_is_a_trainer_pushing_to_n_actors_and_the_control_loop():
+    trainer, *actors, sim, policy = resolve(GRAPHS['train'], {'actors': '3', 'worlds': '64',
+                                                              'namespace': 'lab'})
     assert (trainer.executable, trainer.fqn) == ('trainer_node', '/lab/trainer')
     assert [a.fqn for a in actors] == ['/lab/actor_0', '/lab/actor_1', '/lab/actor_2']
     # Relative push targets: the trainer resolves them in its own namespace.
-    assert trainer.parameters['push_targets'] == ['actor_0', 'actor_1', 'actor_2']
+    assert trainer.parameters['push_targets'] == ['actor_0', 'actor_1', 'actor_2',
+                                                  'policy_node']
     assert trainer.parameters['chunks_per_iteration'] == 3
     assert [a.parameters['seed'] for a in actors] == [0, 1, 2]
     assert {a.parameters['num_envs'] for a in actors} == {64}
+    # The control loop: realtime sim on the training env, the policy node on its clock; the
+    # robot is the config's unless the robot argument names another.
+    assert (sim.fqn, policy.fqn) == ('/lab/sim_node', '/lab/policy_node')
+    assert sim.parameters['mode'] == 'realtime' and policy.parameters['use_sim_time'] is True
+    assert sim.parameters['env_config'] == str((CONFIG / 'train_ppo.yaml').resolve())
+    assert {n.parameters['robot'] for n in (trainer, *actors, sim, policy)} == \
+        {'claw_quadruped'}
+    robot_yaml = str((CONFIG / 'robots' / 'claw_quadruped.yaml').resolve())
+    nodes = resolve(GRAPHS['train'], {'control_loop': 'false', 'robot': robot_yaml})
+    assert [n.executable for n in nodes] == ['trainer_node', 'actor_node', 'actor_node']
+    assert nodes[0].parameters['push_targets'] == ['actor_0', 'actor_1']
+    assert {n.parameters['robot'] for n in nodes} == {robot_yaml}
     for bad in ({'actors': '0'}, {'actors': 'two'}, {'worlds': '-1'}):
         with pytest.raises(ConfigError, match='not a whole number'):
             resolve(GRAPHS['train'], bad)
+    with pytest.raises(ConfigError, match='control_loop'):
+        resolve(GRAPHS['train'], {'control_loop': 'maybe'})
 
 
 def test_deploy_graph_is_the_policy_node_on_the_robots_controllers(model, tmp_path):

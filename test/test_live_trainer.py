@@ -190,3 +190,8 @@ def test_resume_continues_iteration_weights_and_wall_time(tmp_path, robot):
 def test_bad_batch_settings_are_refused_by_name(tmp_path, robot, kwargs, match):
     with pytest.raises(ValueError, match=match):
         make_trainer(tmp_path, robot, Clock(), **kwargs)
+
+
+def test_an_off_policy_algorithm_is_refused_with_the_way_to_train_it(tmp_path, robot):
+    with pytest.raises(ConfigError, match="algorithm.*'sac'.*claw-rl train"):
+        make_trainer(tmp_path, robot, Clock(), cfg={'algorithm': 'sac'})

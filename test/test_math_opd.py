@@ -70,6 +70,24 @@ def test_distillation_loss_is_mean_kl_teacher_to_student_per_dimension():
     assert swapped.item() == pytest.approx(backward, rel=1e-7)
 
 
+def test_distillation_on_the_callers_student_pass_needs_no_second_forward():
+    registry = PolicyRegistry()
+    registry.register('teacher', FixedGaussian([0.3, -1.0], [0.5, 1.2]))
+    registry.register('student', FixedGaussian([-0.2, 0.5], [1.4, 0.3]))
+    obs = {'policy': torch.zeros(7, 3)}
+    # The student's own output gives the registry's value; other logits give their own KL.
+    same = compute_distillation_loss(registry, obs, student_logits=registry._entries[
+        'student'](obs))
+    assert same.item() == pytest.approx(compute_distillation_loss(registry, obs).item(),
+                                        rel=1e-7)
+    mean = torch.tensor([[0.3, -1.0]]).expand(7, -1).requires_grad_()
+    other = compute_distillation_loss(registry, obs,
+                                      student_logits=(mean, torch.tensor([0.5, 1.2])))
+    assert other.item() == pytest.approx(0.0, abs=1e-7)
+    other.backward()
+    assert mean.grad is not None
+
+
 def test_distillation_gradient_pulls_the_student_towards_the_teacher():
     mean = torch.zeros(2, dtype=torch.float64, requires_grad=True)
     log_std = torch.zeros(2, dtype=torch.float64, requires_grad=True)

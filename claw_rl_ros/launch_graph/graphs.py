@@ -21,6 +21,7 @@ from typing import Mapping
 
 from ..core import paths
 from ..core.config import ConfigError
+from ..core.learning.train_config import load_train_config
 from .description import (Argument, existing_path, Graph, NodeEntry, robot_argument, to_bool)
 
 ROBOT = Argument('robot', 'claw_quadruped',
@@ -78,6 +79,11 @@ TEACHER = Argument('teacher', '', 'checkpoint of a frozen OPD teacher (empty: th
                    'distillation settings)')
 TIME_BUDGET = Argument('time_budget', '0', "training wall time in seconds (0 = the config's "
                        'runner.time_budget_s)')
+TRAIN_ROBOT = Argument('robot', '', 'robot name or robot YAML path for trainer, actors and the '
+                       "control loop (empty: the config's env.robot)")
+CONTROL_LOOP = Argument('control_loop', 'true', 'also run sim_node + policy_node in realtime: the '
+                        'policy node receives every new student like the actors (watch training '
+                        'in rqt, /joint_states, /diagnostics)', ('true', 'false'))
 OVERLAP = Argument('overlap', 'true', 'true: actors collect the next chunk while the trainer '
                    'learns (chunks lag up to 2 versions, corrected by importance weights); '
                    'false: synchronous PPO, actors wait for each new model (lag 0)',
@@ -112,15 +118,29 @@ def _train(values: Mapping[str, str]) -> list[NodeEntry]:
         raise ConfigError(source, 'time_budget', f'{values["time_budget"]!r} is not a number of '
                           'seconds >= 0')
     names = [f'actor_{i}' for i in range(actors)]
+    config = paths.config_path(values['config'])
+    robot = robot_argument(values['robot']) if values['robot'] else \
+        load_train_config(config).env.robot
+    loop = to_bool(values, 'control_loop', source)
     # The trainer ends the graph when its budget is spent (exit 0 is not a failure).
     trainer = NodeEntry('trainer_node', 'trainer', exits=True, parameters={
-        'config': values['config'], 'run_dir': values['run_dir'], 'push_targets': names,
+        'config': values['config'], 'run_dir': values['run_dir'], 'robot': robot,
+        'push_targets': names + ['policy_node'] * loop,
         'chunks_per_iteration': actors, 'max_policy_lag': lag, 'time_budget_s': budget,
         'resume': to_bool(values, 'resume', source),
         'teacher': existing_path(values, 'teacher', source)})
-    return [trainer] + [NodeEntry('actor_node', name, parameters={
-        'config': values['config'], 'num_envs': worlds, 'seed': i,
+    nodes = [trainer] + [NodeEntry('actor_node', name, parameters={
+        'config': values['config'], 'robot': robot, 'num_envs': worlds, 'seed': i,
         'chunks_in_flight': in_flight}) for i, name in enumerate(names)]
+    if loop:
+        # The control loop as in deployment, on the training env (randomisation and noise as
+        # configured), serving each pushed student from the first one on.
+        nodes += [NodeEntry('sim_node', 'sim_node', param_files=('sim_node.yaml',), parameters={
+            'robot': robot, 'mode': 'realtime', 'publish_clock': True,
+            'env_config': str(config.resolve()), 'randomization': True, 'noise': True}),
+            NodeEntry('policy_node', 'policy_node', param_files=('policy_node.yaml',),
+                      parameters={'robot': robot, 'use_sim_time': True})]
+    return nodes
 
 
 # The deploy graph: the policy node alone on a real robot's ros2_control controllers.
@@ -204,6 +224,7 @@ GRAPHS: dict[str, Graph] = {graph.name: graph for graph in (
     Graph('deploy', 'policy_node alone on a real robot: ros2_control topics, wall time, '
           'operator-driven safety state machine, verified model', DEPLOY_ARGUMENTS, _deploy),
     Graph('train', 'live training: trainer_node learning from N batched actor_nodes, pushing '
-          'each new student back to them', (CONFIG, ACTORS, WORLDS, RUN_DIR, RESUME, TEACHER,
-                                            TIME_BUDGET, OVERLAP, NAMESPACE), _train),
+          'each new student back to them and to the realtime control loop (sim_node + '
+          'policy_node)', (CONFIG, ACTORS, WORLDS, RUN_DIR, RESUME, TEACHER, TIME_BUDGET,
+                           OVERLAP, TRAIN_ROBOT, CONTROL_LOOP, NAMESPACE), _train),
 )}

@@ -11,8 +11,9 @@ The actor is at most ``chunks_in_flight`` chunks ahead of the trainer (BatchedAc
 a chunk spends one, a newer model gives one back): 1 is synchronous PPO (no stale chunk at the
 trainer's max_policy_lag 0); 2 collects the next chunk while the trainer learns from the last.
 
-Parameters: config (train YAML: env, num_steps_per_env), num_envs (0 = the config's),
-physics_threads (0 = the config's), seed, chunk_topic, chunks_in_flight, max_model_bytes.
+Parameters: config (train YAML: env, num_steps_per_env), robot (empty: the config's), num_envs
+(0 = the config's), physics_threads (0 = the config's), seed, chunk_topic, chunks_in_flight,
+max_model_bytes.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ class ActorNode(Node):
     def __init__(self):
         super().__init__('actor')
         cfg = load_train_config(self.declare_parameter('config', 'train_ppo.yaml').value)
+        robot = self.declare_parameter('robot', '').value
         num_envs = self.declare_parameter('num_envs', 0).value
         seed = self.declare_parameter('seed', 0).value
         topic = self.declare_parameter('chunk_topic', '/rollout_chunks').value
@@ -44,6 +46,8 @@ class ActorNode(Node):
         threads = self.declare_parameter('physics_threads', 1).value
         in_flight = self.declare_parameter('chunks_in_flight', 1).value
         self.declare_parameter('model_sha256', '')
+        if robot:
+            cfg.env.robot = robot
         if num_envs:
             cfg.env.num_envs = num_envs
         if threads:
@@ -78,8 +82,8 @@ class ActorNode(Node):
                     return SetParametersResult(successful=False, reason=str(exc))
                 self.actor.use_behaviour(behaviour)
                 self.pub_version.publish(String(data=behaviour.model_sha))
-            elif p.name in ('config', 'num_envs', 'seed', 'chunk_topic', 'max_model_bytes',
-                            'physics_threads', 'chunks_in_flight'):
+            elif p.name in ('config', 'robot', 'num_envs', 'seed', 'chunk_topic',
+                            'max_model_bytes', 'physics_threads', 'chunks_in_flight'):
                 return SetParametersResult(successful=False,
                                            reason=f'{p.name} is read-only after start-up')
         return SetParametersResult(successful=True, reason=f'acting with {self.actor.model_sha}')

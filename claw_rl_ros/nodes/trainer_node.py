@@ -16,12 +16,13 @@ counters also once a second with ``/diagnostics``. At ``max_iterations`` or the 
 node writes student.onnx, its evaluation, learning_curve.png and summary.json and exits 0;
 Ctrl-C writes the curve and summary (the checkpoint of the last iteration is already on disk).
 
-Parameters: config (train YAML), run_dir, resume (continue run_dir's newest checkpoint; false
-refuses a run_dir that has one), teacher (checkpoint of a frozen OPD teacher), time_budget_s and
-max_iterations (0 = the config's), torch_threads, push_targets (node names; relative ones are in
-the trainer's namespace), chunk_topic, chunks_per_iteration, max_policy_lag, batch_timeout_s,
-min_chunk_envs (only chunks of at least this many worlds count towards chunks_per_iteration and
-the timeout: the 1-world control-loop actor's chunks are learnt from but start no iteration).
+Parameters: config (train YAML), robot (empty: the config's env.robot), run_dir, resume
+(continue run_dir's newest checkpoint; false refuses a run_dir that has one), teacher
+(checkpoint of a frozen OPD teacher), time_budget_s and max_iterations (0 = the config's),
+torch_threads, push_targets (node names; relative ones are in the trainer's namespace),
+chunk_topic, chunks_per_iteration, max_policy_lag, batch_timeout_s, min_chunk_envs (only chunks
+of at least this many worlds count towards chunks_per_iteration and the timeout: the 1-world
+control-loop actor's chunks are learnt from but start no iteration).
 """
 
 from __future__ import annotations
@@ -60,7 +61,8 @@ class TrainerNode(Node):
     def __init__(self):
         super().__init__('trainer')
         p = {name: self.declare_parameter(name, default).value for name, default in (
-            ('config', 'train_ppo.yaml'), ('run_dir', 'runs/live'), ('resume', False),
+            ('config', 'train_ppo.yaml'), ('robot', ''), ('run_dir', 'runs/live'),
+            ('resume', False),
             ('teacher', ''), ('time_budget_s', 0.0), ('max_iterations', 0),
             ('torch_threads', 1), ('push_targets', ['policy_node']),
             ('chunk_topic', '/rollout_chunks'), ('chunks_per_iteration', 1),
@@ -68,6 +70,8 @@ class TrainerNode(Node):
         runner = {'torch_threads': p['torch_threads']}
         runner.update({k: p[k] for k in ('time_budget_s', 'max_iterations') if p[k]})
         overrides = {'runner': runner}
+        if p['robot']:
+            overrides['env'] = {'robot': p['robot']}
         if p['teacher']:
             overrides['distillation'] = {'teacher_mode': 'frozen',
                                          'teacher_checkpoint': str(Path(p['teacher']).resolve())}

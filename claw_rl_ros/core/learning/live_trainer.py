@@ -50,6 +50,11 @@ class LiveTrainer:
                  batch_timeout_s: float = 10.0, min_chunk_envs: int = 1, resume: bool = False,
                  tensorboard: bool = True, stream: TextIO | None = None,
                  clock: Callable[[], float] = time.monotonic):
+        if cfg.algorithm != 'ppo':
+            raise ConfigError('train config', 'algorithm', f'{cfg.algorithm!r}: live training '
+                              'runs PPO (+ OPD) on on-policy chunks; train off-policy '
+                              'algorithms in one process (claw-rl train, make train-offline) '
+                              'or set algorithm: ppo')
         if chunks_per_iteration < 1:
             raise ValueError(f'chunks_per_iteration {chunks_per_iteration} must be >= 1')
         if min_chunk_envs < 1:

@@ -24,11 +24,21 @@ def gaussian_kl(mu_p: torch.Tensor, std_p: torch.Tensor, mu_q: torch.Tensor,
 
 
 def compute_distillation_loss(registry: PolicyRegistry, obs: Obs, teacher: str = 'teacher',
-                              student: str = 'student') -> torch.Tensor:
-    """Mean over batch and action dimensions of KL(teacher || student) on ``obs``."""
+                              student: str = 'student',
+                              student_logits: tuple[torch.Tensor, torch.Tensor] | None = None
+                              ) -> torch.Tensor:
+    """Mean over batch and action dimensions of KL(teacher || student) on ``obs``.
+
+    ``student_logits`` (mean [B, A], std [B, A] or [A]): the student's output on ``obs`` that
+    the caller already computed with gradients (PPO's surrogate needs it too), instead of a
+    second forward pass of the student.
+    """
     with torch.no_grad():
         mu_t, std_t = registry.get_action_logits(teacher, obs)
-    mu_s, std_s = registry.get_action_logits(student, obs)
+    if student_logits is None:
+        mu_s, std_s = registry.get_action_logits(student, obs)
+    else:
+        mu_s, std_s = student_logits[0], student_logits[1].expand_as(student_logits[0])
     return gaussian_kl(mu_t, std_t, mu_s, std_s).mean()
 
 

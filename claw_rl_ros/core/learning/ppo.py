@@ -144,7 +144,9 @@ class PPO(Algorithm):
         else:
             value_loss = (values - b.returns).square().mean()
         rl_loss = surrogate + cfg.value_loss_coef * value_loss - cfg.entropy_coef * entropy
-        distillation = compute_distillation_loss(self.registry, b.obs) \
+        # KL(teacher || student) on the student's mean and std from the surrogate's pass.
+        distillation = compute_distillation_loss(self.registry, b.obs,
+                                                 student_logits=(mu, sigma)) \
             if alpha > 0.0 and 'teacher' in self.registry else None
         loss = combined_loss(rl_loss, distillation, alpha)
         self.optimizer.zero_grad()
