@@ -98,3 +98,28 @@ def test_control_loop_chunks_have_the_batched_layout_and_pass_the_trainers_check
     trainer.finish(stopped=True)
     assert 'training: sampling actions' in policy.log
     assert 'as /control_loop on /rollout_chunks' in sim.log
+
+
+def test_train_graph_control_actor_learns_from_loop_and_batched_chunks_together(
+        ros_env, tmp_path):  # noqa: F811
+    """``claw-rl up train --control-actor true``: the trainer's iterations use the control
+    loop's chunks next to the batched actor's, and none is started by loop chunks alone."""
+    import re
+    import signal
+    from test_runner import gone, up
+    config = tmp_path / 'tiny.yaml'
+    config.write_text(TINY_YAML)
+    runner = up('train', '--config', str(config), '--actors', '1', '--run-dir',
+                str(tmp_path / 'run'), '--control-actor', 'true', '--grace-s', '20',
+                env=ros_env, cwd=tmp_path)
+    try:
+        runner.wait_line(r'^\[trainer\] .*iteration \d+: \d+ chunks from /actor_0, '
+                         r'/control_loop', timeout=300)
+        runner.proc.send_signal(signal.SIGINT)
+        assert runner.finish(timeout=60) == 0, runner.text
+    finally:
+        runner.kill_leftovers()
+    assert all(gone(pid) for pid in runner.pids().values())
+    iterations = re.findall(r'iteration \d+: \d+ chunks from ([^,]+(?:, /[\w/]+)*)',
+                            runner.text)
+    assert iterations and all('/actor_0' in line for line in iterations), iterations
