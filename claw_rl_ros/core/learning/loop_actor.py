@@ -85,8 +85,7 @@ class ChunkBuilder:
         records = [s[0] for s in self.steps]
         transitions = [s[2] for s in self.steps]
         dims = self.obs_dims
-        # [T, 1, ...] per field: one world.
-        col = lambda values: np.asarray(values, np.float32)[:, None]  # noqa: E731
+        col = _one_world
         version, sha = self.model
         truncated = col([t.truncated for t in transitions]) > 0.5
         self.seq += 1
@@ -105,6 +104,11 @@ class ChunkBuilder:
                                 sum(t.diverged for t in transitions)))
         self.steps = []
         return chunk
+
+
+def _one_world(values: list) -> np.ndarray:
+    """T per-step values ([...] each) as a float32 [T, 1, ...] array: one world."""
+    return np.asarray(values, np.float32)[:, None]
 
 
 def exact_elements(session: Any) -> np.ndarray:

@@ -142,12 +142,16 @@ class GaussianSampler:
                action: np.ndarray, mu: np.ndarray, last_action: np.ndarray,
                target: np.ndarray) -> PolicyRecord:
         """The tick's record (copies of every array)."""
-        f64 = lambda x: np.array(x, dtype=np.float64).reshape(-1)  # noqa: E731
         return PolicyRecord(stamp=float(stamp), policy_version=self.policy_version,
                             model_sha=self.model_sha, gait_phase=float(gait_phase),
-                            log_prob=float(log_prob), obs=f64(obs), action=f64(action),
-                            mu=f64(mu), sigma=f64(self.sigma), last_action=f64(last_action),
-                            target=f64(target))
+                            log_prob=float(log_prob), obs=_vector(obs), action=_vector(action),
+                            mu=_vector(mu), sigma=_vector(self.sigma),
+                            last_action=_vector(last_action), target=_vector(target))
+
+
+def _vector(values: Any) -> np.ndarray:
+    """A float64 [n] copy."""
+    return np.array(values, dtype=np.float64).reshape(-1)
 
 
 def gaussian_log_prob(action: np.ndarray, mu: np.ndarray, sigma: np.ndarray) -> float:
