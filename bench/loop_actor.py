@@ -113,7 +113,8 @@ def main() -> None:
     quiet = open(os.devnull, 'w')
     trainer = LiveTrainer(cfg, robot, work / 'run', tensorboard=False, stream=quiet)
     model = trainer.export()
-    print(f'load average at start: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores')
+    print(f'load average at start: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores (a '
+          'loaded machine starves the realtime loop: its steps are then discarded, not used)')
     deploy = in_process(cfg, robot, model, args.steps, False)
     train = in_process(cfg, robot, model, args.steps, True)
     print(f'in-process: deploy {deploy:.0f} steps/s, training {train:.0f} steps/s '
@@ -131,8 +132,9 @@ def main() -> None:
     print(f'ROS realtime {rate:g} Hz training: {real["steps_per_s"]:.1f} steps/s, in chunks '
           f'{real["chunk_steps_per_s"]:.1f} steps/s ({real["chunk_steps_per_s"] / rate:.0%} of '
           f'the control rate), discarded {real["discarded_fraction"]:.1%} {real["discards"]}')
-    print(f'lockstep / realtime chunk steps/s: '
-          f'{lock["chunk_steps_per_s"] / max(real["chunk_steps_per_s"], 1e-9):.1f}x')
+    if real['chunk_steps_per_s'] > 0:
+        print(f'lockstep / realtime chunk steps/s: '
+              f'{lock["chunk_steps_per_s"] / real["chunk_steps_per_s"]:.1f}x')
     bench.probe.close()
     trainer.finish(stopped=True)
 
