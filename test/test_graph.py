@@ -288,7 +288,7 @@ def test_train_graph_control_actor_makes_the_loop_an_actor():
                                                             'control_actor': 'true'})
     # Training mode on both sides; the sim steps the training env as the actors do.
     assert sim.parameters['training'] is True and policy.parameters['training'] is True
-    assert sim.parameters['mode'] == 'realtime'
+    assert sim.parameters['mode'] == 'realtime'  # lockstep on request (tests)
     assert {k: sim.parameters[k] for k in ('randomization', 'pushes', 'noise')} == \
         {'randomization': True, 'pushes': True, 'noise': True}
     assert sim.parameters['env_config'] == str((CONFIG / 'train_ppo.yaml').resolve())
@@ -297,8 +297,9 @@ def test_train_graph_control_actor_makes_the_loop_an_actor():
     assert trainer.parameters['min_chunk_envs'] == 2
     assert trainer.parameters['chunks_per_iteration'] == 1
     # Off by default: the loop serves the mean, every chunk counts.
-    trainer, _, _, sim, policy = resolve(GRAPHS['train'], {})
+    trainer, _, _, sim, policy = resolve(GRAPHS['train'], {'mode': 'lockstep'})
     assert sim.parameters['training'] is False and policy.parameters['training'] is False
+    assert sim.parameters['mode'] == 'lockstep'
     assert trainer.parameters['min_chunk_envs'] == 1
     with pytest.raises(ConfigError, match='control_actor.*needs control_loop true'):
         resolve(GRAPHS['train'], {'control_actor': 'true', 'control_loop': 'false'})

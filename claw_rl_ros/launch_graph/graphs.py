@@ -146,7 +146,7 @@ def _train(values: Mapping[str, str]) -> list[NodeEntry]:
         # configured), serving each pushed student from the first one on.
         # As an actor (training mode) it also pushes, as the env does, and samples actions.
         nodes += [NodeEntry('sim_node', 'sim_node', param_files=('sim_node.yaml',), parameters={
-            'robot': robot, 'mode': 'realtime', 'publish_clock': True,
+            'robot': robot, 'mode': values['mode'], 'publish_clock': True,
             'env_config': str(config.resolve()), 'randomization': True, 'noise': True,
             'training': actor_loop, 'pushes': actor_loop}),
             NodeEntry('policy_node', 'policy_node', param_files=('policy_node.yaml',),
@@ -251,6 +251,7 @@ GRAPHS: dict[str, Graph] = {graph.name: graph for graph in (
     Graph('train', 'live training: trainer_node learning from N batched actor_nodes, pushing '
           'each new student back to them and to the realtime control loop (sim_node + '
           'policy_node)', (CONFIG, ACTORS, WORLDS, RUN_DIR, RESUME, TEACHER, TIME_BUDGET,
-                           OVERLAP, TRAIN_ROBOT, CONTROL_LOOP, CONTROL_ACTOR, NAMESPACE),
+                           OVERLAP, TRAIN_ROBOT, CONTROL_LOOP, CONTROL_ACTOR, MODE,
+                           NAMESPACE),
           _train),
 )}
