@@ -4,6 +4,9 @@ through the policy node's hot-swap mechanism.
 
     ros2 launch claw_rl_ros train.launch.py actors:=2 worlds:=64 run_dir:=runs/live
 
+With ``control_actor:=true`` the control loop is an actor too: the policy node samples around
+its mean and sim_node publishes the loop's rollout chunks next to the batched actors'.
+
 Thin: the nodes, names, parameters and arguments come from claw_rl_ros.launch_graph (graph
 'train'), the description `claw-rl up train` runs too.
 """

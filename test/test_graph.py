@@ -283,6 +283,33 @@ def test_train_graph_is_a_trainer_pushing_to_n_actors_and_the_control_loop():
         resolve(GRAPHS['train'], {'control_loop': 'maybe'})
 
 
+def test_train_graph_control_actor_makes_the_loop_an_actor():
+    trainer, actor, sim, policy = resolve(GRAPHS['train'], {'actors': '1', 'worlds': '16',
+                                                            'control_actor': 'true'})
+    # Training mode on both sides; the sim steps the training env as the actors do.
+    assert sim.parameters['training'] is True and policy.parameters['training'] is True
+    assert sim.parameters['mode'] == 'realtime'  # lockstep on request (tests)
+    assert {k: sim.parameters[k] for k in ('randomization', 'pushes', 'noise')} == \
+        {'randomization': True, 'pushes': True, 'noise': True}
+    assert sim.parameters['env_config'] == str((CONFIG / 'train_ppo.yaml').resolve())
+    assert 'policy_node' in trainer.parameters['push_targets']
+    # Only the batched actors' chunks start iterations.
+    assert trainer.parameters['min_chunk_envs'] == 2
+    assert trainer.parameters['chunks_per_iteration'] == 1
+    # Off by default: the loop serves the mean, every chunk counts.
+    trainer, _, _, sim, policy = resolve(GRAPHS['train'], {'mode': 'lockstep'})
+    assert sim.parameters['training'] is False and policy.parameters['training'] is False
+    assert sim.parameters['mode'] == 'lockstep'
+    assert trainer.parameters['min_chunk_envs'] == 1
+    with pytest.raises(ConfigError, match='control_actor.*needs control_loop true'):
+        resolve(GRAPHS['train'], {'control_actor': 'true', 'control_loop': 'false'})
+    with pytest.raises(ConfigError, match='control_actor.*>= 2 worlds'):
+        resolve(GRAPHS['train'], {'control_actor': 'true', 'worlds': '1'})
+    # Never on a robot: the deploy graph's policy node does not sample.
+    for node in resolve(GRAPHS['deploy'], {}):
+        assert not node.parameters.get('training', False)
+
+
 def test_deploy_graph_is_the_policy_node_on_the_robots_controllers(model, tmp_path):
     policy, = resolve(GRAPHS['deploy'], {'model': str(model)})
     assert (policy.executable, policy.fqn) == ('policy_node', '/policy_node')

@@ -84,6 +84,11 @@ TRAIN_ROBOT = Argument('robot', '', 'robot name or robot YAML path for trainer, 
 CONTROL_LOOP = Argument('control_loop', 'true', 'also run sim_node + policy_node in realtime: the '
                         'policy node receives every new student like the actors (watch training '
                         'in rqt, /joint_states, /diagnostics)', ('true', 'false'))
+CONTROL_ACTOR = Argument('control_actor', 'false', 'the control loop is an actor too: sim_node '
+                         'steps the training env (randomisation, pushes, noise) and pairs each '
+                         'step with the policy node, which samples around its mean; their '
+                         'chunks join the batched actors\' (needs control_loop true and actors '
+                         'of >= 2 worlds)', ('true', 'false'))
 OVERLAP = Argument('overlap', 'true', 'true: actors collect the next chunk while the trainer '
                    'learns (chunks lag up to 2 versions, corrected by importance weights); '
                    'false: synchronous PPO, actors wait for each new model (lag 0)',
@@ -122,11 +127,15 @@ def _train(values: Mapping[str, str]) -> list[NodeEntry]:
     robot = robot_argument(values['robot']) if values['robot'] else \
         load_train_config(config).env.robot
     loop = to_bool(values, 'control_loop', source)
+    actor_loop = _control_actor(values, source, loop, worlds or
+                                load_train_config(config).env.num_envs)
     # The trainer ends the graph when its budget is spent (exit 0 is not a failure).
     trainer = NodeEntry('trainer_node', 'trainer', exits=True, parameters={
         'config': values['config'], 'run_dir': values['run_dir'], 'robot': robot,
         'push_targets': names + ['policy_node'] * loop,
         'chunks_per_iteration': actors, 'max_policy_lag': lag, 'time_budget_s': budget,
+        # The loop's 1-world chunks are learnt from but never start an iteration.
+        'min_chunk_envs': 2 if actor_loop else 1,
         'resume': to_bool(values, 'resume', source),
         'teacher': existing_path(values, 'teacher', source)})
     nodes = [trainer] + [NodeEntry('actor_node', name, parameters={
@@ -135,12 +144,28 @@ def _train(values: Mapping[str, str]) -> list[NodeEntry]:
     if loop:
         # The control loop as in deployment, on the training env (randomisation and noise as
         # configured), serving each pushed student from the first one on.
+        # As an actor (training mode) it also pushes, as the env does, and samples actions.
         nodes += [NodeEntry('sim_node', 'sim_node', param_files=('sim_node.yaml',), parameters={
-            'robot': robot, 'mode': 'realtime', 'publish_clock': True,
-            'env_config': str(config.resolve()), 'randomization': True, 'noise': True}),
+            'robot': robot, 'mode': values['mode'], 'publish_clock': True,
+            'env_config': str(config.resolve()), 'randomization': True, 'noise': True,
+            'training': actor_loop, 'pushes': actor_loop}),
             NodeEntry('policy_node', 'policy_node', param_files=('policy_node.yaml',),
-                      parameters={'robot': robot, 'use_sim_time': True})]
+                      parameters={'robot': robot, 'use_sim_time': True,
+                                  'training': actor_loop})]
     return nodes
+
+
+def _control_actor(values: Mapping[str, str], source: str, loop: bool, worlds: int) -> bool:
+    """The control_actor argument, checked against the graph it needs."""
+    actor_loop = to_bool(values, 'control_actor', source)
+    if actor_loop and not loop:
+        raise ConfigError(source, 'control_actor', 'true needs control_loop true (the loop that '
+                          'acts)')
+    if actor_loop and worlds < 2:
+        raise ConfigError(source, 'control_actor', f'true needs batched actors of >= 2 worlds '
+                          f'(worlds {worlds}): their chunks start iterations, the loop\'s '
+                          '1-world chunks only join them')
+    return actor_loop
 
 
 # The deploy graph: the policy node alone on a real robot's ros2_control controllers.
@@ -226,5 +251,7 @@ GRAPHS: dict[str, Graph] = {graph.name: graph for graph in (
     Graph('train', 'live training: trainer_node learning from N batched actor_nodes, pushing '
           'each new student back to them and to the realtime control loop (sim_node + '
           'policy_node)', (CONFIG, ACTORS, WORLDS, RUN_DIR, RESUME, TEACHER, TIME_BUDGET,
-                           OVERLAP, TRAIN_ROBOT, CONTROL_LOOP, NAMESPACE), _train),
+                           OVERLAP, TRAIN_ROBOT, CONTROL_LOOP, CONTROL_ACTOR, MODE,
+                           NAMESPACE),
+          _train),
 )}

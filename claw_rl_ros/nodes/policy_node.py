@@ -22,6 +22,10 @@ enters RL at the first complete fresh state and re-arms after a fault; the deplo
 false: the operator drives ``~/operator`` or the ``~/stand_up`` ... Trigger services, and
 ``rl`` needs a passing self-check and (``require_verification``) a passing
 ``<model stem>.verify.json``.
+
+Training mode (``training``, default false; never in the deploy graph): the control loop as an
+actor (:mod:`.loop_actor_io`): actions sampled around the mean (``seed``), one record per RL
+tick on ``policy/training_step``; only trainer exports (``action_std`` metadata) are served.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from ..core.deploy.control_stats import LatencyStats, RateMeter
 from ..core.deploy.model_swap import DEFAULT_MAX_MODEL_BYTES, ModelRejected
 from ..core.deploy.policy_controller import PolicyController
 from ..core.sim.robot import load_robot
+from .loop_actor_io import record_msg, RECORD_TOPIC
 from .ros_io import (COMMAND_QOS, diagnostics, doubles, LATCHED_QOS, now_sec, publisher, spin,
                      steady_timer, to_sec)
 from .safety_io import declare_safety, READ_ONLY, SafetyIO, state_qos
@@ -48,7 +53,7 @@ from .safety_io import declare_safety, READ_ONLY, SafetyIO, state_qos
 
 class PolicyNode(Node):
     """Parameters: robot, model_path, model_sha256, stale_after_periods, joints,
-    max_model_bytes, state_qos, the safety ones (safety_io.py) and use_sim_time."""
+    max_model_bytes, state_qos, training, seed, the safety ones (safety_io.py), use_sim_time."""
 
     def __init__(self):
         super().__init__('policy_node')
@@ -57,21 +62,27 @@ class PolicyNode(Node):
         joints = self.declare_parameter('joints', list(robot.joint_names)).value
         cap = self.declare_parameter('max_model_bytes', DEFAULT_MAX_MODEL_BYTES).value
         model_path = self.declare_parameter('model_path', '').value
+        training = self.declare_parameter('training', False).value
+        seed = self.declare_parameter('seed', 0).value
         self.declare_parameter('model_sha256', '')
         qos = state_qos(self)
         self.ctrl = PolicyController(robot, stale_after_periods=stale, output_joints=joints,
-                                     max_model_bytes=cap, **declare_safety(self))
+                                     max_model_bytes=cap, training=training, seed=seed,
+                                     **declare_safety(self))
         if model_path:
             self.ctrl.load_path(model_path)  # refuses to start with the exact reason
         self.pool, self.validating = ThreadPoolExecutor(1), {}
         self.latency = LatencyStats()
         self.state_rate, self.cmd_rate = RateMeter(), RateMeter()
         self.pub_cmd = publisher(self, Float64MultiArray, 'joint_commands', COMMAND_QOS)
+        self.pub_record = publisher(self, Float64MultiArray, RECORD_TOPIC, COMMAND_QOS) \
+            if training else None
         self.pub_version = publisher(self, String, 'policy/model_version', LATCHED_QOS)
         self.pub_diag = publisher(self, DiagnosticArray, '/diagnostics', 10)
+        # cmd_vel first: a command waiting with a state is taken before it (subscription order).
+        self.create_subscription(Twist, 'cmd_vel', self.on_cmd_vel, 10)
         self.create_subscription(JointState, 'joint_states', self.on_joint_state, qos)
         self.create_subscription(Imu, 'imu', self.on_imu, qos)
-        self.create_subscription(Twist, 'cmd_vel', self.on_cmd_vel, 10)
         self.create_subscription(UInt8MultiArray, 'policy/model', self.on_model, LATCHED_QOS)
         self.add_on_set_parameters_callback(self.on_set_parameters)
         self.safety = SafetyIO(self, self.ctrl)
@@ -80,7 +91,8 @@ class PolicyNode(Node):
         steady_timer(self, 1.0, self.publish_diagnostics)
         self.publish_version()
         self.get_logger().info(f'serving model {self.ctrl.version} for {robot.name!r}, '
-                               f'{robot.num_joints} joints at {1 / robot.control_dt:g} Hz')
+                               f'{robot.num_joints} joints at {1 / robot.control_dt:g} Hz'
+                               + (', training: sampling actions' if training else ''))
 
     # ----------------------------------------------------------------------------- inputs
     def on_joint_state(self, msg: JointState) -> None:
@@ -104,6 +116,9 @@ class PolicyNode(Node):
     def send(self, targets, start: float | None) -> None:
         if targets is None:
             return
+        record = self.ctrl.take_record()
+        if record is not None:  # training mode: the record goes before its command
+            self.pub_record.publish(record_msg(record))
         self.pub_cmd.publish(Float64MultiArray(data=doubles(targets)))
         now = time.perf_counter()
         self.cmd_rate.tick(now)
@@ -137,7 +152,7 @@ class PolicyNode(Node):
                 elif p.name == 'model_path' and p.value:
                     self.ctrl.load_path(p.value)
                 elif p.name in ('robot', 'joints', 'stale_after_periods', 'max_model_bytes',
-                                *READ_ONLY):
+                                'training', 'seed', *READ_ONLY):
                     return SetParametersResult(successful=False,
                                                reason=f'{p.name} is read-only after start-up')
                 else:

@@ -7,7 +7,8 @@ Modes: ``realtime`` (steady-clock timer at the control rate; a command older tha
 ``command_timeout_s`` -> default pose hold) and ``lockstep`` (one control step per command
 answering the last published state; the state is re-sent after ``command_timeout_s`` without
 an answer, so a late policy can join; ``~/step`` works while paused). Stamps are sim time
-when ``publish_clock`` is on; a reset re-sends the state under the same stamp.
+when ``publish_clock`` is on; a reset re-sends the state under the same stamp. ``training``:
+the control loop as an actor (:mod:`.loop_actor_io`; ``env_config`` is then the train YAML).
 """
 
 from __future__ import annotations
@@ -24,12 +25,11 @@ from sensor_msgs.msg import Imu, JointState
 from std_msgs.msg import Float64MultiArray
 from std_srvs.srv import SetBool, Trigger
 
-from ..core.config import from_dict, load_yaml
 from ..core.deploy.control_stats import Counters, LatencyStats, RateMeter, TickMonitor
 from ..core.deploy.state_input import JointOrder
-from ..core.sim.env_config import EnvConfig
 from ..core.sim.robot import load_robot
-from ..core.sim.sim_session import SimSession
+from ..core.sim.sim_session import env_section, SimSession
+from .loop_actor_io import LoopActorIO
 from .ros_io import (COMMAND_QOS, diagnostics, doubles, now_sec, publisher, SENSOR_QOS,
                      spin, steady_timer, to_stamp)
 
@@ -38,25 +38,25 @@ MODES = ('realtime', 'lockstep')
 
 class SimNode(Node):
     """Parameters: robot, mode, randomization, pushes, noise, command_timeout_s,
-    publish_clock, seed, env_config, joints, reset_on_fall."""
+    publish_clock, seed, env_config, joints, reset_on_fall, training, chunk_topic."""
 
     def __init__(self):
         super().__init__('sim_node')
         p = {name: self.declare_parameter(name, default).value for name, default in (
             ('robot', 'claw_quadruped'), ('mode', 'realtime'), ('randomization', False),
             ('pushes', False), ('noise', False), ('command_timeout_s', 0.25),
-            ('publish_clock', True), ('seed', 0), ('env_config', ''), ('reset_on_fall', True))}
+            ('publish_clock', True), ('seed', 0), ('env_config', ''), ('reset_on_fall', True),
+            ('training', False), ('chunk_topic', '/rollout_chunks'))}
         if p['mode'] not in MODES:
             raise ValueError(f'parameter mode = {p["mode"]!r}; use one of {MODES}')
         robot = load_robot(p['robot'])
-        path = p['env_config']
-        cfg = from_dict(EnvConfig, load_yaml(path).get('env', {}), source=path, prefix='env') \
-            if path else EnvConfig(num_envs=1)
         self.params, self.robot = p, robot
         self.order = JointOrder(robot, self.declare_parameter('joints', robot.joint_names).value)
-        self.sim = SimSession(robot, cfg, randomization=p['randomization'], pushes=p['pushes'],
-                              noise=p['noise'], seed=p['seed'],
-                              command_timeout_s=p['command_timeout_s'])
+        self.loop = LoopActorIO(self, robot, p) if p['training'] else None
+        self.sim = self.loop.session if self.loop else SimSession(
+            robot, env_section(p['env_config']), randomization=p['randomization'],
+            pushes=p['pushes'], noise=p['noise'], seed=p['seed'],
+            command_timeout_s=p['command_timeout_s'])
         self.lockstep = p['mode'] == 'lockstep'
         self.paused = False
         self.awaiting: float | None = None  # perf_counter of the unanswered state publish
@@ -75,7 +75,8 @@ class SimNode(Node):
         self.pub_diag = publisher(self, DiagnosticArray, '/diagnostics', 10)
         self.create_subscription(Float64MultiArray, 'joint_commands', self.on_command,
                                  COMMAND_QOS)
-        self.create_subscription(Twist, 'cmd_vel', self.on_cmd_vel, 10)
+        if not self.loop:  # in training the env commands (published on cmd_vel)
+            self.create_subscription(Twist, 'cmd_vel', self.on_cmd_vel, 10)
         self.create_service(Trigger, '~/reset', self.on_reset)
         self.create_service(SetBool, '~/pause', self.on_pause)
         self.create_service(Trigger, '~/step', self.on_step)
@@ -122,14 +123,18 @@ class SimNode(Node):
             self.publish_state()
 
     def advance(self) -> None:
-        if self.sim.step(self.sim.active_targets(time.perf_counter())) and \
-                self.params['reset_on_fall']:
+        targets = self.sim.active_targets(time.perf_counter())
+        fell = self.loop.step(self.stamp, targets) if self.loop else self.sim.step(targets)
+        if fell and self.params['reset_on_fall']:
             self.sim.reset()
         self.publish_state()
 
     def publish_state(self) -> None:
+        if self.loop:
+            self.loop.before_state()
         r = self.sim.readings()
-        stamp = to_stamp(r.time if self.params['publish_clock'] else now_sec(self))
+        self.stamp = r.time if self.params['publish_clock'] else now_sec(self)
+        stamp = to_stamp(self.stamp)
         imu, js, odom = self.imu, self.js, self.odom
         imu.header.stamp = js.header.stamp = odom.header.stamp = stamp
         o, w, a = imu.orientation, imu.angular_velocity, imu.linear_acceleration
@@ -191,7 +196,8 @@ class SimNode(Node):
                   'command_timed_out': s.timed_out, 'cmd_vel': s.commands.round(3).tolist(),
                   'falls': s.falls, 'resets': s.resets,
                   'pushes': s.pushes_done, 'randomization': s.randomization, 'noise': s.noise,
-                  **s.episode_params, **self.drops.summary('dropped')}
+                  **s.episode_params, **self.drops.summary('dropped'),
+                  **(self.loop.diagnostics() if self.loop else {})}
         level = 'warn' if s.timed_out and not self.lockstep else 'ok'
         msg = 'command timeout: holding the default pose' if level == 'warn' else 'running'
         self.pub_diag.publish(diagnostics(self, 'sim', level, msg, fields))

@@ -20,7 +20,9 @@ Parameters: config (train YAML), robot (empty: the config's env.robot), run_dir,
 (continue run_dir's newest checkpoint; false refuses a run_dir that has one), teacher
 (checkpoint of a frozen OPD teacher), time_budget_s and max_iterations (0 = the config's),
 torch_threads, push_targets (node names; relative ones are in the trainer's namespace),
-chunk_topic, chunks_per_iteration, max_policy_lag, batch_timeout_s.
+chunk_topic, chunks_per_iteration, max_policy_lag, batch_timeout_s, min_chunk_envs (only chunks
+of at least this many worlds count towards chunks_per_iteration and the timeout: the 1-world
+control-loop actor's chunks are learnt from but start no iteration).
 """
 
 from __future__ import annotations
@@ -64,7 +66,7 @@ class TrainerNode(Node):
             ('teacher', ''), ('time_budget_s', 0.0), ('max_iterations', 0),
             ('torch_threads', 1), ('push_targets', ['policy_node']),
             ('chunk_topic', '/rollout_chunks'), ('chunks_per_iteration', 1),
-            ('max_policy_lag', 0), ('batch_timeout_s', 10.0))}
+            ('max_policy_lag', 0), ('batch_timeout_s', 10.0), ('min_chunk_envs', 1))}
         runner = {'torch_threads': p['torch_threads']}
         runner.update({k: p[k] for k in ('time_budget_s', 'max_iterations') if p[k]})
         overrides = {'runner': runner}
@@ -77,7 +79,8 @@ class TrainerNode(Node):
         self.trainer = LiveTrainer(
             cfg, load_robot(cfg.env.robot), p['run_dir'], max_policy_lag=p['max_policy_lag'],
             chunks_per_iteration=p['chunks_per_iteration'],
-            batch_timeout_s=p['batch_timeout_s'], resume=p['resume'])
+            batch_timeout_s=p['batch_timeout_s'], min_chunk_envs=p['min_chunk_envs'],
+            resume=p['resume'])
         if self.trainer.resumed_from is not None:
             self.get_logger().info(f'resumed from {self.trainer.resumed_from} (iteration '
                                    f'{self.trainer.learner.iteration})')

@@ -18,7 +18,11 @@ Contract (what the node publishes on ``joint_commands``):
 * :meth:`PolicyController.watchdog` (called every control period) faults to PASSIVE (damping
   at the last measured pose) while the last state is older than ``stale_after_periods``
   control periods;
-* targets are in the order of the ``joints`` parameter.
+* targets are in the order of the ``joints`` parameter;
+* in ``training`` mode (the control loop as an actor; never on a robot) the policy acts with
+  ``a ~ N(mu, sigma)`` around the model's mean (``sigma``: its ``action_std`` metadata, so only
+  trainer exports are accepted), through the same safety and shaping path, and every RL tick
+  leaves a :class:`~..learning.loop_record.PolicyRecord` for :meth:`take_record`.
 
 Models are swapped with :meth:`offer` (validate bytes as they arrive) and :meth:`activate`
 (by sha256); the swap replaces one reference, so it is atomic between two ticks as long as the
@@ -34,6 +38,7 @@ from typing import Sequence
 
 import numpy as np
 
+from ..learning.loop_record import GaussianSampler, PolicyRecord
 from .command_shaping import CommandShaper
 from .control_stats import Counters
 from .model_swap import (DEFAULT_MAX_MODEL_BYTES, ModelCache, ModelRejected, read_model_file,
@@ -65,7 +70,8 @@ class PolicyController:
                  max_model_bytes: int = DEFAULT_MAX_MODEL_BYTES,
                  safety: SafetyConfig | None = None, max_delta_per_tick: float = 0.0,
                  require_verification: bool = False,
-                 command_joints: Sequence[str] | None = None):
+                 command_joints: Sequence[str] | None = None, training: bool = False,
+                 seed: int = 0):
         if not stale_after_periods > 0:
             raise ValueError(f'stale_after_periods = {stale_after_periods}; must be > 0')
         self.robot = robot
@@ -79,6 +85,11 @@ class PolicyController:
         self.shaper = CommandShaper(robot, max_delta_per_tick)
         self.require_verification = require_verification
         self.command_joints = list(command_joints) if command_joints is not None else None
+        self.training = training
+        self.sampler: GaussianSampler | None = None
+        self.record: PolicyRecord | None = None
+        self._rng = np.random.default_rng(seed)
+        self._stamp = 0.0
         self.last_gains = self._gains(True)
         self.drops = Counters(DROP_CAUSES)
         self.holds = Counters(HOLD_REASONS)
@@ -189,7 +200,7 @@ class PolicyController:
         except BadInput as exc:
             return self._drop(exc, 'stale_imu', now)
         self.started = True
-        self._last_state_stamp = stamp
+        self._last_state_stamp = self._stamp = stamp
         self._pose = pos
         if quat is None:
             self.holds.add('bad_input')
@@ -221,7 +232,9 @@ class PolicyController:
         """RL: obs -> action -> faded, shaped target; None when a fault fired."""
         obs = self.assembler.observe(pos, vel, quat, gyro)
         start = time.perf_counter()
-        action = self.policy(obs)
+        action = mean = self.policy(obs)
+        if self.sampler is not None:
+            action, log_prob = self.sampler.sample(mean)
         self.inference_s = time.perf_counter() - start
         if not np.isfinite(action).all():
             j = int(np.flatnonzero(~np.isfinite(action))[0])
@@ -236,7 +249,17 @@ class PolicyController:
         if self.safety.state != RL:
             return None
         self.ticks += 1
+        if self.sampler is not None:  # before _out moves the memory on
+            a = self.assembler
+            self.record = self.sampler.record(self._stamp, a.gait_phase[0], log_prob, obs,
+                                              action, mean, a.last_action[0],
+                                              self.order.to_output(target))
         return self._out(now, target, action)
+
+    def take_record(self) -> PolicyRecord | None:
+        """The training-mode record of the last RL tick, once (None: none since)."""
+        record, self.record = self.record, None
+        return record
 
     def _out(self, now: float, target: np.ndarray, action: np.ndarray | None) -> Targets:
         self.assembler.advance(action)
@@ -299,12 +322,22 @@ class PolicyController:
             unverified = verification_blocker(path, policy.sha256)
             if self.require_verification and unverified and self.safety.state == RL:
                 raise ModelRejected(f'not verified, refused while in RL: {unverified}')
+            sampler = self._sampler(policy)
         except ModelRejected as exc:
             self.last_swap = f'rejected {version_of(sha256)}: {exc}'
             raise
-        self.policy, self._unverified = policy, unverified
+        self.policy, self._unverified, self.sampler = policy, unverified, sampler
         self.last_swap = f'ok {self.version}'
         return self.version
+
+    def _sampler(self, policy: OnnxPolicy) -> GaussianSampler | None:
+        """Training mode: the model's behaviour distribution (ModelRejected without one)."""
+        if not self.training:
+            return None
+        try:
+            return GaussianSampler(policy, self._rng)
+        except ValueError as exc:
+            raise ModelRejected(f'training mode: {exc}') from None
 
     def _rl_blocker(self) -> str | None:
         """Why the policy may not act now (None: it may)."""
@@ -317,6 +350,7 @@ class PolicyController:
         """Flat key/value fields: model version, last swap, drops and holds by cause."""
         out: dict[str, object] = {'model_version': self.version, 'last_swap': self.last_swap,
                                   'policy_ticks': self.ticks, 'started': self.started,
+                                  'training': self.training,
                                   'last_drop': self.last_drop}
         out.update(self.drops.summary('dropped'))
         out.update(self.holds.summary('holds'))

@@ -9,15 +9,15 @@ runner (test_chunk_learning.py).
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import numpy as np
 import torch
 
+from .loop_record import behaviour_metadata
 from .networks import ActorCritic, gaussian_log_prob
 from .ppo import sample_transition
-from .rollout_chunk import RolloutChunk
+from .rollout_chunk import episode_arrays, rollout_stats, RolloutChunk, stack_rows
 from .runner import obs_to_torch
 
 
@@ -30,16 +30,9 @@ class OnnxBehaviour:
     """
 
     def __init__(self, policy: Any):
-        meta = policy.metadata
-        missing = [k for k in ('action_std', 'policy_version') if k not in meta]
-        if missing:
-            raise ValueError(f'model {policy.sha256[:12]} has no {", ".join(missing)} metadata: '
-                             'actors need a model exported by the trainer')
-        self.std = torch.tensor(json.loads(meta['action_std']), dtype=torch.float32)
-        if self.std.shape != (policy.num_actions,) or not bool((self.std > 0).all()):
-            raise ValueError(f'action_std metadata {self.std.tolist()} must be '
-                             f'{policy.num_actions} positive values')
-        self.policy_version = int(json.loads(meta['policy_version']))
+        std, self.policy_version = behaviour_metadata(policy.metadata, policy.num_actions,
+                                                      policy.sha256)
+        self.std = torch.tensor(std, dtype=torch.float32)
         self.model_sha = policy.sha256[:12]
         self.onnx = policy
 
@@ -158,29 +151,8 @@ class BatchedActor:
             values=buf['values'] if critic else None,
             rewards=buf['rewards'], terminated=flags['terminated'],
             truncated=flags['truncated'],
-            final_obs={g: _rows(final_obs[g], dims[g]) for g in dims},
+            final_obs={g: stack_rows(final_obs[g], dims[g]) for g in dims},
             final_values=None if not critic else np.concatenate(final_values)
             if final_values else np.zeros(0, np.float32),
             last_obs={g: np.array(self.obs[g], np.float32) for g in dims},
-            episodes=_episodes(episodes), stats=_stats(errors, diverged))
-
-
-def _rows(parts: list[np.ndarray], dim: int) -> np.ndarray:
-    return np.concatenate(parts).astype(np.float32) if parts else np.zeros((0, dim), np.float32)
-
-
-def _episodes(logs: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-    """Per-episode logs of the chunk, [E] each (``env_ids`` left out: they mean nothing to the
-    trainer)."""
-    if not logs:
-        return {}
-    keys = [k for k in logs[0] if k != 'env_ids']
-    return {k: np.concatenate([log[k] for log in logs]).astype(np.float32) for k in keys}
-
-
-def _stats(errors: list[dict[str, float]], diverged: int) -> dict[str, float]:
-    """The runner's rollout statistics: diverged worlds, mean tracking errors over steps."""
-    stats = {'diverged': float(diverged)}
-    for key in errors[0]:
-        stats[f'tracking_error/{key}'] = float(np.mean([e[key] for e in errors]))
-    return stats
+            episodes=episode_arrays(episodes), stats=rollout_stats(errors, diverged))

@@ -6,7 +6,9 @@
   drops counted by cause) and keep the accepted chunk;
 - :meth:`ready`: a batch is due when ``chunks_per_iteration`` chunks are pending, or when the
   oldest pending chunk has waited ``batch_timeout_s`` (an actor died or is slow: the others'
-  chunks are learnt from rather than held until they go stale);
+  chunks are learnt from rather than held until they go stale). Only chunks of at least
+  ``min_chunk_envs`` worlds count towards both: smaller ones (the 1-world control-loop actor's)
+  never start an iteration ahead of the batched actors, but are learnt from with them;
 - :meth:`iterate`: :meth:`ChunkLearner.learn <.chunk_learner.ChunkLearner.learn>` on the
   pending chunks, one row in ``metrics.csv`` and TensorBoard (the offline
   :class:`~.logger.MetricsLogger`), an atomic checkpoint;
@@ -45,7 +47,7 @@ class LiveTrainer:
 
     def __init__(self, cfg: TrainConfig, robot: Any, run_dir: str | Path, *,
                  max_policy_lag: int = 0, chunks_per_iteration: int = 1,
-                 batch_timeout_s: float = 10.0, resume: bool = False,
+                 batch_timeout_s: float = 10.0, min_chunk_envs: int = 1, resume: bool = False,
                  tensorboard: bool = True, stream: TextIO | None = None,
                  clock: Callable[[], float] = time.monotonic):
         if cfg.algorithm != 'ppo':
@@ -55,6 +57,9 @@ class LiveTrainer:
                               'or set algorithm: ppo')
         if chunks_per_iteration < 1:
             raise ValueError(f'chunks_per_iteration {chunks_per_iteration} must be >= 1')
+        if min_chunk_envs < 1:
+            raise ValueError(f'min_chunk_envs {min_chunk_envs} must be >= 1 (worlds a chunk '
+                             'needs to count towards chunks_per_iteration)')
         if not batch_timeout_s > 0:
             raise ValueError(f'batch_timeout_s {batch_timeout_s} must be > 0 (seconds the '
                              'oldest pending chunk waits for the others)')
@@ -63,6 +68,7 @@ class LiveTrainer:
         self.run_dir = Path(run_dir)
         self.per_iteration = chunks_per_iteration
         self.batch_timeout_s = batch_timeout_s
+        self.min_chunk_envs = min_chunk_envs
         self.clock = clock
         self.stream = stream if stream is not None else sys.stdout
         dims = {POLICY: robot.policy_obs.dim, POLICY_NOISE_FREE: robot.policy_obs.dim,
@@ -74,6 +80,7 @@ class LiveTrainer:
         self.logger = MetricsLogger(self.run_dir, resume_iteration=self.learner.iteration,
                                     stream=self.stream, tensorboard=tensorboard)
         self.pending: list = []
+        self._counted = 0  # pending chunks of at least min_chunk_envs worlds
         self._first_pending = 0.0
         self._start: float | None = None
         self._elapsed0 = self.learner.elapsed_s
@@ -103,14 +110,17 @@ class LiveTrainer:
             now = self.clock()
             if self._start is None:
                 self._start = now
-            if not self.pending:
-                self._first_pending = now
+            if chunk.num_envs >= self.min_chunk_envs:
+                if not self._counted:
+                    self._first_pending = now
+                self._counted += 1
             self.pending.append(chunk)
         return error
 
     def ready(self) -> bool:
-        """A full batch is pending, or the oldest pending chunk waited batch_timeout_s."""
-        return len(self.pending) >= self.per_iteration or bool(self.pending) and \
+        """A full batch is pending, or the oldest pending chunk waited batch_timeout_s (counting
+        chunks of at least min_chunk_envs worlds only)."""
+        return self._counted >= self.per_iteration or bool(self._counted) and \
             self.clock() - self._first_pending >= self.batch_timeout_s
 
     @property
@@ -121,7 +131,7 @@ class LiveTrainer:
     # ----------------------------------------------------------------------------- learn
     def iterate(self) -> dict[str, float]:
         """Learn from the pending chunks; log, checkpoint; returns the iteration's metrics."""
-        chunks, self.pending = self.pending, []
+        chunks, self.pending, self._counted = self.pending, [], 0
         metrics = self.learner.learn(chunks)
         now = self.clock()
         steps = sum(c.num_steps * c.num_envs for c in chunks)

@@ -123,15 +123,22 @@ class VecLocomotionEnv:
         self._reset_worlds(np.arange(self.num_envs))
         return self._observe(self.robot_state()), {}
 
-    def step(self, actions: np.ndarray):
-        """Apply [N, J] actions for one control step; see the module docstring for outputs."""
+    def step(self, actions: np.ndarray, targets: np.ndarray | None = None):
+        """Apply [N, J] actions for one control step; see the module docstring for outputs.
+
+        ``targets`` [N, J] (optional): joint targets to apply instead of the actions' own (a
+        deployment path that shapes commands, e.g. the control-loop actor); the actions still
+        feed the last-action observation and the action reward terms.
+        """
         cfg, r = self.cfg, self.robot
         actions = np.asarray(actions, dtype=np.float64).reshape(self.num_envs, self.num_actions)
         bad_action = ~np.isfinite(actions).all(axis=1)
         actions = np.clip(np.nan_to_num(actions, nan=0.0, posinf=0.0, neginf=0.0),
                           -cfg.clip_actions, cfg.clip_actions)
         # Safety path: targets are clamped to the joint limits before they reach the motors.
-        targets = r.action_to_target(actions)
+        targets = r.action_to_target(actions) if targets is None else np.clip(
+            np.asarray(targets, dtype=np.float64).reshape(actions.shape), r.joint_lower,
+            r.joint_upper)
         sensordata = self.physics.step(targets, self.targets, self.latency)
         self.targets = targets
         self.actions = actions
@@ -166,6 +173,10 @@ class VecLocomotionEnv:
         # Always from the current state: resets and pushes changed it after `data` was read.
         obs = self._observe(self.robot_state())
         return obs, reward.astype(np.float32), terminated, truncated, extras
+
+    def observe(self) -> dict[str, np.ndarray]:
+        """The observation groups of the current state, as reset() and step() return them."""
+        return self._observe(self.robot_state())
 
     def close(self) -> None:
         self.physics.close()

@@ -21,10 +21,18 @@ import math
 import mujoco
 import numpy as np
 
+from ..config import from_dict, load_yaml
 from .env_config import EnvConfig, robot_sized
 from ..math_utils import quat_mul
 from .physics import BatchedPhysics, STATE_SPEC
 from .robot import RobotSpec
+
+
+def env_section(path: str) -> EnvConfig:
+    """The ``env:`` section of a train YAML (empty path: the defaults) for one world."""
+    if not path:
+        return EnvConfig(num_envs=1)
+    return from_dict(EnvConfig, load_yaml(path).get('env', {}), source=path, prefix='env')
 
 
 @dataclass
@@ -54,7 +62,7 @@ class SimSession:
 
     def __init__(self, robot: RobotSpec, cfg: EnvConfig, *, randomization: bool = False,
                  pushes: bool = False, noise: bool = False, seed: int = 0,
-                 command_timeout_s: float = 0.5):
+                 command_timeout_s: float = 0.5, physics: BatchedPhysics | None = None):
         self.robot = robot
         self.cfg = cfg
         self.randomization = randomization and cfg.randomization.enabled
@@ -63,8 +71,10 @@ class SimSession:
         self.command_timeout_s = command_timeout_s
         self.dt = robot.control_dt
         self.rng = np.random.default_rng(seed)
-        self.physics = BatchedPhysics(robot, 1, solver_iterations=cfg.solver_iterations,
-                                      solver_ls_iterations=cfg.solver_ls_iterations)
+        # One world; a subclass may bring its own (e.g. an env's, see training_session.py).
+        self.physics = physics if physics is not None else BatchedPhysics(
+            robot, 1, solver_iterations=cfg.solver_iterations,
+            solver_ls_iterations=cfg.solver_ls_iterations)
         self._data = mujoco.MjData(self.physics.models[0])
         self._push_steps = max(1, round(cfg.randomization.push_interval_s / self.dt))
         self.time = 0.0
