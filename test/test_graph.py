@@ -268,6 +268,8 @@ def test_train_graph_is_a_trainer_pushing_to_n_actors_and_the_control_loop():
     # robot is the config's unless the robot argument names another.
     assert (sim.fqn, policy.fqn) == ('/lab/sim_node', '/lab/policy_node')
     assert sim.parameters['mode'] == 'realtime' and policy.parameters['use_sim_time'] is True
+    # The loop runs at half real time by default, leaving the cores to learning.
+    assert sim.parameters['real_time_factor'] == 0.5
     assert sim.parameters['env_config'] == str((CONFIG / 'train_ppo.yaml').resolve())
     assert {n.parameters['robot'] for n in (trainer, *actors, sim, policy)} == \
         {'claw_quadruped'}
@@ -281,6 +283,9 @@ def test_train_graph_is_a_trainer_pushing_to_n_actors_and_the_control_loop():
             resolve(GRAPHS['train'], bad)
     with pytest.raises(ConfigError, match='control_loop'):
         resolve(GRAPHS['train'], {'control_loop': 'maybe'})
+    for bad in ('0', '-1', 'fast'):
+        with pytest.raises(ConfigError, match='real_time_factor'):
+            resolve(GRAPHS['train'], {'real_time_factor': bad})
 
 
 def test_train_graph_control_actor_makes_the_loop_an_actor():

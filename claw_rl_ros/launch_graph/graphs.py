@@ -89,6 +89,9 @@ CONTROL_ACTOR = Argument('control_actor', 'false', 'the control loop is an actor
                          'step with the policy node, which samples around its mean; their '
                          'chunks join the batched actors\' (needs control_loop true and actors '
                          'of >= 2 worlds)', ('true', 'false'))
+LOOP_SPEED = Argument('real_time_factor', '0.5', "the control loop's sim seconds per wall "
+                      'second in realtime mode: 0.5 leaves most of a small machine to learning '
+                      '(the loop costs about half a core at 1.0 on 2 cores); 1.0 = realtime')
 OVERLAP = Argument('overlap', 'true', 'true: actors collect the next chunk while the trainer '
                    'learns (chunks lag up to 2 versions, corrected by importance weights); '
                    'false: synchronous PPO, actors wait for each new model (lag 0)',
@@ -103,6 +106,18 @@ def _count(values: Mapping[str, str], name: str, source: str, minimum: int) -> i
         value = None
     if value is None or value < minimum:
         raise ConfigError(source, name, f'{values[name]!r} is not a whole number >= {minimum}')
+    return value
+
+
+def _speed(values: Mapping[str, str], source: str) -> float:
+    """The control loop's real-time factor: a number > 0."""
+    try:
+        value = float(values['real_time_factor'])
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise ConfigError(source, 'real_time_factor', f'{values["real_time_factor"]!r} is not a '
+                          'number > 0 (sim seconds per wall second; 1.0 = realtime)')
     return value
 
 
@@ -148,7 +163,8 @@ def _train(values: Mapping[str, str]) -> list[NodeEntry]:
         nodes += [NodeEntry('sim_node', 'sim_node', param_files=('sim_node.yaml',), parameters={
             'robot': robot, 'mode': values['mode'], 'publish_clock': True,
             'env_config': str(config.resolve()), 'randomization': True, 'noise': True,
-            'training': actor_loop, 'pushes': actor_loop}),
+            'training': actor_loop, 'pushes': actor_loop,
+            'real_time_factor': _speed(values, source)}),
             NodeEntry('policy_node', 'policy_node', param_files=('policy_node.yaml',),
                       parameters={'robot': robot, 'use_sim_time': True,
                                   'training': actor_loop})]
@@ -251,7 +267,7 @@ GRAPHS: dict[str, Graph] = {graph.name: graph for graph in (
     Graph('train', 'live training: trainer_node learning from N batched actor_nodes, pushing '
           'each new student back to them and to the realtime control loop (sim_node + '
           'policy_node)', (CONFIG, ACTORS, WORLDS, RUN_DIR, RESUME, TEACHER, TIME_BUDGET,
-                           OVERLAP, TRAIN_ROBOT, CONTROL_LOOP, CONTROL_ACTOR, MODE,
+                           OVERLAP, TRAIN_ROBOT, CONTROL_LOOP, LOOP_SPEED, CONTROL_ACTOR, MODE,
                            NAMESPACE),
           _train),
 )}

@@ -38,7 +38,8 @@ MODES = ('realtime', 'lockstep')
 
 class SimNode(Node):
     """Parameters: robot, mode, randomization, pushes, noise, command_timeout_s,
-    publish_clock, seed, env_config, joints, reset_on_fall, training, chunk_topic."""
+    publish_clock, seed, env_config, joints, reset_on_fall, training, chunk_topic,
+    real_time_factor (realtime mode: sim seconds per wall second)."""
 
     def __init__(self):
         super().__init__('sim_node')
@@ -46,9 +47,12 @@ class SimNode(Node):
             ('robot', 'claw_quadruped'), ('mode', 'realtime'), ('randomization', False),
             ('pushes', False), ('noise', False), ('command_timeout_s', 0.25),
             ('publish_clock', True), ('seed', 0), ('env_config', ''), ('reset_on_fall', True),
-            ('training', False), ('chunk_topic', '/rollout_chunks'))}
+            ('training', False), ('chunk_topic', '/rollout_chunks'), ('real_time_factor', 1.0))}
         if p['mode'] not in MODES:
             raise ValueError(f'parameter mode = {p["mode"]!r}; use one of {MODES}')
+        if not p['real_time_factor'] > 0:
+            raise ValueError(f'parameter real_time_factor = {p["real_time_factor"]!r}; use sim '
+                             'seconds per wall second > 0 (1.0 = realtime)')
         robot = load_robot(p['robot'])
         self.params, self.robot = p, robot
         self.order = JointOrder(robot, self.declare_parameter('joints', robot.joint_names).value)
@@ -61,7 +65,8 @@ class SimNode(Node):
         self.paused = False
         self.awaiting: float | None = None  # perf_counter of the unanswered state publish
         self.latency, self.tick_rate, self.cmd_rate = LatencyStats(), RateMeter(), RateMeter()
-        self.ticks = TickMonitor(robot.control_dt)
+        # Realtime: one control step every control_dt / real_time_factor wall seconds.
+        self.ticks = TickMonitor(robot.control_dt / p['real_time_factor'])
         self.drops = Counters(('wrong_length', 'non_finite', 'unanswered'))
         self.js = JointState(name=list(robot.joint_names))
         self.imu = Imu()
@@ -80,11 +85,13 @@ class SimNode(Node):
         self.create_service(Trigger, '~/reset', self.on_reset)
         self.create_service(SetBool, '~/pause', self.on_pause)
         self.create_service(Trigger, '~/step', self.on_step)
-        period = p['command_timeout_s'] if self.lockstep else robot.control_dt
+        period = p['command_timeout_s'] if self.lockstep else self.ticks.period
         steady_timer(self, period, self.on_wait if self.lockstep else self.on_tick)
         steady_timer(self, 1.0, self.publish_diagnostics)
         self.publish_state()
-        self.get_logger().info(f'{robot.name}: {p["mode"]} at {1 / robot.control_dt:g} Hz')
+        speed = '' if self.lockstep or p['real_time_factor'] == 1.0 else \
+            f' x {p["real_time_factor"]:g} real time'
+        self.get_logger().info(f'{robot.name}: {p["mode"]} at {1 / robot.control_dt:g} Hz{speed}')
 
     # --------------------------------------------------------------------------- control
     def on_command(self, msg: Float64MultiArray) -> None:
