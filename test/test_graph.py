@@ -286,6 +286,9 @@ def test_train_graph_is_a_trainer_pushing_to_n_actors_and_the_control_loop():
     for bad in ('0', '-1', 'fast'):
         with pytest.raises(ConfigError, match='real_time_factor'):
             resolve(GRAPHS['train'], {'real_time_factor': bad})
+    for bad in ('-1', 'soon', 'nan'):
+        with pytest.raises(ConfigError, match="time_budget.*not a number of seconds >= 0"):
+            resolve(GRAPHS['train'], {'time_budget': bad})
 
 
 def test_train_graph_control_actor_makes_the_loop_an_actor():

@@ -109,15 +109,14 @@ def _count(values: Mapping[str, str], name: str, source: str, minimum: int) -> i
     return value
 
 
-def _speed(values: Mapping[str, str], source: str) -> float:
-    """The control loop's real-time factor: a number > 0."""
+def _number(values: Mapping[str, str], name: str, source: str, ok, what: str) -> float:
+    """A numeric argument for which ``ok(value)`` holds; anything else is a ConfigError."""
     try:
-        value = float(values['real_time_factor'])
+        value = float(values[name])
     except ValueError:
-        value = -1.0
-    if not value > 0:
-        raise ConfigError(source, 'real_time_factor', f'{values["real_time_factor"]!r} is not a '
-                          'number > 0 (sim seconds per wall second; 1.0 = realtime)')
+        value = float('nan')
+    if not ok(value):
+        raise ConfigError(source, name, f'{values[name]!r} is not {what}')
     return value
 
 
@@ -130,13 +129,8 @@ def _train(values: Mapping[str, str]) -> list[NodeEntry]:
     # lag 2 leaves one version of slack for an actor that started late or is slower.
     in_flight = 2 if to_bool(values, 'overlap', source) else 1
     lag = 0 if in_flight == 1 else 2
-    try:
-        budget = float(values['time_budget'])
-    except ValueError:
-        budget = -1.0
-    if budget < 0:
-        raise ConfigError(source, 'time_budget', f'{values["time_budget"]!r} is not a number of '
-                          'seconds >= 0')
+    budget = _number(values, 'time_budget', source, lambda v: v >= 0,
+                     'a number of seconds >= 0')
     names = [f'actor_{i}' for i in range(actors)]
     config = paths.config_path(values['config'])
     robot = robot_argument(values['robot']) if values['robot'] else \
@@ -164,7 +158,9 @@ def _train(values: Mapping[str, str]) -> list[NodeEntry]:
             'robot': robot, 'mode': values['mode'], 'publish_clock': True,
             'env_config': str(config.resolve()), 'randomization': True, 'noise': True,
             'training': actor_loop, 'pushes': actor_loop,
-            'real_time_factor': _speed(values, source)}),
+            'real_time_factor': _number(
+                values, 'real_time_factor', source, lambda v: v > 0,
+                'a number > 0 (sim seconds per wall second; 1.0 = realtime)')}),
             NodeEntry('policy_node', 'policy_node', param_files=('policy_node.yaml',),
                       parameters={'robot': robot, 'use_sim_time': True,
                                   'training': actor_loop})]
