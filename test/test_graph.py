@@ -287,7 +287,7 @@ def test_train_graph_is_a_trainer_pushing_to_n_actors_and_the_control_loop():
         with pytest.raises(ConfigError, match='real_time_factor'):
             resolve(GRAPHS['train'], {'real_time_factor': bad})
     for bad in ('-1', 'soon', 'nan'):
-        with pytest.raises(ConfigError, match="time_budget.*not a number of seconds >= 0"):
+        with pytest.raises(ConfigError, match='time_budget.*not a number of seconds >= 0'):
             resolve(GRAPHS['train'], {'time_budget': bad})
 
 
