@@ -85,11 +85,12 @@ class Settings:
     # lr, clipped value loss, rollout-wide advantage normalisation, critic also reading the
     # privileged observations), i.e. each side as its users would run it.
     ours_setup: str = 'same'
-    # ours: 'torch' = our networks as the core builds them (PyTorch default init, Adam eps
-    # 1e-8); 'sb3' = an experiment, not a fix: re-initialise them as SB3 does (orthogonal,
-    # gains sqrt 2 hidden / 0.01 action mean / 1 value) and use Adam eps 1e-5, to measure how
-    # much of the return gap those two account for.
-    ours_init: str = 'torch'
+    # ours: core options that decide parity with SB3 (policy.init, policy.obs_normalizer,
+    # ppo.adam_eps; config/train_gym_ppo.yaml sets the SB3 values). The pendulum section runs
+    # them as SB3 does; the claw section keeps the claw defaults (config/train_ppo.yaml).
+    ours_init: str = 'orthogonal'
+    ours_normalizer: str = 'sb3'
+    ours_adam_eps: float = 1e-5
 
     @property
     def iterations(self) -> int:
@@ -113,7 +114,8 @@ DEFAULTS = {
         env=CLAW_ENV_ID, steps=393_216, num_envs=128, rollout=24, lr=1e-3, entropy=0.01,
         value_coef=1.0, max_grad_norm=1.0, actor_hidden=(128, 128, 128),
         critic_hidden=(256, 256, 128), activation='elu', eval_episodes=64, eval_seed=10_000,
-        normalize_obs=True, threads=2, ours_setup='rsl'),
+        normalize_obs=True, threads=2, ours_setup='rsl', ours_init='torch',
+        ours_normalizer='rsl_rl', ours_adam_eps=1e-8),
 }
 QUICK = {  # --quick: a few iterations per side, to check that everything runs
     'pendulum': {'steps': 8 * 64 * 4, 'eval_episodes': 3},
@@ -206,13 +208,14 @@ def ours_config(s: Settings) -> TrainConfig:
                    'critic_hidden_dims': list(s.critic_hidden),
                    'activation': s.activation, 'init_noise_std': s.init_std,
                    'min_noise_std': 0.0, 'normalize_obs': s.normalize_obs,
-                   'critic_obs_groups': ['policy']},
+                   'critic_obs_groups': ['policy'], 'init': s.ours_init,
+                   'obs_normalizer': s.ours_normalizer},
         'ppo': {'num_learning_epochs': s.epochs, 'num_mini_batches': s.mini_batches,
                 'clip_param': s.clip, 'gamma': s.gamma, 'lam': s.lam,
                 'value_loss_coef': s.value_coef, 'entropy_coef': s.entropy,
                 'learning_rate': s.lr, 'max_grad_norm': s.max_grad_norm,
                 'use_clipped_value_loss': False, 'schedule': 'fixed',
-                'normalize_advantage_per_mini_batch': True},
+                'normalize_advantage_per_mini_batch': True, 'adam_eps': s.ours_adam_eps},
         'runner': {'num_steps_per_env': s.rollout, 'max_iterations': s.iterations,
                    'seed': s.seed, 'torch_threads': s.threads}}
     if s.ours_setup == 'rsl':
@@ -222,26 +225,11 @@ def ours_config(s: Settings) -> TrainConfig:
     return from_dict(TrainConfig, cfg, source='bench')
 
 
-def sb3_init_(runner: OnPolicyRunner, lr: float) -> None:
-    """SB3's PPO initialisation on our student: orthogonal weights, zero biases, gains sqrt 2
-    for hidden layers, 0.01 for the action mean, 1 for the value; Adam with eps 1e-5."""
-    policy = runner.policy
-    for net, out_gain in ((policy.actor, 0.01), (policy.critic, 1.0)):
-        linears = [m for m in net if isinstance(m, torch.nn.Linear)]
-        for k, layer in enumerate(linears):
-            torch.nn.init.orthogonal_(layer.weight,
-                                      gain=out_gain if k == len(linears) - 1 else np.sqrt(2))
-            torch.nn.init.zeros_(layer.bias)
-    runner.alg.optimizer = torch.optim.Adam(policy.parameters(), lr=lr, eps=1e-5)
-
-
 def train_ours(s: Settings, section: str) -> tuple[Policy, dict[str, float]]:
     """Train with OnPolicyRunner on our vec env; the deterministic batched policy, timings."""
     start = time.perf_counter()
     env = TimedEnv(make_ours_env(s, section))
     runner = OnPolicyRunner(ours_config(s), tempfile.mkdtemp(prefix='bench_ours_'), env=env)
-    if s.ours_init == 'sb3':
-        sb3_init_(runner, s.lr)
     setup = time.perf_counter() - start
     collect_s = 0.0
     start = time.perf_counter()
@@ -410,17 +398,14 @@ def notes(section: str, s: Settings) -> None:
               'loss, time-outs bootstrapped with V(final obs), separate actor and critic MLPs, '
               f'state-independent log std (init std {s.init_std:g}, no floor); obs '
               f'normalisation {obs_norm}')
-    init = ('ours re-initialised as SB3 (orthogonal, Adam eps 1e-5: --*-ours-init sb3)'
-            if s.ours_init == 'sb3' else 'SB3 initialises orthogonally (gains sqrt 2 / 0.01 / '
-            '1), ours with PyTorch defaults; Adam eps 1e-5 (SB3) vs 1e-8 (ours, fused)')
-    print(f'  remaining differences: {init}'
-          + ('; SB3 resets a finished world a second time (the adapter already did: same '
-             'distribution, one extra re-randomisation)' if section == 'claw' else ''))
-    if s.normalize_obs:
-        print('  obs normaliser: ours (x - mean) / (std + 1e-2), unclipped, statistics merged '
-              'once per rollout after the update (the first rollout acts on raw observations); '
-              'SB3 VecNormalize (x - mean) / sqrt(var + 1e-8) clipped to +-10, statistics '
-              'merged at every step before acting')
+    sb3_like = (s.ours_init, s.ours_normalizer, s.ours_adam_eps) == ('orthogonal', 'sb3', 1e-5)
+    print(f'  ours: policy.init {s.ours_init}, policy.obs_normalizer {s.ours_normalizer}, '
+          f'ppo.adam_eps {s.ours_adam_eps:g}'
+          + (' (SB3\'s init, normaliser and Adam eps)' if sb3_like else
+             ' (SB3: orthogonal, sb3, 1e-5; --*-ours-init/-normalizer/-adam-eps)'))
+    if section == 'claw':
+        print('  SB3 resets a finished world a second time (the adapter already did: same '
+              'distribution, one extra re-randomisation)')
     if section == 'claw':
         print('  SB3 vec env: stock SubprocVecEnv runs one process per env (SB3 has no '
               'several-envs-per-worker mode); at 64 envs on 2 cores it stepped ~1000 env '
@@ -453,7 +438,9 @@ def parse_args() -> tuple[list[str], dict[str, Settings], bool]:
             elif f.name == 'ours_setup':
                 parser.add_argument(flag, choices=('same', 'rsl'), default=None)
             elif f.name == 'ours_init':
-                parser.add_argument(flag, choices=('torch', 'sb3'), default=None)
+                parser.add_argument(flag, choices=('torch', 'orthogonal'), default=None)
+            elif f.name == 'ours_normalizer':
+                parser.add_argument(flag, choices=('rsl_rl', 'sb3'), default=None)
             elif f.name == 'sb3_vec':
                 parser.add_argument(flag, choices=VEC_CLASSES, default=None,
                                     help='auto: probe both, use the faster')

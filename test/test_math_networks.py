@@ -145,3 +145,48 @@ def test_update_normalization_without_normalisers_is_a_no_op():
     before = {k: v.clone() for k, v in policy.state_dict().items()}
     policy.update_normalization(obs())
     assert all(torch.equal(v, before[k]) for k, v in policy.state_dict().items())
+
+
+def test_sb3_normaliser_puts_eps_inside_the_root_and_clips_at_ten():
+    norm = EmpiricalNormalization(3, variant='sb3')
+    assert (norm.eps, norm.clip) == (1e-8, 10.0)
+    norm.mean.copy_(torch.tensor([1.0, 0.0, 0.0]))
+    norm.var.copy_(torch.tensor([4.0, 1e-4, 0.0]))
+    y = norm(torch.tensor([[5.0, 0.05, 1.0], [-100.0, -0.05, 0.0]]))
+    # (x - mean) / sqrt(var + 1e-8), then clip to +-10 (a zero-variance input saturates).
+    expected = torch.tensor([[2.0, 0.05 / math.sqrt(1e-4 + 1e-8), 10.0],
+                             [-10.0, -0.05 / math.sqrt(1e-4 + 1e-8), 0.0]])
+    torch.testing.assert_close(y, expected)
+    # rsl_rl: eps added to the std, no clip; the two differ on a low-variance input.
+    rsl = EmpiricalNormalization(3)
+    rsl.load_state_dict(norm.state_dict())
+    assert rsl(torch.tensor([[0.0, 0.05, 0.0]]))[0, 1].item() == pytest.approx(0.05 / 0.02)
+    assert rsl(torch.tensor([[-100.0, 0.0, 0.0]]))[0, 0].item() == pytest.approx(-101 / 2.01)
+    with pytest.raises(ValueError, match='normaliser variant .*rsl_rl, sb3'):
+        EmpiricalNormalization(2, variant='vecnorm')
+
+
+def test_orthogonal_init_uses_sb3_gains_and_zero_biases():
+    torch.manual_seed(0)
+    policy = ActorCritic(5, 7, 3, actor_hidden_dims=[64, 64], critic_hidden_dims=[64, 64],
+                         activation='tanh', init='orthogonal')
+    for net, out_gain in ((policy.actor, 0.01), (policy.critic, 1.0)):
+        linears = [m for m in net if isinstance(m, nn.Linear)]
+        for k, layer in enumerate(linears):
+            gain = out_gain if k == len(linears) - 1 else math.sqrt(2.0)
+            w = layer.weight.detach().double()
+            # Orthogonal rows (out <= in) or columns (out > in), scaled by the gain.
+            gram = w @ w.T if w.shape[0] <= w.shape[1] else w.T @ w
+            torch.testing.assert_close(gram, gain ** 2 * torch.eye(gram.shape[0],
+                                                                   dtype=torch.float64),
+                                       atol=1e-5 * gain ** 2, rtol=0)
+            assert not layer.bias.detach().any()
+    # Every action mean starts near 0 (0.01 gain); PyTorch's default init does not.
+    obs = {'policy': torch.randn(256, 5)}
+    assert policy.act_inference(obs).abs().max() < 0.05
+    torch.manual_seed(0)
+    default = ActorCritic(5, 7, 3, actor_hidden_dims=[64, 64], critic_hidden_dims=[64, 64],
+                          activation='tanh')
+    assert default.act_inference(obs).abs().max() > 0.1
+    with pytest.raises(ValueError, match='init .*torch or orthogonal'):
+        ActorCritic(5, 7, 3, actor_hidden_dims=[8], critic_hidden_dims=[8], init='xavier')

@@ -304,3 +304,57 @@ def test_closed_form_log_prob_and_entropy_match_torch_normal():
     torch.testing.assert_close(gaussian_log_prob(actions, mean, std),
                                normal.log_prob(actions).sum(-1))
     torch.testing.assert_close(gaussian_entropy(std), normal.entropy().sum(-1))
+
+
+def one_rollout(ppo, steps=3, envs=4):
+    """``steps`` act/process steps of distinct observations, then returns; the obs used."""
+    seen = []
+    for t in range(steps):
+        obs = obs_batch(envs, seed=10 + t)
+        obs['policy'] = obs['policy'] * 5 + 3
+        seen.append(obs)
+        ppo.act(obs)
+        ppo.process_env_step(torch.zeros(envs), torch.zeros(envs), torch.zeros(envs), None)
+    ppo.compute_returns(obs_batch(envs, seed=99))
+    return seen
+
+
+@pytest.mark.parametrize('variant', ['rsl_rl', 'sb3'])
+def test_normaliser_statistics_follow_steps_or_rollouts_by_variant(variant):
+    """sb3: merged at every step before acting (the action uses them) and not again after the
+    update; rsl_rl: untouched while acting, merged once from the whole rollout after it."""
+    torch.manual_seed(0)
+    policy = ActorCritic(3, 3, 2, actor_hidden_dims=[8], critic_hidden_dims=[8],
+                         critic_obs_groups=['policy'], obs_normalizer=variant)
+    cfg = PPOConfig(schedule='fixed', num_mini_batches=1, num_learning_epochs=1)
+    ppo = PPO(policy, cfg, DistillationConfig())
+    ppo.init_storage(3, 4, {'policy': 3, 'policy_noise_free': 3, 'privileged': 2}, 2)
+    first = obs_batch(4, seed=10)
+    first['policy'] = first['policy'] * 5 + 3
+    ppo.act(first)
+    norm = policy.actor_normalizer
+    if variant == 'sb3':
+        assert norm.count.item() == 4
+        torch.testing.assert_close(norm.mean, first['policy'].mean(0))
+        # The stored behaviour mean is the actor on the statistics that include this step.
+        torch.testing.assert_close(ppo._pending['mu'], policy.act_inference(first))
+    else:
+        assert norm.count.item() == 0 and not norm.mean.any()
+    ppo.process_env_step(torch.zeros(4), torch.zeros(4), torch.zeros(4), None)
+    ppo.storage.clear()
+    ppo.init_storage(3, 4, {'policy': 3, 'policy_noise_free': 3, 'privileged': 2}, 2)
+    norm.count.zero_(), norm.mean.zero_(), norm.var.fill_(1.0)
+    seen = one_rollout(ppo)
+    ppo.learn(obs_batch(4, seed=99), alpha=0.0)
+    data = torch.cat([o['policy'] for o in seen])
+    # Both end with the statistics of exactly the rollout's observations, merged once.
+    assert norm.count.item() == 12
+    torch.testing.assert_close(norm.mean, data.mean(0))
+    torch.testing.assert_close(norm.var, data.var(0, unbiased=False))
+
+
+def test_adam_eps_reaches_the_optimiser():
+    ppo = PPO(small_policy(), PPOConfig(adam_eps=1e-5), DistillationConfig())
+    assert ppo.optimizer.param_groups[0]['eps'] == 1e-5
+    assert PPO(small_policy(), PPOConfig(), DistillationConfig()).optimizer \
+        .param_groups[0]['eps'] == 1e-8

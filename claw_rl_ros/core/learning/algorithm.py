@@ -60,9 +60,12 @@ class Algorithm:
         self.compute_returns(last_obs)
         kl_teacher = self.kl_to_teacher(self.rollout_obs()) if self.teacher is not None else None
         losses = self.update(alpha)
-        # Normalisers learn from the rollout only now, so the rollout's behaviour policy is
-        # exactly the policy the update starts from (the adaptive-KL schedule relies on it).
-        self.policy.update_normalization(self.rollout_obs(max_samples=1 << 30))
+        # rsl_rl normalisers learn from the rollout only now, so the rollout's behaviour policy
+        # is exactly the policy the update starts from (the adaptive-KL schedule relies on it).
+        # sb3 normalisers already merged every step in ``act`` (rsl_rl 3 / SB3 order): the
+        # update then starts from the end-of-rollout statistics, a small drift late in training.
+        if not getattr(self.policy, 'normalize_every_step', False):
+            self.policy.update_normalization(self.rollout_obs(max_samples=1 << 30))
         self.update_teacher_with_ema()
         if kl_teacher is not None:
             losses['kl_to_teacher'] = kl_teacher

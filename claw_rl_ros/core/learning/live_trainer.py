@@ -55,6 +55,12 @@ class LiveTrainer:
                               'runs PPO (+ OPD) on on-policy chunks; train off-policy '
                               'algorithms in one process (claw-rl train, make train-offline) '
                               'or set algorithm: ppo')
+        if cfg.policy.normalize_obs and cfg.policy.obs_normalizer != 'rsl_rl':
+            raise ConfigError('train config', 'policy.obs_normalizer',
+                              f'{cfg.policy.obs_normalizer!r}: its statistics follow every '
+                              'step before acting, but live actors act with a frozen model '
+                              'version; set policy.obs_normalizer: rsl_rl (merged once per '
+                              'rollout) for live training')
         if chunks_per_iteration < 1:
             raise ValueError(f'chunks_per_iteration {chunks_per_iteration} must be >= 1')
         if min_chunk_envs < 1:

@@ -21,22 +21,39 @@ def mlp(in_dim: int, hidden: list[int], out_dim: int, activation: str) -> nn.Seq
     return nn.Sequential(*layers)
 
 
+# Normaliser variants: (epsilon, clip). rsl_rl adds eps to the std; sb3 adds it to the variance.
+NORMALIZER_VARIANTS = {'rsl_rl': (1e-2, None), 'sb3': (1e-8, 10.0)}
+
+
 class EmpiricalNormalization(nn.Module):
-    """Running mean / variance of inputs: ``y = (x - mean) / (std + eps)`` (rsl_rl).
+    """Running mean / variance of inputs ``x [B, dim]``, two variants.
+
+    - ``rsl_rl``: ``y = (x - mean) / (std + 1e-2)`` (rsl_rl).
+    - ``sb3``: ``y = clip((x - mean) / sqrt(var + 1e-8), -10, 10)`` (SB3 VecNormalize, CleanRL
+      NormalizeObservation).
 
     Statistics update only through :meth:`update` (called on collected observations), so the
     forward pass is a pure function that exports to ONNX.
     """
 
-    def __init__(self, dim: int, eps: float = 1e-2):
+    def __init__(self, dim: int, eps: float | None = None, variant: str = 'rsl_rl'):
         super().__init__()
-        self.eps = eps
+        if variant not in NORMALIZER_VARIANTS:
+            raise ValueError(f'normaliser variant {variant!r}: use one of '
+                             f'{", ".join(NORMALIZER_VARIANTS)}')
+        self.variant = variant
+        default_eps, self.clip = NORMALIZER_VARIANTS[variant]
+        self.eps = default_eps if eps is None else eps
         self.register_buffer('mean', torch.zeros(dim))
         self.register_buffer('var', torch.ones(dim))
         self.register_buffer('count', torch.zeros((), dtype=torch.float64))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return (x - self.mean) / (torch.sqrt(self.var) + self.eps)
+        if self.clip is None:
+            return (x - self.mean) / (torch.sqrt(self.var) + self.eps)
+        # SB3: the epsilon inside the root, then a clip of rare outliers.
+        y = (x - self.mean) / torch.sqrt(self.var + self.eps)
+        return y.clamp(-self.clip, self.clip)
 
     @torch.no_grad()
     def update(self, x: torch.Tensor) -> None:
@@ -73,6 +90,16 @@ def gaussian_entropy(std: torch.Tensor) -> torch.Tensor:
     return (0.5 + LOG_SQRT_2PI + std.log()).sum(-1)
 
 
+def orthogonal_init_(net: nn.Sequential, output_gain: float) -> None:
+    """SB3 / CleanRL init of an MLP: orthogonal weights, zero biases, gain sqrt 2 for hidden
+    layers and ``output_gain`` for the last (0.01 for an action mean, 1 for a value)."""
+    linears = [m for m in net if isinstance(m, nn.Linear)]
+    for k, layer in enumerate(linears):
+        nn.init.orthogonal_(layer.weight, gain=output_gain if k == len(linears) - 1
+                            else math.sqrt(2.0))
+        nn.init.zeros_(layer.bias)
+
+
 def select_obs(obs: dict[str, torch.Tensor], groups: list[str]) -> torch.Tensor:
     """Concatenate observation groups ``[B, sum of dims]`` in the given order."""
     if len(groups) == 1:
@@ -91,16 +118,24 @@ class ActorCritic(nn.Module):
                  actor_hidden_dims: list[int], critic_hidden_dims: list[int],
                  activation: str = 'elu', init_noise_std: float = 1.0,
                  normalize_obs: bool = True, actor_obs_groups: list[str] | None = None,
-                 critic_obs_groups: list[str] | None = None, min_std: float = 0.0):
+                 critic_obs_groups: list[str] | None = None, min_std: float = 0.0,
+                 obs_normalizer: str = 'rsl_rl', init: str = 'torch'):
         super().__init__()
         self.actor_obs_groups = list(actor_obs_groups or ['policy'])
         self.critic_obs_groups = list(critic_obs_groups or ['policy_noise_free', 'privileged'])
         self.actor = mlp(actor_dim, actor_hidden_dims, num_actions, activation)
         self.critic = mlp(critic_dim, critic_hidden_dims, 1, activation)
-        self.actor_normalizer = EmpiricalNormalization(actor_dim) if normalize_obs \
-            else nn.Identity()
-        self.critic_normalizer = EmpiricalNormalization(critic_dim) if normalize_obs \
-            else nn.Identity()
+        self.actor_normalizer = EmpiricalNormalization(actor_dim, variant=obs_normalizer) \
+            if normalize_obs else nn.Identity()
+        self.critic_normalizer = EmpiricalNormalization(critic_dim, variant=obs_normalizer) \
+            if normalize_obs else nn.Identity()
+        # sb3 statistics follow every step before it is acted on; rsl_rl's once per rollout.
+        self.normalize_every_step = normalize_obs and obs_normalizer == 'sb3'
+        if init == 'orthogonal':
+            orthogonal_init_(self.actor, output_gain=0.01)
+            orthogonal_init_(self.critic, output_gain=1.0)
+        elif init != 'torch':
+            raise ValueError(f'init {init!r}: use torch or orthogonal')
         self.log_std = nn.Parameter(torch.full((num_actions,), math.log(init_noise_std)))
         self.min_std = min_std
         self.clamp_std_()

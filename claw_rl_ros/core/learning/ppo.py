@@ -38,7 +38,8 @@ class PPO(Algorithm):
         self.cfg = cfg
         self.distill = distill
         self.learning_rate = cfg.learning_rate
-        self.optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.learning_rate, fused=True)
+        self.optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.learning_rate,
+                                          eps=cfg.adam_eps, fused=True)
         self.generator = generator
         # The teacher is a registry entry: an EMA copy of the student, or a frozen policy.
         self.init_registry(policy, teacher, distill.teacher_mode)
@@ -51,7 +52,12 @@ class PPO(Algorithm):
 
     @torch.no_grad()
     def act(self, obs: Obs) -> torch.Tensor:
-        """Sample actions [N, A] for the current observations and remember the transition."""
+        """Sample actions [N, A] for the current observations and remember the transition.
+
+        An ``sb3`` normaliser first merges ``obs`` into its statistics (SB3 / CleanRL order).
+        """
+        if self.policy.normalize_every_step:
+            self.policy.update_normalization(obs)
         self._pending = sample_transition(self.policy, obs, self.generator)
         return self._pending['actions']
 

@@ -57,7 +57,7 @@ def build_policy(cfg: TrainConfig, obs_dims: dict[str, int], num_actions: int,
         actor_hidden_dims=p.actor_hidden_dims, critic_hidden_dims=p.critic_hidden_dims,
         activation=p.activation, init_noise_std=p.init_noise_std, normalize_obs=p.normalize_obs,
         actor_obs_groups=p.actor_obs_groups, critic_obs_groups=p.critic_obs_groups,
-        min_std=p.min_noise_std)
+        min_std=p.min_noise_std, obs_normalizer=p.obs_normalizer, init=p.init)
     return policy
 
 

@@ -28,6 +28,14 @@ class PolicyConfig:
     critic_obs_groups: list[str] = param(['policy_noise_free', 'privileged'],
                                          'groups the critic reads (noise-free by default)')
     normalize_obs: bool = param(True, 'running mean/std observation normaliser')
+    obs_normalizer: Literal['rsl_rl', 'sb3'] = param(
+        'rsl_rl', 'normaliser variant. rsl_rl: (x - mean) / (std + 1e-2), statistics merged once '
+        'per rollout after the update. sb3: (x - mean) / sqrt(var + 1e-8) clipped to +-10, '
+        'statistics merged at every step before acting (SB3 VecNormalize, CleanRL '
+        'NormalizeObservation)')
+    init: Literal['torch', 'orthogonal'] = param(
+        'torch', 'weight init. torch: PyTorch default. orthogonal: SB3 / CleanRL (orthogonal '
+        'weights, zero biases, gain sqrt 2 hidden, 0.01 action mean, 1 value)')
 
 
 @dataclass
@@ -47,6 +55,8 @@ class PPOConfig:
     schedule: Literal['adaptive', 'fixed'] = param('adaptive', 'learning-rate schedule')
     desired_kl: float = param(0.01, 'target KL of the adaptive schedule', gt=0)
     normalize_advantage_per_mini_batch: bool = param(False, 'else over the whole rollout')
+    adam_eps: float = param(1e-8, 'Adam epsilon (PyTorch 1e-8; SB3 / CleanRL PPO use 1e-5)',
+                            gt=0)
 
 
 @dataclass
