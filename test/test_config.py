@@ -127,3 +127,23 @@ def test_the_main_job_is_ppo_plus_online_distillation_from_an_ema_teacher():
     assert alpha_at(d, 0) == 0.0
     assert alpha_at(d, d.alpha_schedule_iterations) > 0.0
     assert d.alpha_schedule_iterations < cfg.runner.max_iterations
+
+
+def test_gymnasium_ppo_runs_sb3s_init_normaliser_and_adam_eps_and_the_claw_keeps_its_own():
+    """Issue 11 parity: config/train_gym_ppo.yaml selects the SB3 / CleanRL choices in the core;
+    the claw's main job keeps the defaults it walks with (PyTorch init, rsl_rl normaliser)."""
+    from claw_rl_ros.core.learning.runner import build_policy
+    from claw_rl_ros.core.learning.train_config import load_train_config
+    gym_cfg = load_train_config('train_gym_ppo.yaml')
+    assert (gym_cfg.policy.init, gym_cfg.policy.obs_normalizer, gym_cfg.ppo.adam_eps) == \
+        ('orthogonal', 'sb3', 1e-5)
+    policy = build_policy(gym_cfg, {'policy': 11, 'policy_noise_free': 11, 'privileged': 0}, 3)
+    assert policy.normalize_every_step and policy.actor_normalizer.clip == 10.0
+    assert not policy.actor[-1].bias.detach().any()
+    claw = load_train_config('train_ppo.yaml')
+    assert (claw.policy.init, claw.policy.obs_normalizer, claw.ppo.adam_eps) == \
+        ('torch', 'rsl_rl', 1e-8)
+    with pytest.raises(ConfigError, match='obs_normalizer'):
+        load_train_config('train_gym_ppo.yaml', {'policy': {'obs_normalizer': 'vecnorm'}})
+    with pytest.raises(ConfigError, match='policy.obs_normalizer.*PPO option'):
+        load_train_config('train_gym_ppo.yaml', {'algorithm': 'sac'})

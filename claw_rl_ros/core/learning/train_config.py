@@ -150,6 +150,12 @@ class TrainConfig:
         if d.alpha_final is not None and d.alpha_schedule_iterations == 0:
             raise ConfigError('', 'distillation.alpha_schedule_iterations', 'alpha_final is set '
                               'but the schedule has 0 iterations; give its length')
+        if self.algorithm == 'sac':
+            for key, default in (('obs_normalizer', 'rsl_rl'), ('init', 'torch')):
+                if getattr(self.policy, key) != default:
+                    raise ConfigError('', f'policy.{key}', f'{getattr(self.policy, key)!r} is a '
+                                      f'PPO option; SAC uses {default}: remove the key or set '
+                                      'algorithm: ppo')
         for key in ('actor_obs_groups', 'critic_obs_groups'):
             groups = getattr(self.policy, key)
             for group in groups:
