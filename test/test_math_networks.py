@@ -190,3 +190,28 @@ def test_orthogonal_init_uses_sb3_gains_and_zero_biases():
     assert default.act_inference(obs).abs().max() > 0.1
     with pytest.raises(ValueError, match='init .*torch or orthogonal'):
         ActorCritic(5, 7, 3, actor_hidden_dims=[8], critic_hidden_dims=[8], init='xavier')
+
+
+def test_one_sample_at_a_time_gives_the_batch_statistics_and_the_critic_shares_them():
+    """The per-step path (sb3) merges single samples; a critic reading the same groups gets
+    the same statistics, one reading other groups its own."""
+    g = torch.Generator().manual_seed(3)
+    data = torch.randn(23, 2, generator=g, dtype=torch.float64) * 3 + 1
+    norm = EmpiricalNormalization(2).double()
+    norm.count.zero_()
+    for row in data:
+        norm.update(row[None])
+    torch.testing.assert_close(norm.mean, data.mean(0))
+    torch.testing.assert_close(norm.var, data.var(0, unbiased=False))
+    same = ActorCritic(2, 2, 1, actor_hidden_dims=[4], critic_hidden_dims=[4],
+                       critic_obs_groups=['policy'], obs_normalizer='sb3')
+    other = ActorCritic(2, 4, 1, actor_hidden_dims=[4], critic_hidden_dims=[4],
+                        critic_obs_groups=['policy', 'privileged'], obs_normalizer='sb3')
+    obs = {'policy': data[:5].float(), 'privileged': data[5:10].float()}
+    for policy in (same, other):
+        policy.update_normalization(obs)
+        torch.testing.assert_close(policy.actor_normalizer.mean, data[:5].float().mean(0))
+    torch.testing.assert_close(same.critic_normalizer.mean, same.actor_normalizer.mean)
+    assert same.critic_normalizer.count.item() == 5
+    torch.testing.assert_close(other.critic_normalizer.mean,
+                               torch.cat([data[:5], data[5:10]], 1).float().mean(0))

@@ -62,15 +62,23 @@ class EmpiricalNormalization(nn.Module):
         n = x.shape[0]
         if n == 0:
             return
-        batch_mean = x.mean(dim=0)
-        batch_var = x.var(dim=0, unbiased=False)
-        total = self.count + n
-        w = float(n / total)
-        delta = batch_mean - self.mean
-        # Chan et al.: combine (mean, var) of the old statistics and the batch.
-        self.mean += w * delta
-        self.var.copy_((1 - w) * self.var + w * batch_var + w * (1 - w) * delta.square())
-        self.count.copy_(total)
+        # Python scalars for the weights: no tensor round trip per call (sb3 calls this every
+        # step); the tensor arithmetic below is the same as ever, bit for bit.
+        total = self.count.item() + n
+        w = n / total
+        if n == 1:
+            # One sample: its mean is itself and its variance 0 (the common per-step case).
+            delta = x[0] - self.mean
+            self.mean += w * delta
+            self.var.copy_((1 - w) * self.var + w * (1 - w) * delta.square())
+        else:
+            batch_mean = x.mean(dim=0)
+            batch_var = x.var(dim=0, unbiased=False)
+            delta = batch_mean - self.mean
+            # Chan et al.: combine (mean, var) of the old statistics and the batch.
+            self.mean += w * delta
+            self.var.copy_((1 - w) * self.var + w * batch_var + w * (1 - w) * delta.square())
+        self.count.fill_(total)
 
 
 LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
@@ -172,6 +180,13 @@ class ActorCritic(nn.Module):
         return self.critic(self.critic_normalizer(self.critic_input(obs)))
 
     def update_normalization(self, obs: dict[str, torch.Tensor]) -> None:
+        """Merge ``obs`` into both normalisers (the critic's is a copy when it reads the same
+        groups: same data, same statistics, half the work)."""
         if isinstance(self.actor_normalizer, EmpiricalNormalization):
             self.actor_normalizer.update(self.actor_input(obs))
-            self.critic_normalizer.update(self.critic_input(obs))
+            if self.critic_obs_groups == self.actor_obs_groups:
+                for name in ('mean', 'var', 'count'):
+                    getattr(self.critic_normalizer, name).copy_(
+                        getattr(self.actor_normalizer, name))
+            else:
+                self.critic_normalizer.update(self.critic_input(obs))
