@@ -182,7 +182,7 @@ class PolicyNode(Node):
 
 
 def main(args=None) -> int:
-    return spin(PolicyNode, args)
+    return spin(PolicyNode, args, executor='events')
 
 
 if __name__ == '__main__':
