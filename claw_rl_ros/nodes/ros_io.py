@@ -17,6 +17,8 @@ from rclpy.event_handler import PublisherEventCallbacks
 from rclpy.executors import ExternalShutdownException
 from rclpy.experimental import EventsExecutor
 from rclpy.node import Node
+from rclpy.signals import (install_signal_handlers, SignalHandlerOptions,
+                           uninstall_signal_handlers)
 from rclpy.task import Future
 from std_msgs.msg import Header
 from rclpy.qos import (DurabilityPolicy, HistoryPolicy, qos_profile_sensor_data, QoSProfile,
@@ -73,6 +75,16 @@ def publisher(node: Node, msg_type: type, topic: str, qos: QoSProfile | int):
         use_default_callbacks=False))
 
 
+def take_queued(subscription) -> list:
+    """The messages already waiting on ``subscription`` behind the one being handled, oldest
+    first (taken now: the executor finds nothing left for them)."""
+    out, handle = [], subscription.handle
+    with handle:
+        while (taken := handle.take_message(subscription.msg_type, subscription.raw)):
+            out.append(taken[0])
+    return out
+
+
 def steady_timer(node: Node, period: float, callback: Callable[[], None]):
     """A timer on the monotonic clock: wall-paced even under use_sim_time."""
     return node.create_timer(period, callback, clock=Clock(clock_type=ClockType.STEADY_TIME))
@@ -119,6 +131,11 @@ def spin(make_node: Callable[[], Node], args: list[str] | None = None,
         return 1
     try:
         if kind == 'events':
+            # rclpy's SIGINT handler shuts the context down from another thread, under a
+            # running callback (its publish fails, logged as FATAL): here Ctrl-C only sets the
+            # flag, and the context goes down after the last callback.
+            uninstall_signal_handlers()
+            install_signal_handlers(SignalHandlerOptions.SIGTERM)
             spin_events(node, interrupted)
         else:
             rclpy.spin(node)
