@@ -4,7 +4,8 @@ controller's safety contract, hot-swap validation and timing statistics."""
 import numpy as np
 import pytest
 
-from claw_rl_ros.core.deploy.control_stats import Counters, LatencyStats, RateMeter, TickMonitor
+from claw_rl_ros.core.deploy.control_stats import (Counters, LatencyStats, RateMeter,
+                                                   StallDeadline, TickMonitor)
 from claw_rl_ros.core.deploy.model_swap import (ModelCache, ModelRejected, read_model_file,
                                                 validate_model)
 from claw_rl_ros.core.deploy.onnx_policy import OnnxPolicy
@@ -322,3 +323,16 @@ def test_statistics():
     counters = Counters(('a', 'b'))
     counters.add('b', 2)
     assert counters.summary('d') == {'d_a': 0, 'd_b': 2, 'd_total': 2}
+
+
+def test_stall_deadline_expires_on_a_stall_not_on_slow_progress():
+    """claw-rl verify waited for N s of sim time with a fixed 60 s deadline, which a lockstep
+    loop slowed by a second test suite on 2 cores missed while it still moved."""
+    deadline = StallDeadline(60.0, now=0.0)
+    for k in range(60):  # 0.05 s of sim time per 10 s of wall time: slow, 590 s in all
+        assert not deadline.expired(0.05 * k, 10.0 * k)
+    last = 0.05 * 59  # seen at 590 s
+    assert not deadline.expired(last, 649.0)  # the same sim time for 59 s: still fine
+    assert deadline.expired(last, 651.0)  # ... for 61 s: stalled
+    assert not deadline.expired(last + 0.02, 652.0)  # moving again
+    assert StallDeadline(60.0, now=0.0).expired(None, 60.5)  # never any progress
