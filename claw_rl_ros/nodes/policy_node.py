@@ -75,6 +75,7 @@ class PolicyNode(Node):
         self.latency = LatencyStats()
         self.state_rate, self.cmd_rate = RateMeter(), RateMeter()
         self.pub_cmd = publisher(self, Float64MultiArray, 'joint_commands', COMMAND_QOS)
+        self.cmd = Float64MultiArray()
         self.pub_record = publisher(self, Float64MultiArray, RECORD_TOPIC, COMMAND_QOS) \
             if training else None
         self.pub_version = publisher(self, String, 'policy/model_version', LATCHED_QOS)
@@ -126,7 +127,8 @@ class PolicyNode(Node):
         record = self.ctrl.take_record()
         if record is not None:  # training mode: the record goes before its command
             self.pub_record.publish(record_msg(record))
-        self.pub_cmd.publish(Float64MultiArray(data=doubles(targets)))
+        self.cmd.data = doubles(targets)  # one message, refilled: no constructor per tick
+        self.pub_cmd.publish(self.cmd)
         now = time.perf_counter()
         self.cmd_rate.tick(now)
         if start is not None:

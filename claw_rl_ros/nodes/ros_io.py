@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import array
+import gc
 import os
 import signal
 import sys
@@ -129,6 +130,10 @@ def spin(make_node: Callable[[], Node], args: list[str] | None = None,
         print(f'[FATAL] refusing to start: {exc}', file=sys.stderr, flush=True)
         rclpy.try_shutdown()
         return 1
+    # Start-up objects (models, MuJoCo, message types) move out of the collector's sight:
+    # full collections no longer walk them in the middle of a control tick.
+    gc.collect()
+    gc.freeze()
     try:
         if kind == 'events':
             # rclpy's SIGINT handler shuts the context down from another thread, under a

@@ -91,7 +91,7 @@ class PolicyController:
         self.record: PolicyRecord | None = None
         self._rng = np.random.default_rng(seed)
         self._stamp = 0.0
-        self.last_gains = self._gains(True)
+        self._passive_gains = True  # the gains of the last target are PASSIVE's
         self.drops = Counters(DROP_CAUSES)
         self.holds = Counters(HOLD_REASONS)
         self.ticks = 0
@@ -278,11 +278,14 @@ class PolicyController:
     def _out(self, now: float, target: np.ndarray, action: np.ndarray | None) -> Targets:
         self.assembler.advance(action)
         self._last_output = now
-        self.last_gains = self._gains(self.safety.state == PASSIVE)
+        self._passive_gains = self.safety.state == PASSIVE
         return self.order.to_output(target)
 
-    def _gains(self, passive: bool) -> tuple[np.ndarray, np.ndarray]:
-        kp, kd = self.shaper.gains(passive)
+    @property
+    def last_gains(self) -> tuple[np.ndarray, np.ndarray]:
+        """([J] Kp, [J] Kd) of the last target in ``joints`` order (built when asked: most
+        drivers take no gains)."""
+        kp, kd = self.shaper.gains(self._passive_gains)
         return self.order.to_output(kp), self.order.to_output(kd)
 
     def _drop(self, exc: BadInput, stale_fault: str, now: float) -> Targets | None:
