@@ -80,7 +80,8 @@ class PolicyNode(Node):
             if training else None
         self.pub_version = publisher(self, String, 'policy/model_version', LATCHED_QOS)
         self.pub_diag = publisher(self, DiagnosticArray, '/diagnostics', 10)
-        # cmd_vel first: a command waiting with a state is taken before it (subscription order).
+        # A cmd_vel waiting with a state is taken before it: arrival order (events executor),
+        # subscription order (single_threaded: cmd_vel subscribed first).
         self.create_subscription(Twist, 'cmd_vel', self.on_cmd_vel, 10)
         self.sub_js = self.create_subscription(JointState, 'joint_states', self.on_joint_state,
                                                qos)
