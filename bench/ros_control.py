@@ -36,39 +36,59 @@ STUDENT = max((ROOT / 'runs').glob('*/student.onnx'), key=lambda p: p.stat().st_
               default=None)
 
 
-def ping_pong(role: str, seconds: float) -> None:
-    """Child process: bare rclpy JointState ping-pong (the reference loop)."""
+def ping_pong(role: str, seconds: float, executor: str, pipelined: bool) -> None:
+    """Child process: bare rclpy JointState ping-pong (the reference loop) on ``executor``
+    (single_threaded: rclpy's default; events: the one the control nodes spin on).
+
+    One message in flight, as in lockstep (a new ping only after 0.1 s without an answer: a
+    lost best-effort one). ``pipelined``: the reference as first written, which published a
+    fresh ping on every warm-up iteration and so kept several in flight (up to the depth-5
+    queues): a throughput, not a round trip.
+    """
     import rclpy
+    from rclpy.executors import SingleThreadedExecutor
+    from rclpy.experimental import EventsExecutor
     from rclpy.node import Node
     from sensor_msgs.msg import JointState
     from claw_rl_ros.nodes.ros_io import SENSOR_QOS
     rclpy.init()
     node = Node(role)
+    spinner = EventsExecutor() if executor == 'events' else SingleThreadedExecutor()
+    spinner.add_node(node)
     out, inp = ('pong', 'ping') if role == 'pong' else ('ping', 'pong')
     pub = node.create_publisher(JointState, out, SENSOR_QOS)
     msg = JointState(name=[f'joint_{i}' for i in range(12)], position=[0.0] * 12,
                      velocity=[0.0] * 12, effort=[0.0] * 12)
-    count = [0]
+    count, last = [0], [time.monotonic()]
 
     def answer(m):
         count[0] += 1
+        last[0] = time.monotonic()
         pub.publish(m if role == 'pong' else msg)
+
+    def kick():  # (re-)start the ball: always when pipelined, else when it was lost
+        if pipelined or time.monotonic() - last[0] > 0.1:
+            pub.publish(msg)
+            last[0] = time.monotonic()
     node.create_subscription(JointState, inp, answer, SENSOR_QOS)
     if role == 'pong':
         try:
-            rclpy.spin(node)
+            while rclpy.ok():
+                spinner.spin_once(timeout_sec=0.1)
         except (KeyboardInterrupt, Exception):  # noqa: BLE001 - stopped by the parent
             pass
         return
     while pub.get_subscription_count() == 0:
-        rclpy.spin_once(node, timeout_sec=0.05)
+        spinner.spin_once(timeout_sec=0.05)
     start = time.monotonic()
-    while time.monotonic() - start < 2.0:  # warm-up, and re-kick lost best-effort pings
-        pub.publish(msg)
-        rclpy.spin_once(node, timeout_sec=0.05)
+    while time.monotonic() - start < 2.0:  # warm-up
+        kick()
+        spinner.spin_once(timeout_sec=0.05)
     count[0], start = 0, time.monotonic()
     while time.monotonic() - start < seconds:
-        rclpy.spin_once(node, timeout_sec=0.1)
+        if not pipelined:
+            kick()
+        spinner.spin_once(timeout_sec=0.1)
     print(json.dumps({'round_trips_per_s': count[0] / (time.monotonic() - start)}), flush=True)
 
 
@@ -101,12 +121,16 @@ class Bench:
             s.name.startswith(node) and predicate(values(s)) for s in m.status), timeout, start)
         return next(values(s) for s in msg.status if s.name.startswith(node))
 
-    def ping_pong(self, seconds: float) -> float:
-        pong = subprocess.Popen([sys.executable, __file__, '--role', 'pong'], env=self.env)
+    def ping_pong(self, seconds: float, executor: str = 'single_threaded',
+                  pipelined: bool = False) -> float:
+        pong = subprocess.Popen([sys.executable, __file__, '--role', 'pong', '--executor',
+                                 executor], env=self.env)
         try:
             out = subprocess.run([sys.executable, __file__, '--role', 'ping', '--seconds',
-                                  str(seconds)], env=self.env, capture_output=True, text=True,
-                                 timeout=seconds + 60, check=True).stdout
+                                  str(seconds), '--executor', executor]
+                                 + (['--pipelined'] if pipelined else []), env=self.env,
+                                 capture_output=True, text=True, timeout=seconds + 60,
+                                 check=True).stdout
         finally:
             pong.terminate()
             pong.wait()
@@ -271,17 +295,25 @@ def control_numbers(bench: Bench, models: list[Path], args) -> None:
     """Parts 1-3 of the module docstring, printed as they are measured."""
     moved = transport(models[0])
     pp = bench.ping_pong(args.lockstep_seconds)
+    pp_events = bench.ping_pong(args.lockstep_seconds, 'events')
+    pp_piped = bench.ping_pong(args.lockstep_seconds, pipelined=True)
     ls = bench.lockstep(models[0], args.lockstep_seconds)
     work = compute_per_step(models[0])
     print(f'lockstep: {ls:.0f} control steps/s vs bare rclpy ping-pong {pp:.0f} round '
-          f'trips/s: {100 * ls / pp:.0f} % (target >= 80 %)', flush=True)
+          f'trips/s: {100 * ls / pp:.0f} % (target >= 80 %); the same ping-pong on the '
+          f'EventsExecutor the nodes spin on: {pp_events:.0f} round trips/s '
+          f'({100 * ls / pp_events:.0f} %); the first reference (several pings in flight): '
+          f'{pp_piped:.0f} messages/s ({100 * ls / pp_piped:.0f} %)', flush=True)
     # A lockstep step = one round trip + the two nodes' own work, done one after the other.
     own, round_trip, step = work['sim_ms'] + work['policy_ms'], 1e3 / pp, 1e3 / ls
     ceiling = 1e3 / (round_trip + own)
+    ceiling_events = 1e3 / (1e3 / pp_events + own)
     print(f'  per step {step:.2f} ms = own work {own:.2f} ms in process (physics + readings '
           f'{work["sim_ms"]:.2f}, policy tick {work["policy_ms"]:.2f}) + ROS {step - own:.2f} '
-          f'ms (a bare round trip is {round_trip:.2f} ms); ceiling with ROS costing only the '
-          f'round trip: {ceiling:.0f} steps/s = {100 * ceiling / pp:.0f} % of ping-pong',
+          f'ms (a bare round trip is {round_trip:.2f} ms, {1e3 / pp_events:.2f} ms on the '
+          f'EventsExecutor); ceiling with ROS costing only the round trip: {ceiling:.0f} '
+          f'steps/s = {100 * ceiling / pp:.0f} % of ping-pong ({ceiling_events:.0f} steps/s '
+          f'= {100 * ceiling_events / pp:.0f} % with the EventsExecutor round trip)',
           flush=True)
     print(f'swap transport ({moved["model_bytes"]} B): uint8[] topic '
           f'{moved["uint8_topic_ms"]:.2f} ms vs BYTE_ARRAY parameter '
@@ -303,6 +335,9 @@ def control_numbers(bench: Bench, models: list[Path], args) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--role', choices=['ping', 'pong'])
+    parser.add_argument('--executor', default='single_threaded',
+                        choices=['single_threaded', 'events'])
+    parser.add_argument('--pipelined', action='store_true')
     parser.add_argument('--seconds', type=float, default=60.0)
     parser.add_argument('--lockstep-seconds', type=float, default=10.0)
     parser.add_argument('--swaps', type=int, default=10)
@@ -314,7 +349,8 @@ def main() -> None:
     parser.add_argument('--only-walk', action='store_true', help='skip parts 1-3')
     args = parser.parse_args()
     if args.role:
-        return ping_pong(args.role, args.lockstep_seconds if args.role == 'ping' else 0)
+        return ping_pong(args.role, args.lockstep_seconds if args.role == 'ping' else 0,
+                         args.executor, args.pipelined)
     from control_models import good_model
     from claw_rl_ros.core.sim.robot import load_robot
     robot = load_robot()

@@ -4,7 +4,8 @@ controller's safety contract, hot-swap validation and timing statistics."""
 import numpy as np
 import pytest
 
-from claw_rl_ros.core.deploy.control_stats import Counters, LatencyStats, RateMeter, TickMonitor
+from claw_rl_ros.core.deploy.control_stats import (Counters, LatencyStats, RateMeter,
+                                                   StallDeadline, TickMonitor)
 from claw_rl_ros.core.deploy.model_swap import (ModelCache, ModelRejected, read_model_file,
                                                 validate_model)
 from claw_rl_ros.core.deploy.onnx_policy import OnnxPolicy
@@ -199,6 +200,45 @@ def test_a_state_is_answered_once(robot, models):
     assert feed.tick() is not None
 
 
+def test_a_backlog_is_worked_off_at_its_newest_state_without_stale_faults(robot, models):
+    """Under load, states queue up (depth-5 subscriptions) while /clock (depth 1) moves on.
+    Judged one by one against the newest clock the old ones faulted stale, and autostart
+    re-armed at the next one: the stale_joint_states fault flapped. The node now hands the
+    controller a backlog's older states as superseded."""
+    q0, names, still = robot.default_joint_pos, robot.joint_names, np.zeros(12)
+
+    def backlog(superseded):
+        ctrl = PolicyController(robot, stale_after_periods=3)
+        ctrl.load_path(models['a'])
+        feed = Feed(ctrl, robot)
+        assert feed.tick() is not None and ctrl.safety.state == 'RL'
+        now = feed.t + 5 * DT  # the clock is 5 ticks on; their states wait in the queue
+        ctrl.on_imu(now, [0, 0, 0, 1], [0, 0, 0], now)
+        outs = [ctrl.on_joint_state(feed.t + k * DT, names, q0, still, now,
+                                    superseded and k < 5) for k in range(1, 6)]
+        return ctrl, outs
+
+    old, outs = backlog(superseded=False)  # the per-message handling before the fix
+    assert old.safety.faults['stale_joint_states'] == 1 and old.drops['stale'] == 1
+    assert [t.target for t in old.safety.history][-3:] == ['PASSIVE', 'STAND_UP', 'RL']
+    ctrl, outs = backlog(superseded=True)
+    assert outs[:4] == [None] * 4 and outs[4] is not None  # the newest state is answered
+    assert ctrl.superseded == 4 and ctrl.drops['stale'] == 0
+    assert ctrl.safety.faults['stale_joint_states'] == 0 and ctrl.safety.state == 'RL'
+    assert ctrl.ticks == 2  # the policy acted on it
+    # A bad state inside a backlog is never skipped: dropped, counted, a hold, a fault.
+    bad = q0.copy()
+    bad[2] = np.inf
+    t = ctrl._last_state_stamp
+    out = ctrl.on_joint_state(t + DT, names, bad, still, t + 2 * DT, True)
+    np.testing.assert_array_equal(out, q0)
+    assert ctrl.drops['non_finite'] == 1 and ctrl.safety.faults['non_finite'] == 1
+    assert ctrl.safety.state == 'PASSIVE' and ctrl.superseded == 4
+    # So is a state that repeats an answered stamp (a lockstep re-send).
+    assert ctrl.on_joint_state(t, names, q0, still, t + 2 * DT, True) is None
+    assert ctrl.drops['stale'] == 1 and ctrl.superseded == 4
+
+
 def test_watchdog_holds_the_default_pose_on_stale_state(robot, models):
     rev = list(reversed(robot.joint_names))
     ctrl = PolicyController(robot, stale_after_periods=3, output_joints=rev)
@@ -283,3 +323,16 @@ def test_statistics():
     counters = Counters(('a', 'b'))
     counters.add('b', 2)
     assert counters.summary('d') == {'d_a': 0, 'd_b': 2, 'd_total': 2}
+
+
+def test_stall_deadline_expires_on_a_stall_not_on_slow_progress():
+    """claw-rl verify waited for N s of sim time with a fixed 60 s deadline, which a lockstep
+    loop slowed by a second test suite on 2 cores missed while it still moved."""
+    deadline = StallDeadline(60.0, now=0.0)
+    for k in range(60):  # 0.05 s of sim time per 10 s of wall time: slow, 590 s in all
+        assert not deadline.expired(0.05 * k, 10.0 * k)
+    last = 0.05 * 59  # seen at 590 s
+    assert not deadline.expired(last, 649.0)  # the same sim time for 59 s: still fine
+    assert deadline.expired(last, 651.0)  # ... for 61 s: stalled
+    assert not deadline.expired(last + 0.02, 652.0)  # moving again
+    assert StallDeadline(60.0, now=0.0).expired(None, 60.5)  # never any progress

@@ -52,8 +52,9 @@ def msg_record(msg: Float64MultiArray, obs_dim: int, num_actions: int) -> Policy
 class LoopActorIO:
     """sim_node's training mode; ``session`` is the node's world (module docstring).
 
-    Created before the node subscribes to joint_commands, so when a record and its command
-    are both waiting, the executor takes the record first (subscription order).
+    The policy node publishes a record before its command, so the events executor takes the
+    record first (arrival order); for the single_threaded one this is created before the node
+    subscribes to joint_commands (subscription order).
     """
 
     def __init__(self, node: Node, robot: RobotSpec, p: dict):

@@ -47,7 +47,7 @@ from ..core.deploy.policy_controller import PolicyController
 from ..core.sim.robot import load_robot
 from .loop_actor_io import record_msg, RECORD_TOPIC
 from .ros_io import (COMMAND_QOS, diagnostics, doubles, LATCHED_QOS, now_sec, publisher, spin,
-                     steady_timer, to_sec)
+                     steady_timer, take_queued, to_sec)
 from .safety_io import declare_safety, READ_ONLY, SafetyIO, state_qos
 
 
@@ -75,14 +75,17 @@ class PolicyNode(Node):
         self.latency = LatencyStats()
         self.state_rate, self.cmd_rate = RateMeter(), RateMeter()
         self.pub_cmd = publisher(self, Float64MultiArray, 'joint_commands', COMMAND_QOS)
+        self.cmd = Float64MultiArray()
         self.pub_record = publisher(self, Float64MultiArray, RECORD_TOPIC, COMMAND_QOS) \
             if training else None
         self.pub_version = publisher(self, String, 'policy/model_version', LATCHED_QOS)
         self.pub_diag = publisher(self, DiagnosticArray, '/diagnostics', 10)
-        # cmd_vel first: a command waiting with a state is taken before it (subscription order).
+        # A cmd_vel waiting with a state is taken before it: arrival order (events executor),
+        # subscription order (single_threaded: cmd_vel subscribed first).
         self.create_subscription(Twist, 'cmd_vel', self.on_cmd_vel, 10)
-        self.create_subscription(JointState, 'joint_states', self.on_joint_state, qos)
-        self.create_subscription(Imu, 'imu', self.on_imu, qos)
+        self.sub_js = self.create_subscription(JointState, 'joint_states', self.on_joint_state,
+                                               qos)
+        self.sub_imu = self.create_subscription(Imu, 'imu', self.on_imu, qos)
         self.create_subscription(UInt8MultiArray, 'policy/model', self.on_model, LATCHED_QOS)
         self.add_on_set_parameters_callback(self.on_set_parameters)
         self.safety = SafetyIO(self, self.ctrl)
@@ -96,16 +99,22 @@ class PolicyNode(Node):
 
     # ----------------------------------------------------------------------------- inputs
     def on_joint_state(self, msg: JointState) -> None:
-        start = time.perf_counter()
-        self.state_rate.tick(start)
-        self.send(self.ctrl.on_joint_state(to_sec(msg.header.stamp), msg.name, msg.position,
-                                           msg.velocity, now_sec(self)), start)
+        # A backlog (a loaded machine) is worked off at its newest state: the older ones are
+        # validated and counted, but neither answered nor judged stale (policy_controller).
+        msgs = [msg, *take_queued(self.sub_js)]
+        for k, m in enumerate(msgs):
+            start = time.perf_counter()
+            self.state_rate.tick(start)
+            self.send(self.ctrl.on_joint_state(to_sec(m.header.stamp), m.name, m.position,
+                                               m.velocity, now_sec(self), k < len(msgs) - 1),
+                      start)
 
     def on_imu(self, msg: Imu) -> None:
-        start = time.perf_counter()
-        q, w = msg.orientation, msg.angular_velocity
-        self.send(self.ctrl.on_imu(to_sec(msg.header.stamp), (q.x, q.y, q.z, q.w),
-                                   (w.x, w.y, w.z), now_sec(self)), start)
+        for m in (msg, *take_queued(self.sub_imu)):
+            start = time.perf_counter()
+            q, w = m.orientation, m.angular_velocity
+            self.send(self.ctrl.on_imu(to_sec(m.header.stamp), (q.x, q.y, q.z, q.w),
+                                       (w.x, w.y, w.z), now_sec(self)), start)
 
     def on_cmd_vel(self, msg: Twist) -> None:
         self.ctrl.on_command(msg.linear.x, msg.linear.y, msg.angular.z)
@@ -119,7 +128,8 @@ class PolicyNode(Node):
         record = self.ctrl.take_record()
         if record is not None:  # training mode: the record goes before its command
             self.pub_record.publish(record_msg(record))
-        self.pub_cmd.publish(Float64MultiArray(data=doubles(targets)))
+        self.cmd.data = doubles(targets)  # one message, refilled: no constructor per tick
+        self.pub_cmd.publish(self.cmd)
         now = time.perf_counter()
         self.cmd_rate.tick(now)
         if start is not None:
@@ -182,7 +192,7 @@ class PolicyNode(Node):
 
 
 def main(args=None) -> int:
-    return spin(PolicyNode, args)
+    return spin(PolicyNode, args, executor='events')
 
 
 if __name__ == '__main__':

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import array
+import gc
 import os
 import signal
 import sys
@@ -15,7 +16,11 @@ import rclpy
 from rclpy.clock import Clock, ClockType
 from rclpy.event_handler import PublisherEventCallbacks
 from rclpy.executors import ExternalShutdownException
+from rclpy.experimental import EventsExecutor
 from rclpy.node import Node
+from rclpy.signals import (install_signal_handlers, SignalHandlerOptions,
+                           uninstall_signal_handlers)
+from rclpy.task import Future
 from std_msgs.msg import Header
 from rclpy.qos import (DurabilityPolicy, HistoryPolicy, qos_profile_sensor_data, QoSProfile,
                        ReliabilityPolicy)
@@ -28,6 +33,15 @@ COMMAND_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
 LATCHED_QOS = QoSProfile(depth=4, history=HistoryPolicy.KEEP_LAST,
                          reliability=ReliabilityPolicy.RELIABLE,
                          durability=DurabilityPolicy.TRANSIENT_LOCAL)
+# Executors (node parameter ``executor``): rclpy's C++ EventsExecutor takes each message as
+# it arrives; the Python SingleThreadedExecutor rebuilds its wait set on every wake-up (measured
+# in bench/ros_control.py: it doubled the realtime joint_states -> command latency).
+EXECUTORS = ('events', 'single_threaded')
+# The EventsExecutor spins in slices: in rclpy 9.1 its spin() without a timeout busy-waits
+# (a core at 100 %) and never returns to Python, so Ctrl-C was never seen. Between slices the
+# loop looks at the Ctrl-C flag: a stop within a slice, and no KeyboardInterrupt raised inside
+# a callback (the EventsExecutor logs those as a FATAL callback exception).
+SPIN_SLICE_S = 0.1
 LEVELS = {'ok': DiagnosticStatus.OK, 'warn': DiagnosticStatus.WARN,
           'error': DiagnosticStatus.ERROR}
 
@@ -62,6 +76,16 @@ def publisher(node: Node, msg_type: type, topic: str, qos: QoSProfile | int):
         use_default_callbacks=False))
 
 
+def take_queued(subscription) -> list:
+    """The messages already waiting on ``subscription`` behind the one being handled, oldest
+    first (taken now: the executor finds nothing left for them)."""
+    out, handle = [], subscription.handle
+    with handle:
+        while (taken := handle.take_message(subscription.msg_type, subscription.raw)):
+            out.append(taken[0])
+    return out
+
+
 def steady_timer(node: Node, period: float, callback: Callable[[], None]):
     """A timer on the monotonic clock: wall-paced even under use_sim_time."""
     return node.create_timer(period, callback, clock=Clock(clock_type=ClockType.STEADY_TIME))
@@ -79,25 +103,47 @@ def diagnostics(node: Node, name: str, level: str, message: str,
                            status=[status])
 
 
-def spin(make_node: Callable[[], Node], args: list[str] | None = None) -> int:
-    """``rclpy.init(args)``, spin the node, clean shutdown on Ctrl-C; exit code 1 on refusal."""
-    interrupted = []
+def spin(make_node: Callable[[], Node], args: list[str] | None = None,
+         executor: str = 'single_threaded') -> int:
+    """``rclpy.init(args)``, spin the node, clean shutdown on Ctrl-C; exit code 1 on refusal.
+
+    The node's ``executor`` parameter (default ``executor``) picks one of :data:`EXECUTORS`.
+    """
+    interrupted: list[int] = []
+    kind = ''
 
     def on_sigint(signum, frame):
         interrupted.append(signum)
-        signal.default_int_handler(signum, frame)
+        if kind != 'events':  # the events loop polls the flag instead
+            signal.default_int_handler(signum, frame)
 
     # Installed before rclpy.init, so rclpy's own handler still runs first and chains to it.
     signal.signal(signal.SIGINT, on_sigint)
     rclpy.init(args=args)
     try:
         node = make_node()
+        kind = node.declare_parameter('executor', executor).value
+        if kind not in EXECUTORS:
+            node.destroy_node()
+            raise ValueError(f'parameter executor = {kind!r}; use one of {EXECUTORS}')
     except (ValueError, RuntimeError) as exc:
         print(f'[FATAL] refusing to start: {exc}', file=sys.stderr, flush=True)
         rclpy.try_shutdown()
         return 1
+    # Start-up objects (models, MuJoCo, message types) move out of the collector's sight:
+    # full collections no longer walk them in the middle of a control tick.
+    gc.collect()
+    gc.freeze()
     try:
-        rclpy.spin(node)
+        if kind == 'events':
+            # rclpy's SIGINT handler shuts the context down from another thread, under a
+            # running callback (its publish fails, logged as FATAL): here Ctrl-C only sets the
+            # flag, and the context goes down after the last callback.
+            uninstall_signal_handlers()
+            install_signal_handlers(SignalHandlerOptions.SIGTERM)
+            spin_events(node, interrupted)
+        else:
+            rclpy.spin(node)
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     except Exception:  # noqa: BLE001 - judged by whether the context was already shut down
@@ -111,6 +157,19 @@ def spin(make_node: Callable[[], Node], args: list[str] | None = None) -> int:
         node.destroy_node()
         rclpy.try_shutdown()
     return 0
+
+
+def spin_events(node: Node, interrupted: list) -> None:
+    """Spin ``node`` with rclpy's EventsExecutor until its context shuts down or
+    ``interrupted`` (the Ctrl-C flag) is set."""
+    executor = EventsExecutor(context=node.context)
+    executor.add_node(node)
+    never = Future()
+    try:
+        while node.context.ok() and not interrupted:
+            executor.spin_until_future_complete(never, SPIN_SLICE_S)
+    finally:
+        executor.shutdown()
 
 
 def exit_without_teardown(code: int) -> None:

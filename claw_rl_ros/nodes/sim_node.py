@@ -211,7 +211,7 @@ class SimNode(Node):
 
 
 def main(args=None) -> int:
-    return spin(SimNode, args)
+    return spin(SimNode, args, executor='events')
 
 
 if __name__ == '__main__':

@@ -86,6 +86,23 @@ class TickMonitor:
         self.last = None
 
 
+class StallDeadline:
+    """A wait's deadline that moves on with progress: expired only after ``timeout_s`` [s]
+    in which the watched value (e.g. the newest sim time) did not change. A slow graph on a
+    loaded machine gets as long as it keeps moving; a stalled one fails after ``timeout_s``."""
+
+    def __init__(self, timeout_s: float, now: float):
+        self.timeout_s = timeout_s
+        self._value: object = None
+        self._since = now
+
+    def expired(self, value: object, now: float) -> bool:
+        """True when ``value`` has not changed for ``timeout_s`` up to ``now``."""
+        if value != self._value:
+            self._value, self._since = value, now
+        return now - self._since > self.timeout_s
+
+
 class Counters:
     """Named integer counters with a fixed key set (every key shows up, also at 0)."""
 

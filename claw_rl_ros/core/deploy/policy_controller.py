@@ -5,7 +5,8 @@ Contract (what the node publishes on ``joint_commands``):
 * one command per joint-state message, computed only when that state and an IMU reading of
   the same tick (stamp at most half a control period older) are both valid and fresh; a state
   not newer than the last answered one (a re-sent or out-of-order message) gets no command, so
-  a lockstep simulator never sees two answers to one state;
+  a lockstep simulator never sees two answers to one state; nor does a valid state the node
+  found a newer one queued behind (``superseded``: a backlog is worked off at its newest);
 * before the first complete state nothing is published;
 * what a tick publishes is decided by the safety state machine (:mod:`.safety`): damping in
   PASSIVE, the stand-up / sit-down interpolation, or in RL ``q0 + action_scale * a`` (faded
@@ -90,10 +91,11 @@ class PolicyController:
         self.record: PolicyRecord | None = None
         self._rng = np.random.default_rng(seed)
         self._stamp = 0.0
-        self.last_gains = self._gains(True)
+        self._passive_gains = True  # the gains of the last target are PASSIVE's
         self.drops = Counters(DROP_CAUSES)
         self.holds = Counters(HOLD_REASONS)
         self.ticks = 0
+        self.superseded = 0  # valid states skipped for a newer one waiting behind them
         self.started = False
         self.last_swap = 'none'
         self.last_drop = ''
@@ -110,8 +112,17 @@ class PolicyController:
 
     # ------------------------------------------------------------------------------ inputs
     def on_joint_state(self, stamp: float, names: Sequence[str], position: Sequence[float],
-                       velocity: Sequence[float], now: float) -> Targets | None:
-        """A JointState (stamp [s], names, [n] position, [n] velocity) received at ``now``."""
+                       velocity: Sequence[float], now: float,
+                       superseded: bool = False) -> Targets | None:
+        """A JointState (stamp [s], names, [n] position, [n] velocity) received at ``now``.
+
+        ``superseded``: a newer state was already waiting behind this one (a backlog). It is
+        still validated (a bad one is dropped, counted and faults as ever) but, when valid,
+        skipped without a command and without a stale verdict: its age is the node's own
+        backlog, and judging it against a clock that has moved on (``/clock`` keeps only the
+        newest) faulted and re-armed the loop over and over under load. The newest state
+        of the backlog is judged as usual.
+        """
         if self._last_state_stamp is not None and stamp <= self._last_state_stamp:
             self.drops.add('stale')  # this tick was answered already
             return None
@@ -119,6 +130,9 @@ class PolicyController:
         self._names = tuple(names)
         try:
             pos, vel = self.order.joint_arrays(names, position, velocity)
+            if superseded:
+                self.superseded += 1
+                return None
             check_fresh('joint_states', stamp, now, self.max_age)
         except BadInput as exc:
             self._pending = None
@@ -264,11 +278,14 @@ class PolicyController:
     def _out(self, now: float, target: np.ndarray, action: np.ndarray | None) -> Targets:
         self.assembler.advance(action)
         self._last_output = now
-        self.last_gains = self._gains(self.safety.state == PASSIVE)
+        self._passive_gains = self.safety.state == PASSIVE
         return self.order.to_output(target)
 
-    def _gains(self, passive: bool) -> tuple[np.ndarray, np.ndarray]:
-        kp, kd = self.shaper.gains(passive)
+    @property
+    def last_gains(self) -> tuple[np.ndarray, np.ndarray]:
+        """([J] Kp, [J] Kd) of the last target in ``joints`` order (built when asked: most
+        drivers take no gains)."""
+        kp, kd = self.shaper.gains(self._passive_gains)
         return self.order.to_output(kp), self.order.to_output(kd)
 
     def _drop(self, exc: BadInput, stale_fault: str, now: float) -> Targets | None:
@@ -350,6 +367,7 @@ class PolicyController:
         """Flat key/value fields: model version, last swap, drops and holds by cause."""
         out: dict[str, object] = {'model_version': self.version, 'last_swap': self.last_swap,
                                   'policy_ticks': self.ticks, 'started': self.started,
+                                  'superseded_states': self.superseded,
                                   'training': self.training,
                                   'last_drop': self.last_drop}
         out.update(self.drops.summary('dropped'))

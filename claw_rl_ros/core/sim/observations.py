@@ -140,6 +140,7 @@ class ObservationLayout:
             self.slices.append(ObsSlice(name, start, size, scale_arr))
             start += size
         self.dim = start
+        self._terms = [TERMS[s.name].compute for s in self.slices]
         self.scale = np.concatenate([s.scale for s in self.slices]) if self.slices \
             else np.zeros(0, np.float32)
 
@@ -149,9 +150,14 @@ class ObservationLayout:
 
     def compute(self, state: RobotState, default_joint_pos: np.ndarray) -> np.ndarray:
         """[N, dim] float32 observation (each term times its scale)."""
-        parts = [np.asarray(TERMS[s.name].compute(state, default_joint_pos), np.float32)
-                 for s in self.slices]
-        return np.concatenate(parts, axis=1) * self.scale
+        # Each term cast to float32 into its slice, then scaled in place: the bits of
+        # concatenate-then-multiply without the temporaries (the policy node runs this per
+        # tick).
+        out = np.empty((len(state.joint_pos), self.dim), np.float32)
+        for s, term in zip(self.slices, self._terms):
+            out[:, s.start:s.start + s.size] = term(state, default_joint_pos)
+        out *= self.scale
+        return out
 
     def term_vector(self, values: dict[str, float]) -> np.ndarray:
         """[dim] vector holding values[name] on each term's elements (0 for absent terms)."""
