@@ -6,8 +6,10 @@ through :class:`GymVecEnv` and :class:`OnPolicyRunner` with ``algorithm: sac``, 
 defaults, one env, one gradient step per env step, ``learning_starts`` on both), the same
 networks and torch threads, for every seed; then each final policy is evaluated
 deterministically on the same episode seeds. Prints per seed and as mean +- std over seeds:
-return, wall-clock, env steps/s, and the ratios return ours/sb3 and speed ours/sb3 (the
-issue's goal: ours >= 2x faster at >= equal return).
+return, wall-clock, env steps/s, milliseconds per gradient step (time inside our
+``SAC.update`` / SB3's ``SAC.train`` over the gradient steps taken), and the ratios return
+ours/sb3, env steps/s ours/sb3 and gradient-step time sb3/ours (the issue's goal: ours >= 2x
+faster at >= equal return).
 
 ``claw`` section: SAC (``config/train_sac.yaml``) vs PPO (``config/train_ppo.yaml``) on the claw
 quadruped at equal wall-clock: each trains for ``--claw-seconds`` of training time (the runner's
@@ -90,21 +92,44 @@ def ours_config(s: SACSettings, seed: int) -> TrainConfig:
                    'seed': seed, 'torch_threads': s.threads}}, source='bench')
 
 
-def train_ours(s: SACSettings, seed: int) -> tuple[Policy, float]:
-    """Our SAC for ``s.steps`` env steps; (deterministic policy, training seconds)."""
+class GradTimer:
+    """Wraps an update function: seconds spent in it and the gradient steps it took."""
+
+    def __init__(self, fn: Callable, count: Callable[[tuple, dict, object], int]):
+        self.fn, self.count = fn, count
+        self.seconds, self.steps = 0.0, 0
+
+    def __call__(self, *args, **kwargs):
+        start = time.perf_counter()
+        out = self.fn(*args, **kwargs)
+        self.seconds += time.perf_counter() - start
+        self.steps += self.count(args, kwargs, out)
+        return out
+
+    @property
+    def ms_per_step(self) -> float:
+        return 1e3 * self.seconds / max(self.steps, 1)
+
+
+def train_ours(s: SACSettings, seed: int) -> tuple[Policy, float, float]:
+    """Our SAC for ``s.steps`` env steps; (deterministic policy, training seconds, ms per
+    gradient step)."""
     torch.set_num_threads(s.threads)
     cfg = ours_config(s, seed)
     runner = OnPolicyRunner(cfg, tempfile.mkdtemp(prefix='bench_sac_'))
+    timer = runner.alg.update = GradTimer(runner.alg.update,
+                                          lambda _a, _k, out: int(out['updates']))
     start = time.perf_counter()
     for _ in range(cfg.runner.max_iterations):
         runner.train_one_epoch()
     wall = time.perf_counter() - start
     runner.close()
-    return torch_policy_fn(runner.policy.eval()), wall
+    return torch_policy_fn(runner.policy.eval()), wall, timer.ms_per_step
 
 
-def train_sb3(s: SACSettings, seed: int) -> tuple[Policy, float]:
-    """SB3 SAC (its defaults plus the section's values); (deterministic policy, seconds)."""
+def train_sb3(s: SACSettings, seed: int) -> tuple[Policy, float, float]:
+    """SB3 SAC (its defaults plus the section's values); (deterministic policy, seconds, ms per
+    gradient step)."""
     from stable_baselines3 import SAC
     from stable_baselines3.common.env_util import make_vec_env
     torch.set_num_threads(s.threads)
@@ -113,11 +138,13 @@ def train_sb3(s: SACSettings, seed: int) -> tuple[Policy, float]:
                 learning_starts=s.learning_starts, batch_size=s.batch_size, tau=s.tau,
                 gamma=s.gamma, train_freq=1, gradient_steps=1, seed=seed, device='cpu',
                 verbose=0, policy_kwargs={'net_arch': list(s.hidden)})
+    timer = model.train = GradTimer(model.train,
+                                    lambda a, k, _out: k.get('gradient_steps', a[0] if a else 0))
     start = time.perf_counter()
     model.learn(total_timesteps=s.steps)
     wall = time.perf_counter() - start
     venv.close()
-    return (lambda obs: model.predict(obs, deterministic=True)[0]), wall
+    return (lambda obs: model.predict(obs, deterministic=True)[0]), wall, timer.ms_per_step
 
 
 def evaluate_gym(s: SACSettings, act: Policy) -> float:
@@ -145,15 +172,18 @@ def run_gym_section(section: str, s: SACSettings, seeds: list[int]) -> dict[str,
           f'{load_line()}', flush=True)
     print('  shared settings: ' + ', '.join(f'{k}={v}' for k, v in asdict(s).items()
                                             if k not in ('env', 'steps')))
-    table = {f'{side}_{what}': [] for side in ('ours', 'sb3') for what in ('return', 'wall')}
+    table = {f'{side}_{what}': [] for side in ('ours', 'sb3')
+             for what in ('return', 'wall', 'grad_ms')}
     for seed in seeds:
         for side, train in (('ours', train_ours), ('sb3', train_sb3)):
-            act, wall = train(s, seed)
+            act, wall, grad_ms = train(s, seed)
             ret = evaluate_gym(s, act)
             table[f'{side}_return'].append(ret)
             table[f'{side}_wall'].append(wall)
+            table[f'{side}_grad_ms'].append(grad_ms)
             print(f'  seed {seed} {side:4}: return {ret:9.1f}  wall {wall:7.1f} s  '
-                  f'{s.steps / wall:6.0f} steps/s   {load_line()}', flush=True)
+                  f'{s.steps / wall:6.0f} steps/s  {grad_ms:6.2f} ms/gradient step   '
+                  f'{load_line()}', flush=True)
     out = {k: np.asarray(v) for k, v in table.items()}
     gym_report(section, s, out)
     return out
@@ -162,18 +192,22 @@ def run_gym_section(section: str, s: SACSettings, seeds: list[int]) -> dict[str,
 def gym_report(section: str, s: SACSettings, r: dict[str, np.ndarray]) -> None:
     ret_ratio = r['ours_return'].mean() / r['sb3_return'].mean()
     speed = r['sb3_wall'].mean() / r['ours_wall'].mean()
+    grad = r['sb3_grad_ms'].mean() / r['ours_grad_ms'].mean()
     for side in ('ours', 'sb3'):
         print(f'  {side:4} mean over {len(r[side + "_return"])} seeds: return '
               f'{r[side + "_return"].mean():9.1f} +- {r[side + "_return"].std():7.1f}  '
-              f'steps/s {s.steps / r[side + "_wall"].mean():6.0f}')
+              f'steps/s {s.steps / r[side + "_wall"].mean():6.0f}  '
+              f'ms/gradient step {r[side + "_grad_ms"].mean():6.2f}')
     # Negative returns (Pendulum): a ratio above 1 is a worse return there; say which is better.
     better = 'ours' if r['ours_return'].mean() >= r['sb3_return'].mean() else 'sb3'
     goal = 'met' if speed >= 2.0 and better == 'ours' else 'not met'
     print(f'[{section}] return ratio ours/sb3 {ret_ratio:.2f} (higher return: {better})   '
-          f'steps/s ratio ours/sb3 {speed:.2f}x   goal >= 2x at >= equal return: {goal}')
+          f'steps/s ratio ours/sb3 {speed:.2f}x   gradient-step time ratio sb3/ours '
+          f'{grad:.2f}x   goal >= 2x at >= equal return: {goal}')
     print('  remaining differences: SB3 clamps the log std to [-20, 2], ours squashes it into '
-          '[-5, 2] with a tanh (CleanRL); SB3 Adam eps 1e-8 unfused vs ours fused; SB3 '
-          'initialises with PyTorch defaults as ours does')
+          '[-5, 2] with a tanh (CleanRL); SB3 Adam eps 1e-8 single-tensor vs ours fused; SB3 '
+          'initialises with PyTorch defaults as ours does; ours does a 1000-step chunk of env '
+          'steps, then its 1000 gradient steps, SB3 alternates them one by one')
 
 
 # ------------------------------------------------------------------------------ claw section

@@ -15,8 +15,10 @@ from claw_rl_ros.core.learning import checkpoint as ckpt
 from claw_rl_ros.core.learning.opd import gaussian_kl
 from claw_rl_ros.core.learning.ppo import PPO
 from claw_rl_ros.core.learning.runner import OnPolicyRunner
+from claw_rl_ros.core.learning.networks import mlp
 from claw_rl_ros.core.learning.sac import (
-    log1m_tanh_sq, polyak_update, SAC, SACPolicy, squashed_log_prob)
+    EnsembleQ, fused_adam_step, log1m_tanh_sq, polyak_update, SAC, SACPolicy, squashed_log_prob,
+    squashed_log_prob_from_noise)
 from claw_rl_ros.core.learning.train_config import TrainConfig
 from claw_rl_ros.core.sim.gym_vec import GymVecEnv
 
@@ -94,6 +96,91 @@ def test_squashed_log_prob_matches_a_numerical_change_of_variables():
         dens = squashed_log_prob(torch.atanh(a)[:, None], torch.tensor([[m]], dtype=a.dtype),
                                  torch.tensor([[s]], dtype=a.dtype)).exp()
         assert float(torch.trapezoid(dens, a)) == pytest.approx(1.0, abs=1e-3)
+
+
+def test_log_prob_from_the_noise_equals_the_change_of_variables_with_gradients():
+    gen = torch.Generator().manual_seed(5)
+    mean = torch.randn(64, 3, generator=gen, dtype=torch.float64, requires_grad=True)
+    log_std = torch.randn(64, 3, generator=gen, dtype=torch.float64, requires_grad=True)
+    noise = torch.randn(64, 3, generator=gen, dtype=torch.float64)
+    grads = []
+    for form in ('density', 'noise'):
+        u = mean + log_std.exp() * noise
+        logp = squashed_log_prob(u, mean, log_std.exp()) if form == 'density' \
+            else squashed_log_prob_from_noise(noise, log_std, u)
+        grads.append((logp, *torch.autograd.grad(logp.sum(), (mean, log_std))))
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+
+
+def two_mlps_and_their_ensemble(seed=0):
+    """Two independent critic MLPs ``[5 + 2] -> 16 -> 16 -> 1`` and an EnsembleQ loaded from
+    their state dicts in the former ``TwinQ`` layout (``q1.0.weight`` ...)."""
+    torch.manual_seed(seed)
+    q1, q2 = (mlp(7, [16, 16], 1, 'relu').double() for _ in range(2))
+    ens = EnsembleQ(5, 2, [16, 16], 'relu').double()
+    ens.load_state_dict({**{f'q1.{k}': v for k, v in q1.state_dict().items()},
+                         **{f'q2.{k}': v for k, v in q2.state_dict().items()}})
+    return q1, q2, ens
+
+
+def test_ensemble_critic_matches_two_independent_mlps():
+    q1, q2, ens = two_mlps_and_their_ensemble()
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(32, 5, generator=gen, dtype=torch.float64)
+    a = torch.randn(32, 2, generator=gen, dtype=torch.float64, requires_grad=True)
+    y = torch.randn(32, generator=gen, dtype=torch.float64)
+    # Values and every weight gradient of the critic loss.
+    q = ens(x, a)
+    ref = torch.stack([q1(torch.cat([x, a], -1)).squeeze(-1),
+                       q2(torch.cat([x, a], -1)).squeeze(-1)])
+    torch.testing.assert_close(q, ref, rtol=1e-12, atol=1e-12)
+    torch.nn.functional.mse_loss(q, y.expand_as(q)).backward()
+    (0.5 * (torch.nn.functional.mse_loss(ref[0], y) + torch.nn.functional.mse_loss(ref[1], y))
+     ).backward()
+    for layer in range(3):
+        for m, net in enumerate((q1, q2)):
+            torch.testing.assert_close(ens.weights[layer].grad[m], net[2 * layer].weight.grad.t())
+            torch.testing.assert_close(ens.biases[layer].grad[m], net[2 * layer].bias.grad)
+    # The actor's pass: gradient of min Q to the action only, none to the weights.
+    ens.zero_grad(set_to_none=True)
+    g_ens, = torch.autograd.grad(ens(x, a, detach_weights=True).amin(0).sum(), a)
+    g_ref, = torch.autograd.grad(torch.minimum(q1(torch.cat([x, a], -1)),
+                                               q2(torch.cat([x, a], -1))).sum(), a)
+    torch.testing.assert_close(g_ens, g_ref)
+    assert all(p.grad is None for p in ens.parameters())
+
+
+def test_ensemble_members_start_as_separately_built_mlps_would():
+    torch.manual_seed(3)
+    q1, q2 = mlp(7, [16, 16], 1, 'relu'), mlp(7, [16, 16], 1, 'relu')
+    torch.manual_seed(3)
+    ens = EnsembleQ(5, 2, [16, 16], 'relu')
+    for layer in range(3):
+        assert torch.equal(ens.weights[layer][1], q2[2 * layer].weight.detach().t())
+        assert torch.equal(ens.biases[layer][0], q1[2 * layer].bias.detach())
+
+
+def test_fused_adam_step_is_optimizer_step_bit_for_bit():
+    torch.manual_seed(0)
+    nets = [torch.nn.Linear(4, 3) for _ in range(2)]
+    nets[1].load_state_dict(nets[0].state_dict())
+    extra = [torch.zeros((), requires_grad=True) for _ in range(2)]
+    opts = [torch.optim.Adam([{'params': list(n.parameters()), 'lr': 1e-2},
+                              {'params': [e], 'lr': 3e-3}], fused=True)
+            for n, e in zip(nets, extra)]
+    x = torch.randn(8, 4)
+    for _ in range(4):  # the first step creates the state through Optimizer.step
+        for net, e, opt, fast in zip(nets, extra, opts, (False, True)):
+            (net(x).square().mean() + e * 0.7).backward()
+            if fast:
+                fused_adam_step(opt)
+            else:
+                opt.step()
+                opt.zero_grad()
+    for p, q in zip([*nets[0].parameters(), extra[0]], [*nets[1].parameters(), extra[1]]):
+        assert torch.equal(p, q) and q.grad is None
+    assert str(opts[0].state_dict()) == str(opts[1].state_dict())
 
 
 def sac_on_reach(**sac):
@@ -270,6 +357,68 @@ def test_resume_with_the_replay_buffer_is_exact(tmp_path):
     ppo = OnPolicyRunner(config('ppo'), tmp_path / 'd', env=reach_env(4))
     with pytest.raises(Exception, match='trained with sac'):
         ppo.load(ckpt.checkpoint_path(tmp_path / 'a', 2))
+
+
+def as_former_layout(model: dict, alg_state: dict, num_actor_params: int) -> tuple[dict, dict]:
+    """A checkpoint's model and SAC state written back in the layout before EnsembleQ: two
+    ``TwinQ`` MLPs (``q1.0.weight`` [out, in] ...), a 12-entry critic Adam, the temperature
+    in an Adam of its own."""
+    def unstack(state: dict, prefix: str) -> dict:
+        out = {k: v for k, v in state.items() if not k.startswith(prefix)}
+        for layer in range(3):
+            for m in range(2):
+                out[f'{prefix}q{m + 1}.{2 * layer}.weight'] = \
+                    state[f'{prefix}weights.{layer}'][m].t().clone()
+                out[f'{prefix}q{m + 1}.{2 * layer}.bias'] = state[f'{prefix}biases.{layer}'][m]
+        return out
+    critic = alg_state['critic_optimizer']
+    old_critic = {}
+    for m in range(2):
+        for layer in range(3):
+            for k in range(2):  # new index k L + l -> old index m 2 L + 2 l + k
+                s = critic['state'][k * 3 + layer]
+                old_critic[m * 6 + 2 * layer + k] = {
+                    'step': s['step'].clone(),
+                    **{key: (s[key][m].t() if k == 0 else s[key][m]).clone()
+                       for key in ('exp_avg', 'exp_avg_sq')}}
+    actor = alg_state['actor_optimizer']
+    groups = actor['param_groups']
+    former = {k: v for k, v in alg_state.items() if k != 'target_critic'}
+    former.update(
+        target_critic=unstack(alg_state['target_critic'], ''),
+        critic_optimizer={'state': old_critic, 'param_groups': [
+            {**critic['param_groups'][0], 'params': list(range(12))}]},
+        actor_optimizer={'state': {i: actor['state'][i] for i in range(num_actor_params)},
+                         'param_groups': [groups[0]]},
+        ent_optimizer={'state': {0: actor['state'][num_actor_params]}, 'param_groups': [
+            {**groups[1], 'params': [0], 'fused': None}]})
+    return unstack(model, 'critic.'), former
+
+
+def test_checkpoints_of_the_former_two_mlp_layout_resume_exactly(tmp_path):
+    cfg = config(max_iterations=3, sac={'learning_starts': 64})
+    first = OnPolicyRunner(cfg, tmp_path / 'a', env=reach_env(4, seed=1))
+    first.learn()
+    payload = ckpt.load_checkpoint(ckpt.checkpoint_path(tmp_path / 'a', 2))
+    num_actor = len(list(first.policy.actor.parameters()))
+    payload['model'], payload['algorithm_state'] = as_former_layout(
+        payload['model'], payload['algorithm_state'], num_actor)
+    assert 'critic.q2.4.bias' in payload['model'] and 'ent_optimizer' in \
+        payload['algorithm_state']
+    ckpt.save_checkpoint(tmp_path / 'former.pt', payload)
+    resumed = OnPolicyRunner(cfg, tmp_path / 'b', env=reach_env(4, seed=9))
+    resumed.load(tmp_path / 'former.pt')
+    resumed.train_one_epoch()
+    # The same parameters, targets, temperature and optimiser moments as the uninterrupted run.
+    for key, value in first.policy.state_dict().items():
+        assert torch.equal(resumed.policy.state_dict()[key], value), key
+    for key, value in first.alg.target_critic.state_dict().items():
+        assert torch.equal(resumed.alg.target_critic.state_dict()[key], value), key
+    assert resumed.alg.ent_coef == first.alg.ent_coef
+    assert str(resumed.alg.state_dict()['critic_optimizer']) == \
+        str(first.alg.state_dict()['critic_optimizer'])
+    assert str(resumed.alg.state_dict()['actor_optimizer']) == \
+        str(first.alg.state_dict()['actor_optimizer'])
 
 
 # -------------------------------------------------------------------------------- export

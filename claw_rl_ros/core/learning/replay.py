@@ -77,9 +77,21 @@ class ReplayBuffer:
         if self.size == 0:
             raise RuntimeError('replay buffer is empty: collect transitions before sampling')
         flat = torch.randint(self.size * self.num_envs, (batch_size,), generator=generator)
+        if self.n_step == 1:
+            return self._one_step(flat)
         # Stored rows are 0..size-1 before the first wrap and all rows after it.
         rows, envs = flat // self.num_envs, flat % self.num_envs
         return self._n_step(rows, envs)
+
+    def _one_step(self, flat: torch.Tensor) -> ReplaySample:
+        """1-step transitions at flat indices ``row * num_envs + env`` [B]: one gather each."""
+        def take(x: torch.Tensor) -> torch.Tensor:
+            return x.flatten(0, 1).index_select(0, flat)
+        return ReplaySample(
+            obs={k: take(v) for k, v in self.obs.items()}, actions=take(self.actions),
+            rewards=take(self.rewards), terminated=take(self.terminated),
+            next_obs={k: take(v) for k, v in self.next_obs.items()},
+            discounts=torch.full((flat.shape[0],), self.gamma))
 
     def _n_step(self, rows: torch.Tensor, envs: torch.Tensor) -> ReplaySample:
         """n-step transitions starting at ``rows`` of worlds ``envs`` ([B] each)."""
