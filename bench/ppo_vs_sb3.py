@@ -406,7 +406,6 @@ def notes(section: str, s: Settings) -> None:
     if section == 'claw':
         print('  SB3 resets a finished world a second time (the adapter already did: same '
               'distribution, one extra re-randomisation)')
-    if section == 'claw':
         print('  SB3 vec env: stock SubprocVecEnv runs one process per env (SB3 has no '
               'several-envs-per-worker mode); at 64 envs on 2 cores it stepped ~1000 env '
               'steps/s vs ~2300 for DummyVecEnv (env only), so dummy is the default; '

@@ -15,7 +15,8 @@ from .registry import Obs, PolicyRegistry
 class Algorithm:
     """``act`` -> ``process_env_step`` per control step, then :meth:`learn` per iteration.
 
-    Subclasses provide ``policy`` (with ``update_normalization``), ``teacher`` (or None),
+    Subclasses provide ``policy`` (with ``update_normalization`` and
+    ``normalize_every_step``), ``teacher`` (or None),
     ``storage``, and the methods ``compute_returns``, ``rollout_obs``, ``update``,
     ``kl_to_teacher``, ``update_teacher_with_ema``, ``state_dict``, ``load_state_dict``.
     """
@@ -64,7 +65,7 @@ class Algorithm:
         # is exactly the policy the update starts from (the adaptive-KL schedule relies on it).
         # sb3 normalisers already merged every step in ``act`` (rsl_rl 3 / SB3 order): the
         # update then starts from the end-of-rollout statistics, a small drift late in training.
-        if not getattr(self.policy, 'normalize_every_step', False):
+        if not self.policy.normalize_every_step:
             self.policy.update_normalization(self.rollout_obs(max_samples=1 << 30))
         self.update_teacher_with_ema()
         if kl_teacher is not None:

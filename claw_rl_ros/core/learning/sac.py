@@ -172,6 +172,9 @@ class SACPolicy(nn.Module):
     squashed action ``tanh(u)`` [B, A] in [-1, 1] (scale-free, as stable-baselines3 does).
     """
 
+    # Statistics are merged once per rollout after the update (``Algorithm.learn``).
+    normalize_every_step = False
+
     def __init__(self, actor_dim: int, critic_dim: int, num_actions: int, *,
                  actor_hidden_dims: list[int], critic_hidden_dims: list[int],
                  activation: str = 'relu', normalize_obs: bool = True,
