@@ -46,7 +46,7 @@ from claw_rl_ros.core.sim.robot import load_robot
 
 Policy = Callable[[np.ndarray], np.ndarray]      # batched: obs [B, obs_dim] -> actions [B, A]
 GYM_SECTIONS = ('pendulum', 'mujoco')
-SECTIONS = (*GYM_SECTIONS, 'claw')
+SECTIONS = (*GYM_SECTIONS, 'claw', 'grad_step')
 
 
 @dataclass
@@ -65,6 +65,8 @@ class SACSettings:
     eval_episodes: int = 10
     eval_seed: int = 10_000
     threads: int = 1              # torch.set_num_threads on both sides
+    # Ours only (SB3 has no such option): the hidden layers' matmul dtype in our gradient steps.
+    ours_matmul_dtype: str = 'float32'
 
 
 DEFAULTS = {
@@ -87,7 +89,7 @@ def ours_config(s: SACSettings, seed: int) -> TrainConfig:
         'sac': {'buffer_size': s.buffer_size, 'learning_starts': s.learning_starts,
                 'batch_size': s.batch_size, 'utd_ratio': 1.0, 'gamma': s.gamma, 'tau': s.tau,
                 'actor_lr': s.lr, 'critic_lr': s.lr, 'ent_coef_lr': s.lr,
-                'checkpoint_replay': False},
+                'checkpoint_replay': False, 'matmul_dtype': s.ours_matmul_dtype},
         'runner': {'num_steps_per_env': steps, 'max_iterations': max(1, s.steps // steps),
                    'seed': seed, 'torch_threads': s.threads}}, source='bench')
 
@@ -281,6 +283,72 @@ def plot_curves(runs: dict[str, dict], png: Path) -> None:
     plt.close(fig)
 
 
+# ------------------------------------------------------------------------- grad_step section
+def grad_step_section(s: SACSettings, blocks: int, block: int = 10) -> dict[str, float]:
+    """CPU time of one gradient step on ``s.env``'s shapes, in this process: ours in float32,
+    ours with bfloat16 hidden matmuls, and SB3, in interleaved blocks of ``block`` steps (the
+    median block over ``blocks``; thread CPU time, so other processes' load matters little).
+
+    Next to them, the floor of an fp32 step: ours needs 16 [256 x 256] x [256 x 256] products
+    per gradient step (SB3 18: it also forms the critics' weight gradients in the actor loss),
+    timed here one by one, so no fp32 implementation of these hyper-parameters on one thread
+    can beat ``SB3 time / (16 x product time)``.
+    """
+    from stable_baselines3 import SAC as SB3SAC
+    from claw_rl_ros.core.learning.sac import SAC, SACPolicy
+    from claw_rl_ros.core.learning.train_config import DistillationConfig, SACConfig
+    torch.set_num_threads(s.threads)
+    env = gym.make(s.env)
+    obs_dim, num_actions = env.observation_space.shape[0], env.action_space.shape[0]
+    print(f'\n== grad_step: {s.env} shapes (obs {obs_dim}, actions {num_actions}), batch '
+          f'{s.batch_size}, {list(s.hidden)} relu, {s.threads} thread(s) ==  {load_line()}',
+          flush=True)
+    gen = torch.Generator().manual_seed(0)
+    steps: dict[str, Callable[[], None]] = {}
+    for dtype in ('float32', 'bfloat16'):
+        policy = SACPolicy(obs_dim, obs_dim, num_actions, actor_hidden_dims=list(s.hidden),
+                           critic_hidden_dims=list(s.hidden), activation='relu',
+                           normalize_obs=False, critic_obs_groups=['policy'])
+        alg = SAC(policy, SACConfig(batch_size=s.batch_size, buffer_size=100_000,
+                                    matmul_dtype=dtype), DistillationConfig(), generator=gen)
+        alg.init_storage(1, 1, {'policy': obs_dim}, num_actions)
+        # A replay of 5000 random transitions (the step's cost does not depend on the data).
+        for _ in range(5000):
+            alg.act({'policy': torch.randn(1, obs_dim, generator=gen)})
+            alg.process_env_step(torch.randn(1, generator=gen), torch.zeros(1), torch.zeros(1),
+                                 None, {'policy': torch.randn(1, obs_dim, generator=gen)})
+
+        def ours(alg=alg) -> None:
+            for _ in range(block):
+                alg._update_batch(0.0)
+        steps[f'ours {dtype}'] = ours
+    model = SB3SAC('MlpPolicy', env, learning_starts=1000, batch_size=s.batch_size,
+                   seed=0, device='cpu', verbose=0, policy_kwargs={'net_arch': list(s.hidden)})
+    model.learn(1100)
+    steps['sb3'] = lambda: model.train(gradient_steps=block, batch_size=s.batch_size)
+    a, b = torch.randn(s.hidden[0], s.hidden[1]), torch.randn(s.hidden[1], s.hidden[1])
+    steps['fp32 product'] = lambda: [a @ b for _ in range(block)]
+    times: dict[str, list[float]] = {k: [] for k in steps}
+    for name, fn in steps.items():
+        fn()  # warm-up: allocator, first-step optimiser state, kernels
+    for _ in range(blocks):
+        for name, fn in steps.items():
+            start = time.thread_time()
+            fn()
+            times[name].append((time.thread_time() - start) * 1e3 / block)
+    ms = {k: float(np.median(v)) for k, v in times.items()}
+    floor = 16 * ms['fp32 product']
+    for name in ('ours float32', 'ours bfloat16', 'sb3'):
+        print(f'  {name:14} {ms[name]:6.2f} ms per gradient step  (sb3 / this '
+              f'{ms["sb3"] / ms[name]:.2f}x)')
+    print(f'  fp32 floor of ours: 16 products x {ms["fp32 product"]:.3f} ms = {floor:.2f} ms, '
+          f'so sb3 / any fp32 step <= {ms["sb3"] / floor:.2f}x here')
+    print(f'[grad_step] sb3/ours: float32 {ms["sb3"] / ms["ours float32"]:.2f}x, bfloat16 '
+          f'{ms["sb3"] / ms["ours bfloat16"]:.2f}x; fp32 ceiling {ms["sb3"] / floor:.2f}x   '
+          f'{load_line()}')
+    return ms
+
+
 # ---------------------------------------------------------------------------------------- CLI
 def load_line() -> str:
     one, five, _ = os.getloadavg()
@@ -297,6 +365,12 @@ def parse_args() -> argparse.Namespace:
                         help='training seconds of each claw run (make train: 570)')
     parser.add_argument('--claw-seed', type=int, default=1)
     parser.add_argument('--claw-png', type=Path, default=Path('docs/sac_vs_ppo_claw.png'))
+    parser.add_argument('--ours-matmul-dtype', choices=('float32', 'bfloat16', 'auto'),
+                        default=None,
+                        help="our gradient steps' hidden matmuls (default: "
+                             "config/train_gym_sac.yaml's sac.matmul_dtype)")
+    parser.add_argument('--grad-step-env', default='Hopper-v5')
+    parser.add_argument('--grad-step-blocks', type=int, default=30)
     for section, default in DEFAULTS.items():
         parser.add_argument(f'--{section}-env', default=None)
         parser.add_argument(f'--{section}-steps', type=int, default=None)
@@ -309,7 +383,9 @@ def section_settings(args: argparse.Namespace, section: str) -> SACSettings:
     s = replace(DEFAULTS[section], **QUICK[section]) if args.quick else DEFAULTS[section]
     given = {k: getattr(args, f'{section}_{k}') for k in ('env', 'steps', 'learning_starts',
                                                           'threads')}
-    return replace(s, **{k: v for k, v in given.items() if v is not None})
+    dtype = args.ours_matmul_dtype or load_train_config('train_gym_sac.yaml').sac.matmul_dtype
+    return replace(s, ours_matmul_dtype=dtype,
+                   **{k: v for k, v in given.items() if v is not None})
 
 
 def main() -> None:
@@ -323,6 +399,9 @@ def main() -> None:
         if section == 'claw':
             seconds = 20.0 if args.quick else args.claw_seconds
             run_claw_section(seconds, args.claw_seed, args.claw_png)
+        elif section == 'grad_step':
+            grad_step_section(replace(DEFAULTS['mujoco'], env=args.grad_step_env),
+                              3 if args.quick else args.grad_step_blocks)
         else:
             run_gym_section(section, section_settings(args, section), args.seeds)
 

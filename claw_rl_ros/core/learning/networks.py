@@ -6,6 +6,7 @@ import math
 
 import torch
 from torch import nn
+import torch.nn.functional as F
 
 ACTIVATIONS = {'elu': nn.ELU, 'relu': nn.ReLU, 'tanh': nn.Tanh, 'selu': nn.SELU,
                'leaky_relu': nn.LeakyReLU}
@@ -19,6 +20,25 @@ def mlp(in_dim: int, hidden: list[int], out_dim: int, activation: str) -> nn.Seq
         layers += [nn.Linear(a, b), ACTIVATIONS[activation]()]
     layers.append(nn.Linear(dims[-1], out_dim))
     return nn.Sequential(*layers)
+
+
+def mlp_forward(net: nn.Sequential, x: torch.Tensor, hidden_dtype: torch.dtype | None = None
+                ) -> torch.Tensor:
+    """``net(x)`` [B, out] for an :func:`mlp`, its hidden layers' matmuls in ``hidden_dtype``.
+
+    ``None`` runs the stored float32 layers. ``torch.bfloat16`` casts the input, weights and
+    biases of every layer but the last to bfloat16 (products accumulate in float32 inside the
+    kernel; JAX's default matmul precision on TPU) and runs the output layer in float32, so the
+    outputs keep float32 resolution. Gradients reach the float32 parameters through the casts.
+    """
+    if hidden_dtype is None:
+        return net(x)
+    *hidden, last = net
+    h = x.to(hidden_dtype)
+    for layer in hidden:
+        h = F.linear(h, layer.weight.to(hidden_dtype), layer.bias.to(hidden_dtype)) \
+            if isinstance(layer, nn.Linear) else layer(h)
+    return F.linear(h.float(), last.weight, last.bias)
 
 
 # Normaliser variants: (epsilon, clip). rsl_rl adds eps to the std; sb3 adds it to the variance.

@@ -22,6 +22,7 @@ import copy
 import inspect
 import math
 from typing import Any
+import warnings
 
 import torch
 from torch import nn
@@ -29,7 +30,7 @@ import torch.nn.functional as F
 
 from .algorithm import Algorithm
 from .networks import (
-    ACTIVATIONS, EmpiricalNormalization, gaussian_log_prob, LOG_SQRT_2PI, mlp,
+    ACTIVATIONS, EmpiricalNormalization, gaussian_log_prob, LOG_SQRT_2PI, mlp, mlp_forward,
     select_obs)
 from .opd import combined_loss, compute_distillation_loss
 from .registry import Obs
@@ -64,6 +65,26 @@ def squashed_log_prob_from_noise(noise: torch.Tensor, log_std: torch.Tensor,
     """
     # log N(u; mean, std) = -noise^2 / 2 - log std - log sqrt(2 pi); minus log(1 - tanh(u)^2)
     return (-0.5 * noise.square() - log_std - LOG_SQRT_2PI - log1m_tanh_sq(u)).sum(-1)
+
+
+def native_bfloat16() -> bool:
+    """Whether this CPU multiplies bfloat16 natively (oneDNN sees AVX512-BF16 or AMX)."""
+    return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+
+
+def matmul_dtype(name: str) -> torch.dtype | None:
+    """``sac.matmul_dtype`` -> the hidden layers' dtype (None: float32 as stored); ``auto`` is
+    bfloat16 where the CPU computes it natively (AVX512-BF16 / AMX), else float32 (as PyTorch
+    picks TF32 for float32 matmuls on GPUs that have it)."""
+    native = native_bfloat16()
+    if name == 'float32' or (name == 'auto' and not native):
+        return None
+    # bfloat16 without native CPU support is emulated: slower, not wrong.
+    if not native:
+        warnings.warn('sac.matmul_dtype: bfloat16 has no native support on this CPU (no '
+                      'AVX512-BF16 / AMX): the gradient steps get slower, not faster; set '
+                      'sac.matmul_dtype: float32', stacklevel=2)
+    return torch.bfloat16
 
 
 @torch.no_grad()
@@ -136,14 +157,20 @@ class EnsembleQ(nn.Module):
         self.num_q = num_q
         self._register_load_state_dict_pre_hook(self._stack_separate_mlps)
 
-    def forward(self, x: torch.Tensor, a: torch.Tensor, detach_weights: bool = False
-                ) -> torch.Tensor:
-        """Q values [num_q, B]; with ``detach_weights`` gradients reach only ``x`` and ``a``."""
+    def forward(self, x: torch.Tensor, a: torch.Tensor, detach_weights: bool = False,
+                hidden_dtype: torch.dtype | None = None) -> torch.Tensor:
+        """Q values [num_q, B] (float32); with ``detach_weights`` gradients reach only ``x``
+        and ``a``; ``hidden_dtype`` (e.g. bfloat16) for every layer's matmul but the last, as
+        in :func:`~.networks.mlp_forward`."""
         h = torch.cat([x, a], dim=-1).expand(self.num_q, -1, -1)
         last = len(self.weights) - 1
         for i, (w, b) in enumerate(zip(self.weights, self.biases)):
             if detach_weights:
                 w, b = w.detach(), b.detach()
+            if hidden_dtype is not None:
+                # Hidden layers in hidden_dtype, the output layer in float32.
+                dtype = hidden_dtype if i < last else torch.float32
+                h, w, b = h.to(dtype), w.to(dtype), b.to(dtype)
             # Per member: h [B, in] @ w [in, out] + b [out]
             h = torch.baddbmm(b.unsqueeze(1), h, w)
             if i < last:
@@ -195,10 +222,12 @@ class SACPolicy(nn.Module):
         self.register_buffer('action_scale', (high - low) / 2.0)
         self.register_buffer('action_bias', (high + low) / 2.0)
 
-    def action_mean_log_std(self, obs: Obs) -> tuple[torch.Tensor, torch.Tensor]:
-        """Pre-tanh Gaussian parameters: mean [B, A] and log std [B, A]."""
-        mean, log_std = self.actor(self.actor_normalizer(select_obs(obs, self.actor_obs_groups))
-                                   ).chunk(2, dim=-1)
+    def action_mean_log_std(self, obs: Obs, hidden_dtype: torch.dtype | None = None
+                            ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Pre-tanh Gaussian parameters: mean [B, A] and log std [B, A] (float32; the hidden
+        layers' matmuls in ``hidden_dtype``, see :func:`~.networks.mlp_forward`)."""
+        x = self.actor_normalizer(select_obs(obs, self.actor_obs_groups))
+        mean, log_std = mlp_forward(self.actor, x, hidden_dtype).chunk(2, dim=-1)
         # Squash the raw log std into [LOG_STD_MIN, LOG_STD_MAX] smoothly (CleanRL).
         return mean, LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (torch.tanh(log_std) + 1.0)
 
@@ -207,10 +236,10 @@ class SACPolicy(nn.Module):
         mean, log_std = self.action_mean_log_std(obs)
         return mean, log_std.exp()
 
-    def sample(self, obs: Obs, generator: torch.Generator | None = None
-               ) -> tuple[torch.Tensor, torch.Tensor]:
+    def sample(self, obs: Obs, generator: torch.Generator | None = None,
+               hidden_dtype: torch.dtype | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Reparameterised squashed action ``tanh(u)`` [B, A] in [-1, 1] and its log-prob [B]."""
-        mean, log_std = self.action_mean_log_std(obs)
+        mean, log_std = self.action_mean_log_std(obs, hidden_dtype)
         noise = torch.randn(mean.shape, generator=generator)
         u = mean + log_std.exp() * noise
         return torch.tanh(u), squashed_log_prob_from_noise(noise, log_std, u)
@@ -250,6 +279,8 @@ class SAC(Algorithm):
         self.target_entropy = -float(num_actions) if cfg.target_entropy is None \
             else cfg.target_entropy
         self.log_ent_coef = torch.tensor(math.log(cfg.init_ent_coef), requires_grad=True)
+        # Hidden-layer matmuls of the gradient steps (acting and export stay float32).
+        self.matmul_dtype = matmul_dtype(cfg.matmul_dtype)
         # The actor and the temperature share one Adam (a parameter group each, own lr): each
         # loss sees the other's parameters detached, so one backward and one step serve both.
         groups = [{'params': list(policy.actor.parameters()), 'lr': cfg.actor_lr}]
@@ -342,19 +373,21 @@ class SAC(Algorithm):
         critic_obs = policy.critic_input(b.obs)
         # Soft target: y = R + gamma^k (1 - done) (min_i Q'_i(s', a') - ent_coef log pi(a'|s')).
         with torch.no_grad():
-            next_a, next_logp = policy.sample(b.next_obs, self.generator)
-            next_q = self.target_critic(policy.critic_input(b.next_obs), next_a).amin(0)
+            next_a, next_logp = policy.sample(b.next_obs, self.generator, self.matmul_dtype)
+            next_q = self.target_critic(policy.critic_input(b.next_obs), next_a,
+                                        hidden_dtype=self.matmul_dtype).amin(0)
             y = b.rewards + b.discounts * (1.0 - b.terminated) * (next_q - ent_coef * next_logp)
         # Mean over both members and the batch = 0.5 (mse(Q1, y) + mse(Q2, y)).
-        q = policy.critic(critic_obs, b.actions)
+        q = policy.critic(critic_obs, b.actions, hidden_dtype=self.matmul_dtype)
         critic_loss = F.mse_loss(q, y.expand_as(q))
         critic_loss.backward()
         self._clip(policy.critic)
         fused_adam_step(self.critic_optimizer)
         # Actor: minimise ent_coef log pi(a|s) - min_i Q_i(s, a), a reparameterised, + alpha KL;
         # the (updated) critics pass gradients to the action only, not to their weights.
-        a, logp = policy.sample(b.obs, self.generator)
-        q_pi = policy.critic(critic_obs, a, detach_weights=True).amin(0)
+        a, logp = policy.sample(b.obs, self.generator, self.matmul_dtype)
+        q_pi = policy.critic(critic_obs, a, detach_weights=True,
+                             hidden_dtype=self.matmul_dtype).amin(0)
         actor_loss = (ent_coef * logp - q_pi).mean()
         distillation = compute_distillation_loss(self.registry, b.obs) \
             if alpha > 0.0 and 'teacher' in self.registry else None

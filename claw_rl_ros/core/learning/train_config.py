@@ -88,6 +88,11 @@ class SACConfig:
                                      'actions in +-action_bound; Gymnasium envs use theirs', gt=0)
     checkpoint_replay: bool = param(True, 'save the replay buffer in checkpoints (exact '
                                           'resume; large files)')
+    matmul_dtype: Literal['float32', 'bfloat16', 'auto'] = param(
+        'float32', 'dtype of the hidden layers\' matmuls in the gradient steps: bfloat16 '
+                   '(float32 accumulation and output layers, float32 weights and Adam) is ~4x '
+                   'faster per product on CPUs with AVX512-BF16 or AMX; auto = bfloat16 there, '
+                   'else float32; acting and the exported student stay float32')
 
 
 @dataclass
