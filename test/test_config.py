@@ -1,10 +1,14 @@
 """Config layer: typed loading and error messages that name file, key, value and range."""
 
+from pathlib import Path
+
 import pytest
 
 from claw_rl_ros.core.config import ConfigError, from_dict, load_config
 from claw_rl_ros.core.sim.env_config import DEFAULT_REWARD_SCALES, EnvConfig
 from claw_rl_ros.core.sim.robot import RobotConfig
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def write(tmp_path, text, name='cfg.yaml'):
@@ -127,6 +131,32 @@ def test_the_main_job_is_ppo_plus_online_distillation_from_an_ema_teacher():
     assert alpha_at(d, 0) == 0.0
     assert alpha_at(d, d.alpha_schedule_iterations) > 0.0
     assert d.alpha_schedule_iterations < cfg.runner.max_iterations
+
+
+def test_the_ppo_parity_table_measures_the_gymnasium_default_trainer():
+    """bench/ppo_parity_table.py's 'ours' and `claw-rl train --env gym:...` (the
+    train_gym_ppo.yaml trainer) are one PPO: every policy and ppo field equal. (They once
+    differed in the clipped value loss, and the default got 700 on Hopper-v4 at 1M steps where
+    the table's setup got 3000 at 300k.)"""
+    import sys
+    from claw_rl_ros.core.config import to_dict
+    from claw_rl_ros.core.learning.train_config import load_train_config
+    sys.path.insert(0, str(ROOT / 'bench'))
+    try:
+        import ppo_parity_table
+        import ppo_vs_sb3
+    finally:
+        sys.path.remove(str(ROOT / 'bench'))
+    args = {'steps': 300_000, 'eval_episodes': 10, 'ours_init': 'orthogonal',
+            'ours_normalizer': 'sb3', 'ours_adam_eps': 1e-5}
+    bench = to_dict(ppo_vs_sb3.ours_config(ppo_parity_table.settings('Hopper-v5', 1, args)))
+    default = to_dict(load_train_config('train_gym_ppo.yaml'))
+    for section in ('policy', 'ppo'):
+        differ = {k: (bench[section][k], default[section][k]) for k in default[section]
+                  if bench[section][k] != default[section][k]}
+        assert not differ, f'{section}: bench vs train_gym_ppo.yaml {differ}'
+    assert bench['runner']['num_steps_per_env'] == default['runner']['num_steps_per_env']
+    assert default['env']['num_envs'] == 1
 
 
 def test_gymnasium_ppo_runs_sb3s_init_normaliser_and_adam_eps_and_the_claw_keeps_its_own():
