@@ -111,11 +111,14 @@ def report(rows: list[dict[str, Any]], args: dict[str, Any]) -> None:
             print(f'{task:16}  (incomplete: ours seeds {sorted(o)}, SB3 seeds {sorted(b)})')
             continue
         om, bm = statistics.mean(ov), statistics.mean(bv)
-        ratio = om / bm if bm > 0 else float('nan')
+        # A ratio means nothing for returns <= 0 (Reacher, Pusher): the means say which is higher.
+        ratio = f'{om / bm:10.2f}' if om > 0 and bm > 0 else f'{"n/a":>10}'
         wall = sum(o[k]['wall_s'] for k in seeds) / sum(b[k]['wall_s'] for k in seeds)
         met += om >= bm
-        per_seed = ' '.join(f'{v:.0f}' for v in ov) + ' | ' + ' '.join(f'{v:.0f}' for v in bv)
-        print(f'{task:16}{mean_std(ov):>20}{mean_std(bv):>20}{ratio:10.2f}{wall:15.2f}  '
+        digits = 1 if max(abs(v) for v in ov + bv) < 100 else 0
+        per_seed = ' '.join(f'{v:.{digits}f}' for v in ov) + ' | ' + \
+            ' '.join(f'{v:.{digits}f}' for v in bv)
+        print(f'{task:16}{mean_std(ov):>20}{mean_std(bv):>20}{ratio}{wall:15.2f}  '
               f'{per_seed}  (seeds {seeds})')
     print(f'tasks where ours mean >= SB3 mean: {met} of {len(tasks)} (goal: >= 4 tasks, '
           '>= 3 seeds each)')
