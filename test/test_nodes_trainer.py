@@ -4,6 +4,8 @@ advance at both actors), training goes on when an actor dies and a restarted act
 current model, checkpoints are written, and every process stops cleanly."""
 
 from pathlib import Path
+import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -143,7 +145,9 @@ def test_two_actors_feed_one_trainer_and_get_its_pushes(ros_env, probe, tmp_path
     # The refusal is logged with the actor's reason, and iterations went on after it.
     refusals = [line for line in log.splitlines() if '/c/actor refused' in line]
     assert any('over the size cap of 1000' in line for line in refusals), refusals
-    assert 'iteration 4:' in log[log.index('/c/actor refused'):]
+    # (Any iteration after the first refusal: on a fast machine the trainer may be past
+    # iteration 4 before /c/actor's service is discovered and first refuses.)
+    assert re.search(r'iteration \d+:', log[log.index('/c/actor refused'):]), log
     assert 'now acts with' not in picky.log
     assert sorted(p.name for p in (run_dir / 'checkpoints').iterdir())
     assert (run_dir / 'models' / 'student_v2.onnx').is_file()
@@ -189,6 +193,9 @@ def test_trainer_killed_and_restarted_resumes_while_the_policy_node_keeps_contro
         assert trainer.stop() == -9
         last = ckpt.latest_checkpoint(run_dir)
         iteration = int(last.stem.split('_')[1])
+        # The resumed trainer prunes old checkpoints as it goes on: keep this one's weights.
+        kept = tmp_path / 'killed_at.pt'
+        shutil.copyfile(last, kept)
         serving = probe.since(version_topic, 0)[-1].data
         # The policy node goes on controlling with the last model it activated.
         mark = probe.count('/robot/joint_commands')
@@ -211,7 +218,7 @@ def test_trainer_killed_and_restarted_resumes_while_the_policy_node_keeps_contro
     assert f'iteration {iteration}:' not in log  # nothing learnt twice
     assert all(code == 0 for code in codes.values()), codes
     # The re-exported student of that iteration is the checkpoint's policy.
-    student, cfg, _ = load_policy(last)
+    student, cfg, _ = load_policy(kept)
     obs = random_observations(robot.policy_obs.dim, 64, seed=0)
     onnx = OnnxPolicy(run_dir / 'models' / f'student_v{iteration}.onnx', robot)
     with torch.no_grad():
