@@ -124,7 +124,8 @@ def report(rows: list[dict[str, Any]], args: dict[str, Any]) -> None:
           '>= 3 seeds each)')
 
 
-def parse_args() -> dict[str, Any]:
+def parse_args(argv: list[str] | None = None) -> dict[str, Any]:
+    """The command line (``argv``, default ``sys.argv[1:]``) as a dict of settings."""
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--out', default='runs/ppo_parity', help='folder of results.jsonl')
     parser.add_argument('--tasks', nargs='+',
@@ -139,7 +140,7 @@ def parse_args() -> dict[str, Any]:
     parser.add_argument('--ours-normalizer', choices=('rsl_rl', 'sb3'), default='sb3')
     parser.add_argument('--ours-adam-eps', type=float, default=1e-5)
     parser.add_argument('--report', action='store_true', help='print the table only')
-    return vars(parser.parse_args())
+    return vars(parser.parse_args(argv))
 
 
 def main() -> None:

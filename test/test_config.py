@@ -147,8 +147,8 @@ def test_the_ppo_parity_table_measures_the_gymnasium_default_trainer():
         import ppo_vs_sb3
     finally:
         sys.path.remove(str(ROOT / 'bench'))
-    args = {'steps': 300_000, 'eval_episodes': 10, 'ours_init': 'orthogonal',
-            'ours_normalizer': 'sb3', 'ours_adam_eps': 1e-5}
+    # The bench's own defaults: what `bench/ppo_parity_table.py` runs with no options.
+    args = ppo_parity_table.parse_args([])
     bench = to_dict(ppo_vs_sb3.ours_config(ppo_parity_table.settings('Hopper-v5', 1, args)))
     default = to_dict(load_train_config('train_gym_ppo.yaml'))
     for section in ('policy', 'ppo'):
