@@ -237,3 +237,35 @@ def test_actor_credit_keeps_it_at_most_in_flight_chunks_ahead(in_flight):
     env.close()
     with pytest.raises(ValueError, match='chunks_in_flight'):
         BatchedActor(env, None, 2, chunks_in_flight=0)
+
+
+def test_actor_without_a_new_model_for_the_credit_timeout_collects_one_more_chunk():
+    """A lost chunk must not leave trainer and actor waiting for each other: after
+    credit_timeout_s without a new model since the last chunk, one credit comes back."""
+    cfg = tiny_config(env={'num_envs': 2})
+    env = VecLocomotionEnv(cfg.env)
+    learner = ChunkLearner(cfg, env.obs_dims, env.num_actions)
+    now = [100.0]
+    actor = BatchedActor(env, copy.deepcopy(learner.policy), 2, chunks_in_flight=2,
+                         credit_timeout_s=5.0, clock=lambda: now[0])
+    now[0] += 60.0
+    assert not actor.may_collect() and actor.regrants == 0  # no model: no timeout either
+    actor.load_policy(learner.policy.state_dict(), 0, 'sha0')
+    actor.collect(), actor.collect()
+    now[0] += 4.9
+    assert not actor.may_collect()
+    now[0] += 0.1  # 5 s after the last chunk: one credit, not chunks_in_flight
+    assert actor.may_collect() and actor.regrants == 1
+    actor.collect()
+    assert not actor.may_collect()
+    now[0] += 3.0
+    actor.load_policy(learner.policy.state_dict(), 1, 'sha1')  # a model restarts the wait
+    actor.collect()
+    now[0] += 4.0
+    assert not actor.may_collect() and actor.regrants == 1
+    now[0] += 1.0
+    assert actor.may_collect() and actor.regrants == 2
+    env.close()
+    for bad in (0.0, -1.0):
+        with pytest.raises(ValueError, match=rf'credit_timeout_s {bad!r} must be > 0'):
+            BatchedActor(env, None, 2, credit_timeout_s=bad)

@@ -10,10 +10,13 @@ is active the actor waits. A chunk is always acted by one model: swaps happen be
 The actor is at most ``chunks_in_flight`` chunks ahead of the trainer (BatchedActor's credit:
 a chunk spends one, a newer model gives one back): 1 is synchronous PPO (no stale chunk at the
 trainer's max_policy_lag 0); 2 collects the next chunk while the trainer learns from the last.
+Chunks are collected only while ``chunk_topic`` has a subscriber (a chunk published before the
+trainer's subscription is matched would be lost, and with it the credit); one that is lost
+anyway is made up for after ``credit_timeout_s`` without a new model.
 
 Parameters: config (train YAML: env, num_steps_per_env), robot (empty: the config's), num_envs
 (0 = the config's), physics_threads (0 = the config's), seed, chunk_topic, chunks_in_flight,
-max_model_bytes.
+credit_timeout_s, max_model_bytes.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ class ActorNode(Node):
         cap = self.declare_parameter('max_model_bytes', DEFAULT_MAX_MODEL_BYTES).value
         threads = self.declare_parameter('physics_threads', 1).value
         in_flight = self.declare_parameter('chunks_in_flight', 1).value
+        credit_timeout = self.declare_parameter('credit_timeout_s', 30.0).value
         self.declare_parameter('model_sha256', '')
         if robot:
             cfg.env.robot = robot
@@ -57,11 +61,13 @@ class ActorNode(Node):
         self.models = ModelCache(self.env.robot, cap)
         self.actor = BatchedActor(self.env, None, cfg.runner.num_steps_per_env,
                                   self.get_fully_qualified_name(), seed=seed,
-                                  chunks_in_flight=in_flight)
+                                  chunks_in_flight=in_flight,
+                                  credit_timeout_s=credit_timeout)
         self.pub_chunk = self.create_publisher(UInt8MultiArray, topic, COMMAND_QOS)
         self.pub_version = self.create_publisher(String, 'policy/model_version', LATCHED_QOS)
         self.create_subscription(UInt8MultiArray, 'policy/model', self.on_model, LATCHED_QOS)
         self.add_on_set_parameters_callback(self.on_set_parameters)
+        self.told_no_subscriber = False
         self.create_timer(0.005, self.on_tick)
         self.pub_version.publish(String(data='none'))  # tells the trainer: no model yet
         self.get_logger().info(f'{self.env.num_envs} worlds x {self.actor.num_steps} steps per '
@@ -83,14 +89,27 @@ class ActorNode(Node):
                 self.actor.use_behaviour(behaviour)
                 self.pub_version.publish(String(data=behaviour.model_sha))
             elif p.name in ('config', 'robot', 'num_envs', 'seed', 'chunk_topic',
-                            'max_model_bytes', 'physics_threads', 'chunks_in_flight'):
+                            'max_model_bytes', 'physics_threads', 'chunks_in_flight',
+                            'credit_timeout_s'):
                 return SetParametersResult(successful=False,
                                            reason=f'{p.name} is read-only after start-up')
         return SetParametersResult(successful=True, reason=f'acting with {self.actor.model_sha}')
 
     def on_tick(self) -> None:
+        if self.pub_chunk.get_subscription_count() == 0:
+            # Nobody to learn from it yet: the chunk would be lost.
+            if self.actor.model_sha and not self.told_no_subscriber:
+                self.told_no_subscriber = True
+                self.get_logger().info(f'model active; waiting for a subscriber on '
+                                       f'{self.pub_chunk.topic_name} (the trainer)')
+            return
+        regrants = self.actor.regrants
         if not self.actor.may_collect():
             return
+        if self.actor.regrants > regrants:
+            self.get_logger().warning(
+                f'no new model {self.actor.credit_timeout_s:g} s after the last chunk: '
+                'collecting one more (a chunk was lost, or the trainer is slow)')
         payload = encode_chunk(self.actor.collect())
         self.pub_chunk.publish(UInt8MultiArray(data=array.array('B', payload)))
 

@@ -9,7 +9,8 @@ runner (test_chunk_learning.py).
 
 from __future__ import annotations
 
-from typing import Any
+import time
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -56,14 +57,24 @@ class BatchedActor:
     the credit). 1 is synchronous PPO: one chunk per model version. 2 collects the next chunk
     while the trainer learns from the last one, and still only one per version on average, so
     no backlog (and no stale chunk) builds up when learning is slower than collecting.
+
+    A lost chunk would leave the actor without credit forever (the trainer waits for chunks,
+    the actor for a model): after ``credit_timeout_s`` without a new model since the credit ran
+    out, one credit is given back (``regrants`` counts them). A chunk collected that way when
+    the trainer was only slow arrives one version late; the trainer's lag filter takes it or
+    drops it as stale.
     """
 
     def __init__(self, env: Any, policy: Any, num_steps: int, actor_id: str = 'actor',
                  generator: torch.Generator | None = None, seed: int = 0,
-                 chunks_in_flight: int = 1):
+                 chunks_in_flight: int = 1, credit_timeout_s: float = 30.0,
+                 clock: Callable[[], float] = time.monotonic):
         if chunks_in_flight < 1:
             raise ValueError(f'chunks_in_flight {chunks_in_flight} must be >= 1 (1: wait for '
                              'a new model after every chunk, 2: overlap with learning)')
+        if not credit_timeout_s > 0:
+            raise ValueError(f'credit_timeout_s {credit_timeout_s!r} must be > 0 (seconds '
+                             'without a new model before one more chunk is collected)')
         self.env = env
         self.policy = policy
         self.num_steps = num_steps
@@ -75,6 +86,10 @@ class BatchedActor:
         self.seq = 0
         self.chunks_in_flight = chunks_in_flight
         self.credit = 0
+        self.credit_timeout_s = credit_timeout_s
+        self.clock = clock
+        self.waiting_since = clock()  # last chunk or model; the credit timeout counts from it
+        self.regrants = 0
         obs, _ = env.reset()
         self.obs = obs
 
@@ -96,10 +111,16 @@ class BatchedActor:
         elif sha != self.model_sha:
             self.credit = self.chunks_in_flight  # first model, or a restarted trainer's
         self.policy_version, self.model_sha = version, sha
+        self.waiting_since = self.clock()
 
     def may_collect(self) -> bool:
-        """A model is active and the actor is fewer than chunks_in_flight chunks ahead."""
-        return self.policy is not None and bool(self.model_sha) and self.credit > 0
+        """A model is active and the actor is fewer than chunks_in_flight chunks ahead (or has
+        waited ``credit_timeout_s`` for a new model since its last chunk: one is given back)."""
+        if self.policy is None or not self.model_sha:
+            return False
+        if self.credit <= 0 and self.clock() - self.waiting_since >= self.credit_timeout_s:
+            self.credit, self.regrants = 1, self.regrants + 1
+        return self.credit > 0
 
     def _sample(self, obs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         if isinstance(self.policy, ActorCritic):
@@ -144,6 +165,7 @@ class BatchedActor:
             diverged += extras.get('diverged', 0)
         self.seq += 1
         self.credit -= 1
+        self.waiting_since = self.clock()
         return RolloutChunk(
             model_sha=self.model_sha, policy_version=self.policy_version,
             actor_id=self.actor_id, seq=self.seq, obs=obs, log_probs=buf['log_probs'],
