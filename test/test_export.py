@@ -237,8 +237,11 @@ def test_crash_mid_write_keeps_the_previous_model(policy, robot, tmp_path, monke
 
 
 def test_failed_parity_check_writes_nothing(policy, robot, tmp_path, monkeypatch):
-    monkeypatch.setattr(export_module, 'verify_onnx', lambda *a, **k: 3e-5)
-    with pytest.raises(ExportError, match='disagree by 3e-05'):
+    # 3e-5 where values stay within +-1 (scale 1): three times the tolerance.
+    monkeypatch.setattr(export_module, 'parity_errors',
+                        lambda *a, **k: (np.array([1e-6, 3e-5]), np.array([1.0, 1.0])))
+    with pytest.raises(ExportError, match=r'disagree by 3e-05 at activation scale 1 \(3e-05 '
+                                          r'per unit, tolerance 1e-05\)'):
         export_onnx(policy, robot, tmp_path / 'student.onnx')
     assert list(tmp_path.iterdir()) == []
 

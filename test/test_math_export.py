@@ -1,6 +1,7 @@
 """Export maths: the graph computes the clipped normalised mean, verify_onnx measures a real
 difference, the metadata carries the spec, action_clip and run details exactly."""
 
+import copy
 import json
 
 import numpy as np
@@ -80,6 +81,66 @@ def test_verify_onnx_measures_the_largest_difference(robot):
     assert E.verify_onnx(other, model, num_samples=5, seed=3) < gap
 
 
+def test_activation_scale_is_the_largest_value_into_or_out_of_a_linear_layer(robot):
+    policy = student(robot)
+    obs = torch.from_numpy(E.random_observations(robot.policy_obs.dim, 50, seed=5))
+    with torch.no_grad():
+        x = policy.actor_normalizer(obs)
+        h = policy.actor[0](x)
+        a = policy.actor[1](h)
+        out = policy.actor[2](a)
+    by_hand = torch.stack([v.abs().amax(-1) for v in (x, h, a, out)]).amax(0).clamp(min=1.0)
+    scale = E.activation_scale(policy, obs)
+    torch.testing.assert_close(scale, by_hand.double())
+    assert scale.max() > 3.0
+    # Values within +-1 everywhere (inputs at the normaliser's mean, small weights): scale 1,
+    # where the gate is the absolute 1e-5.
+    with torch.no_grad():
+        for layer in policy.actor:
+            if isinstance(layer, torch.nn.Linear):
+                layer.weight.mul_(0.01)
+    centred = policy.actor_normalizer.mean.expand(50, -1).float()
+    assert torch.equal(E.activation_scale(policy, centred), torch.ones(50, dtype=torch.float64))
+
+
+def big_student(robot, seed=0):
+    """[256, 256] ELU student with weights x4: hidden values reach ~70, outputs tens."""
+    torch.manual_seed(seed)
+    d = robot.policy_obs.dim
+    policy = ActorCritic(d, d, robot.num_joints, actor_hidden_dims=[256, 256],
+                         critic_hidden_dims=[8])
+    with torch.no_grad():
+        for layer in policy.actor:
+            if isinstance(layer, torch.nn.Linear):
+                layer.weight.mul_(4.0)
+    return policy
+
+
+def test_export_gate_scales_with_activations_and_still_refuses_a_real_mismatch(
+        robot, tmp_path, monkeypatch):
+    """Float32 results of tens differ by more than 1e-5 between two summation orders (one ulp
+    at 64 is 7.6e-6): such a healthy model exports; a graph 1e-4 off in one layer does not."""
+    policy = big_student(robot)
+    path = E.export_onnx(policy, robot, tmp_path / 'big.onnx', action_clip=1e6)
+    props = {p.key: p.value for p in onnx.load(str(path)).metadata_props}
+    assert json.loads(props['parity_max_abs_diff']) > E.PARITY_TOLERANCE  # absolute: refused
+    assert json.loads(props['parity_max_scaled_diff']) < E.PARITY_TOLERANCE / 3
+    # The graph of a slightly different network (first layer x (1 + 1e-4)) is refused.
+    real_graph_bytes = E._graph_bytes
+
+    def off_by_1e4(policy, *args):
+        other = copy.deepcopy(policy)
+        with torch.no_grad():
+            other.actor[0].weight.mul_(1 + 1e-4)
+        return real_graph_bytes(other, *args)
+
+    monkeypatch.setattr(E, '_graph_bytes', off_by_1e4)
+    with pytest.raises(E.ExportError, match=r'disagree by .* at activation scale .* per unit, '
+                                            r'tolerance 1e-05\); the model was not written'):
+        E.export_onnx(policy, robot, tmp_path / 'off.onnx', action_clip=1e6)
+    assert not (tmp_path / 'off.onnx').exists()
+
+
 def test_random_observations_are_seeded_float32_at_three_scales():
     a = E.random_observations(6, 30, seed=7)
     assert a.shape == (30, 6) and a.dtype == np.float32
@@ -145,9 +206,11 @@ def test_export_onnx_writes_names_doc_parity_and_the_clip(robot, tmp_path):
 
 
 def test_a_parity_gap_at_the_tolerance_is_refused(robot, tmp_path, monkeypatch):
-    monkeypatch.setattr(E, 'verify_onnx', lambda *a, **k: E.PARITY_TOLERANCE)
-    with pytest.raises(E.ExportError, match=r'onnxruntime and torch disagree by 1e-05 '
-                                            r'\(tolerance 1e-05\); the model was not written'):
+    monkeypatch.setattr(E, 'parity_errors', lambda *a, **k: (np.array([0.0, 1e-3, 2e-6]),
+                                                             np.array([1.0, 100.0, 1.0])))
+    with pytest.raises(E.ExportError, match=r'onnxruntime and torch disagree by 0.001 at '
+                                            r'activation scale 100 \(1e-05 per unit, '
+                                            r'tolerance 1e-05\); the model was not written'):
         E.export_onnx(student(robot), robot, tmp_path / 's.onnx')
     assert not (tmp_path / 's.onnx').exists()
 

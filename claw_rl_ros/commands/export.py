@@ -39,7 +39,8 @@ def _cmd_export(args: argparse.Namespace) -> int:
         f'Gymnasium env {model.spec.get("env_id")!r}'
     print(f'  obs [batch, {model.obs_dim}] -> actions [batch, {model.num_actions}], {target}, '
           f'algorithm {json.loads(model.metadata.get("algorithm", "null"))}')
-    print(f'  max abs diff onnxruntime vs torch: {model.metadata["parity_max_abs_diff"]}')
+    print(f'  max abs diff onnxruntime vs torch: {model.metadata["parity_max_abs_diff"]} '
+          f'({model.metadata.get("parity_max_scaled_diff", "?")} per unit of activation scale)')
     if card is not None:
         print(f'  policy card {card}')
     return 0

@@ -95,7 +95,8 @@ def policy_card(model: str | Path) -> str:
         f'- sha256: `{policy.sha256}`',
         f'- size: {model.stat().st_size} bytes; exported {meta.get("exported_at", "?")} '
         f'(format {meta.get("claw_rl_format", "?")}); onnxruntime vs torch max abs diff '
-        f'{meta.get("parity_max_abs_diff", "?")}',
+        f'{meta.get("parity_max_abs_diff", "?")} ({meta.get("parity_max_scaled_diff", "?")} per '
+        'unit of activation scale)',
         f'- input `obs` [batch, {policy.obs_dim}] -> output `actions` [batch, '
         f'{policy.num_actions}]', '',
         '## Robot and control', '',
