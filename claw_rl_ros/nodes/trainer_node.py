@@ -20,9 +20,11 @@ Parameters: config (train YAML), robot (empty: the config's env.robot), run_dir,
 (continue run_dir's newest checkpoint; false refuses a run_dir that has one), teacher
 (checkpoint of a frozen OPD teacher), time_budget_s and max_iterations (0 = the config's),
 torch_threads, push_targets (node names; relative ones are in the trainer's namespace),
-chunk_topic, chunks_per_iteration, max_policy_lag, batch_timeout_s, min_chunk_envs (only chunks
-of at least this many worlds count towards chunks_per_iteration and the timeout: the 1-world
-control-loop actor's chunks are learnt from but start no iteration).
+chunk_topic, loop_chunk_topic (empty: none; the control-loop actor's chunks on a topic of their
+own, so their rate cannot evict the batched actors' chunks from the subscription's queue while
+the trainer is busy), chunks_per_iteration, max_policy_lag, batch_timeout_s, min_chunk_envs
+(only chunks of at least this many worlds count towards chunks_per_iteration and the timeout:
+the 1-world control-loop actor's chunks are learnt from but start no iteration).
 """
 
 from __future__ import annotations
@@ -65,7 +67,8 @@ class TrainerNode(Node):
             ('resume', False),
             ('teacher', ''), ('time_budget_s', 0.0), ('max_iterations', 0),
             ('torch_threads', 1), ('push_targets', ['policy_node']),
-            ('chunk_topic', '/rollout_chunks'), ('chunks_per_iteration', 1),
+            ('chunk_topic', '/rollout_chunks'), ('loop_chunk_topic', ''),
+            ('chunks_per_iteration', 1),
             ('max_policy_lag', 0), ('batch_timeout_s', 10.0), ('min_chunk_envs', 1))}
         runner = {'torch_threads': p['torch_threads']}
         runner.update({k: p[k] for k in ('time_budget_s', 'max_iterations') if p[k]})
@@ -98,7 +101,8 @@ class TrainerNode(Node):
         for ns in self.model_pubs:
             self.create_subscription(String, f'{ns.rstrip("/")}/policy/model_version',
                                      lambda m, ns=ns: self.on_version(ns, m.data), LATCHED_QOS)
-        self.create_subscription(UInt8MultiArray, p['chunk_topic'], self.on_chunk, COMMAND_QOS)
+        for topic in filter(None, (p['chunk_topic'], p['loop_chunk_topic'])):
+            self.create_subscription(UInt8MultiArray, topic, self.on_chunk, COMMAND_QOS)
         self.create_timer(0.5, self.on_timer)
         # Imported now rather than for the curve at Ctrl-C (seconds on a loaded machine, inside
         # the launcher's grace period).
