@@ -304,15 +304,25 @@ def test_train_graph_control_actor_makes_the_loop_an_actor():
     # Only the batched actors' chunks start iterations.
     assert trainer.parameters['min_chunk_envs'] == 2
     assert trainer.parameters['chunks_per_iteration'] == 1
+    # The loop's chunks on a topic of their own (they must not crowd the actors' queue).
+    assert trainer.parameters['loop_chunk_topic'] == sim.parameters['chunk_topic'] == \
+        '/control_loop/rollout_chunks'
+    assert 'chunk_topic' not in actor.parameters  # the actors keep /rollout_chunks
     # Off by default: the loop serves the mean, every chunk counts.
     trainer, _, _, sim, policy = resolve(GRAPHS['train'], {'mode': 'lockstep'})
     assert sim.parameters['training'] is False and policy.parameters['training'] is False
     assert sim.parameters['mode'] == 'lockstep'
     assert trainer.parameters['min_chunk_envs'] == 1
+    assert trainer.parameters['loop_chunk_topic'] == ''
     with pytest.raises(ConfigError, match='control_actor.*needs control_loop true'):
         resolve(GRAPHS['train'], {'control_actor': 'true', 'control_loop': 'false'})
     with pytest.raises(ConfigError, match='control_actor.*>= 2 worlds'):
         resolve(GRAPHS['train'], {'control_actor': 'true', 'worlds': '1'})
+    # SAC trains live with batched actors; the loop (PPO's Gaussian sampler) may not act.
+    assert resolve(GRAPHS['train'], {'config': 'train_sac.yaml'})[0].parameters['config'] == \
+        'train_sac.yaml'
+    with pytest.raises(ConfigError, match="control_actor.*needs algorithm ppo .*'sac'"):
+        resolve(GRAPHS['train'], {'config': 'train_sac.yaml', 'control_actor': 'true'})
     # Never on a robot: the deploy graph's policy node does not sample.
     for node in resolve(GRAPHS['deploy'], {}):
         assert not node.parameters.get('training', False)

@@ -192,11 +192,6 @@ def test_bad_batch_settings_are_refused_by_name(tmp_path, robot, kwargs, match):
         make_trainer(tmp_path, robot, Clock(), **kwargs)
 
 
-def test_an_off_policy_algorithm_is_refused_with_the_way_to_train_it(tmp_path, robot):
-    with pytest.raises(ConfigError, match="algorithm.*'sac'.*claw-rl train"):
-        make_trainer(tmp_path, robot, Clock(), cfg={'algorithm': 'sac'})
-
-
 def test_a_per_step_normaliser_is_refused_for_live_training(tmp_path, robot):
     """Live actors act with a frozen model version, so SB3's per-step statistics cannot be
     reproduced: refused by field name with the value that works."""

@@ -324,3 +324,51 @@ def test_actor_collects_only_once_a_trainer_listens_and_makes_up_for_a_lost_chun
     trainer.finish(stopped=True)
     assert code == 0, actor.log
     assert 'no new model 2 s after the last chunk: collecting one more' in actor.log
+
+
+SAC_TINY_YAML = '''
+algorithm: sac
+env: {num_envs: 8, episode_length_s: 0.5, num_threads: 1}
+policy: {actor_hidden_dims: [32, 32], critic_hidden_dims: [32, 32]}
+sac: {learning_starts: 128, batch_size: 32, utd_ratio: 0.125, buffer_size: 20000,
+      action_bound: 2.0, matmul_dtype: float32}
+runner: {num_steps_per_env: 8, seed: 3, keep_checkpoints: 2, eval_episodes: 2}
+'''
+
+
+def test_train_graph_trains_sac_live_with_the_same_nodes(ros_env, tmp_path):
+    """``algorithm: sac`` in the config and nothing else: the same trainer, actor and control
+    loop nodes train SAC live to the time budget; actors explore with the squashed Gaussian
+    (the pushed models say so), gradient steps start after learning_starts, and the run ends
+    with a SAC student.onnx and its evaluation."""
+    import json
+    import onnx
+    from test_runner import gone, up
+    config = tmp_path / 'sac.yaml'
+    config.write_text(SAC_TINY_YAML)
+    run_dir = tmp_path / 'run'
+    runner = up('train', '--config', str(config), '--actors', '1', '--run-dir', str(run_dir),
+                '--time-budget', '15', env=ros_env, cwd=tmp_path)
+    try:
+        assert runner.finish(timeout=300) == 0, runner.text
+    finally:
+        runner.kill_leftovers()
+    assert all(gone(pid) for pid in runner.pids().values())
+    assert '/actor_0 now acts with' in runner.text and '/policy_node now acts with' in \
+        runner.text, runner.text
+    summary = json.loads((run_dir / 'summary.json').read_text())
+    assert summary['stopped_by_user'] is False and summary['iterations'] >= 4, summary
+    assert summary['eval_forward_0.5']['episodes'] == 2
+    with open(run_dir / 'metrics.csv') as f:
+        rows = list(__import__('csv').DictReader(f))
+    updates = [float(r['updates']) for r in rows]
+    # 64 transitions per chunk: none while fewer than 128 are stored, then 8 per chunk.
+    assert updates[0] == 0.0 and set(updates[1:]) == {8.0}, updates
+    assert all(float(r['ent_coef']) > 0 for r in rows)
+    model = onnx.load(str(run_dir / 'student.onnx'))
+    meta = {p.key: p.value for p in model.metadata_props}
+    assert json.loads(meta['algorithm']) == 'sac'
+    pushed = sorted((run_dir / 'models').glob('student_v*.onnx'))
+    assert pushed and all(json.loads({p.key: p.value for p in onnx.load(str(m)).metadata_props}
+                                     ['behaviour'])['kind'] == 'squashed_gaussian'
+                          for m in pushed[-2:])

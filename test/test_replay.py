@@ -101,3 +101,28 @@ def test_state_dict_round_trip_resumes_sampling_exactly():
         assert torch.equal(x, y)
     with pytest.raises(ValueError, match='sac.buffer_size'):
         ReplayBuffer(5, 2, DIMS, 3).load_state_dict(state)
+
+
+@pytest.mark.parametrize('blocks', [[3, 2], [4, 5], [9], [1, 1, 6, 2]])
+def test_extend_stores_a_block_of_rows_as_that_many_adds(blocks):
+    """The live SAC learner writes whole chunks at once: same rows, head and size as adding
+    them one by one, with wrap-around inside a block and blocks larger than the buffer."""
+    one_by_one, at_once = ReplayBuffer(4, 2, DIMS, 3), ReplayBuffer(4, 2, DIMS, 3)
+    fill(one_by_one, sum(blocks), dones=lambda t: torch.tensor([t % 3 == 0, 0.0]).float(),
+         terminated=lambda t: torch.tensor([0.0, t % 4 == 0]).float())
+    steps = ReplayBuffer(sum(blocks), 2, DIMS, 3)  # the same rows, recorded to slice blocks
+    fill(steps, sum(blocks), dones=lambda t: torch.tensor([t % 3 == 0, 0.0]).float(),
+         terminated=lambda t: torch.tensor([0.0, t % 4 == 0]).float())
+    start = 0
+    for k in blocks:
+        rows = slice(start, start + k)
+        at_once.extend({g: v[rows] for g, v in steps.obs.items()}, steps.actions[rows],
+                       steps.rewards[rows], steps.terminated[rows], steps.dones[rows],
+                       {g: v[rows] for g, v in steps.next_obs.items()})
+        start += k
+    assert (at_once.pos, at_once.size) == (one_by_one.pos, one_by_one.size)
+    for name in ('actions', 'rewards', 'terminated', 'dones'):
+        assert torch.equal(getattr(at_once, name), getattr(one_by_one, name)), name
+    for g in DIMS:
+        assert torch.equal(at_once.obs[g], one_by_one.obs[g])
+        assert torch.equal(at_once.next_obs[g], one_by_one.next_obs[g])

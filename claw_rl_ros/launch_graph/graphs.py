@@ -98,6 +98,9 @@ OVERLAP = Argument('overlap', 'true', 'true: actors collect the next chunk while
                    ('true', 'false'))
 
 
+LOOP_CHUNK_TOPIC = '/control_loop/rollout_chunks'
+
+
 def _count(values: Mapping[str, str], name: str, source: str, minimum: int) -> int:
     """A whole-number argument >= minimum; anything else is a ConfigError."""
     try:
@@ -133,18 +136,21 @@ def _train(values: Mapping[str, str]) -> list[NodeEntry]:
                      'a number of seconds >= 0')
     names = [f'actor_{i}' for i in range(actors)]
     config = paths.config_path(values['config'])
-    robot = robot_argument(values['robot']) if values['robot'] else \
-        load_train_config(config).env.robot
     loop = to_bool(values, 'control_loop', source)
-    actor_loop = _control_actor(values, source, loop, worlds or
-                                load_train_config(config).env.num_envs)
+    train_cfg = load_train_config(config)
+    robot = robot_argument(values['robot']) if values['robot'] else train_cfg.env.robot
+    actor_loop = _control_actor(values, source, loop, worlds or train_cfg.env.num_envs,
+                                train_cfg.algorithm)
     # The trainer ends the graph when its budget is spent (exit 0 is not a failure).
     trainer = NodeEntry('trainer_node', 'trainer', exits=True, parameters={
         'config': values['config'], 'run_dir': values['run_dir'], 'robot': robot,
         'push_targets': names + ['policy_node'] * loop,
         'chunks_per_iteration': actors, 'max_policy_lag': lag, 'time_budget_s': budget,
-        # The loop's 1-world chunks are learnt from but never start an iteration.
+        # The loop's 1-world chunks are learnt from but never start an iteration; they come
+        # on their own topic (lockstep makes hundreds a second: in a shared queue they would
+        # evict the batched actors' chunks while the trainer exports).
         'min_chunk_envs': 2 if actor_loop else 1,
+        'loop_chunk_topic': LOOP_CHUNK_TOPIC if actor_loop else '',
         'resume': to_bool(values, 'resume', source),
         'teacher': existing_path(values, 'teacher', source)})
     nodes = [trainer] + [NodeEntry('actor_node', name, parameters={
@@ -157,7 +163,7 @@ def _train(values: Mapping[str, str]) -> list[NodeEntry]:
         nodes += [NodeEntry('sim_node', 'sim_node', param_files=('sim_node.yaml',), parameters={
             'robot': robot, 'mode': values['mode'], 'publish_clock': True,
             'env_config': str(config.resolve()), 'randomization': True, 'noise': True,
-            'training': actor_loop, 'pushes': actor_loop,
+            'training': actor_loop, 'pushes': actor_loop, 'chunk_topic': LOOP_CHUNK_TOPIC,
             'real_time_factor': _number(
                 values, 'real_time_factor', source, lambda v: v > 0,
                 'a number > 0 (sim seconds per wall second; 1.0 = realtime)')}),
@@ -167,9 +173,14 @@ def _train(values: Mapping[str, str]) -> list[NodeEntry]:
     return nodes
 
 
-def _control_actor(values: Mapping[str, str], source: str, loop: bool, worlds: int) -> bool:
-    """The control_actor argument, checked against the graph it needs."""
+def _control_actor(values: Mapping[str, str], source: str, loop: bool, worlds: int,
+                   algorithm: str) -> bool:
+    """The control_actor argument, checked against the graph and algorithm it needs."""
     actor_loop = to_bool(values, 'control_actor', source)
+    if actor_loop and algorithm != 'ppo':
+        raise ConfigError(source, 'control_actor', f'true needs algorithm ppo (the config has '
+                          f'{algorithm!r}): the control loop samples PPO\'s Gaussian; SAC\'s '
+                          'squashed Gaussian is sampled by the batched actors only')
     if actor_loop and not loop:
         raise ConfigError(source, 'control_actor', 'true needs control_loop true (the loop that '
                           'acts)')

@@ -15,11 +15,12 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from .loop_record import behaviour_metadata
+from .loop_record import behaviour_metadata, behaviour_squash
 from .networks import ActorCritic, gaussian_log_prob
 from .ppo import sample_transition
 from .rollout_chunk import episode_arrays, rollout_stats, RolloutChunk, stack_rows
 from .runner import obs_to_torch
+from .sac import squashed_log_prob
 
 
 class OnnxBehaviour:
@@ -28,6 +29,9 @@ class OnnxBehaviour:
 
     ``policy`` is a validated :class:`~claw_rl_ros.core.deploy.onnx_policy.OnnxPolicy` whose
     metadata holds ``action_std`` [A] and ``policy_version`` (written by the trainer's export).
+    A SAC student's export also holds ``behaviour`` (squashed Gaussian and its range): actions
+    are then ``bias + scale * tanh(u)``, ``u ~ N(atanh((mean - bias) / scale), std)``, within
+    the range, with SAC's squashed log-prob.
     """
 
     def __init__(self, policy: Any):
@@ -36,15 +40,26 @@ class OnnxBehaviour:
         self.std = torch.tensor(std, dtype=torch.float32)
         self.model_sha = policy.sha256[:12]
         self.onnx = policy
+        squash = behaviour_squash(policy.metadata, policy.num_actions)
+        self.squash = None if squash is None else (
+            torch.from_numpy((squash[1] - squash[0]) / 2), torch.from_numpy(
+                (squash[1] + squash[0]) / 2))
 
     def sample(self, obs: dict[str, torch.Tensor],
                generator: torch.Generator | None) -> dict[str, torch.Tensor]:
         """Like :func:`~.ppo.sample_transition` without ``values``."""
         mean = torch.from_numpy(np.asarray(self.onnx(obs['policy'].numpy()), np.float32))
         std = self.std.expand_as(mean)
-        actions = torch.normal(mean, std, generator=generator)
-        return {'actions': actions, 'log_probs': gaussian_log_prob(actions, mean, std),
-                'mu': mean, 'sigma': std}
+        if self.squash is None:
+            actions = torch.normal(mean, std, generator=generator)
+            return {'actions': actions, 'log_probs': gaussian_log_prob(actions, mean, std),
+                    'mu': mean, 'sigma': std}
+        # The deterministic action bias + scale * tanh(m) back to m, then SAC's sampler.
+        scale, bias = self.squash
+        m = torch.atanh(((mean - bias) / scale).clamp(-1.0 + 1e-6, 1.0 - 1e-6))
+        u = torch.normal(m, std, generator=generator)
+        return {'actions': bias + scale * torch.tanh(u),
+                'log_probs': squashed_log_prob(u, m, std), 'mu': mean, 'sigma': std}
 
 
 class BatchedActor:

@@ -65,7 +65,7 @@ class ChunkLearner:
         self.policy = build_policy(cfg, self.obs_dims, num_actions)
         teacher = load_teacher(cfg, self.obs_dims, num_actions) \
             if cfg.distillation.teacher_mode == 'frozen' else None
-        self.alg = PPO(self.policy, cfg.ppo, cfg.distillation, teacher, self.generator)
+        self.alg = self._make_algorithm(teacher)
         self.spec = ChunkSpec(r.num_steps_per_env, self.obs_dims, num_actions)
         self.reward_terms = list(reward_terms or [])
         self.iteration = 0
@@ -75,6 +75,10 @@ class ChunkLearner:
         self.returns: deque[float] = deque(maxlen=200)
         self.lengths: deque[float] = deque(maxlen=200)
         self._episode_sums: dict[str, deque] = {}
+
+    def _make_algorithm(self, teacher: Any) -> Any:
+        """The update rule (PPO here; :class:`~.sac_chunk_learner.SACChunkLearner` makes SAC)."""
+        return PPO(self.policy, self.cfg.ppo, self.cfg.distillation, teacher, self.generator)
 
     # -------------------------------------------------------------------------- storage
     def _storage(self, num_envs: int) -> RolloutStorage:
@@ -152,7 +156,7 @@ class ChunkLearner:
         start = time.perf_counter()
         last_obs = self.fill(chunks)
         rollout = self._rollout_stats(chunks)
-        weights = self.alg.storage.weights
+        weights = getattr(self.alg.storage, 'weights', None)  # decoupled PPO's only
         rollout['importance_weight'] = float(weights.mean()) if weights is not None else 1.0
         losses = self.alg.learn(last_obs, alpha_at(self.cfg.distillation, self.iteration))
         kl_teacher = losses.pop('kl_to_teacher', None)
@@ -210,11 +214,19 @@ class ChunkLearner:
                 'model': self.policy.state_dict(),
                 'teacher': self.alg.teacher.state_dict() if self.alg.teacher is not None
                 else None,
-                'optimizer': self.alg.optimizer.state_dict(),
-                'learning_rate': self.alg.learning_rate,
+                **self._algorithm_state(),
                 'rng': {'generator': self.generator.get_state()},
                 'episodes': {'returns': list(self.returns), 'lengths': list(self.lengths),
                              'sums': {k: list(v) for k, v in self._episode_sums.items()}}}
+
+    def _algorithm_state(self) -> dict[str, Any]:
+        """The update rule's own state for :meth:`state_dict` (PPO: optimiser, adaptive lr)."""
+        return {'optimizer': self.alg.optimizer.state_dict(),
+                'learning_rate': self.alg.learning_rate}
+
+    def _load_algorithm_state(self, payload: dict[str, Any]) -> None:
+        self.alg.optimizer.load_state_dict(payload['optimizer'])
+        self.alg.learning_rate = payload['learning_rate']
 
     def save(self, run_dir: str | Path, keep: int) -> Path:
         """An atomic checkpoint ``run_dir/checkpoints/model_<iteration>.pt`` (loadable by
@@ -234,8 +246,7 @@ class ChunkLearner:
         self.policy.load_state_dict(payload['model'])
         if payload['teacher'] is not None and self.alg.teacher is not None:
             self.alg.teacher.load_state_dict(payload['teacher'])
-        self.alg.optimizer.load_state_dict(payload['optimizer'])
-        self.alg.learning_rate = payload['learning_rate']
+        self._load_algorithm_state(payload)
         self.generator.set_state(payload['rng']['generator'])
         self.iteration = payload['iteration']
         self.policy_version = payload.get('policy_version', self.iteration)

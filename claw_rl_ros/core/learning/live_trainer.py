@@ -1,4 +1,6 @@
-"""The live trainer's core: rollout chunks in, PPO (+ OPD) iterations out, logged like offline.
+"""The live trainer's core: rollout chunks in, PPO or SAC (+ OPD) iterations out, logged like
+offline (``algorithm`` picks :class:`~.chunk_learner.ChunkLearner` or
+:class:`~.sac_chunk_learner.SACChunkLearner`; nothing else changes).
 
 :class:`LiveTrainer` is what trainer_node does between messages, without ROS:
 
@@ -39,6 +41,7 @@ from .chunk_filter import ChunkGate, PolicyLagFilter
 from .chunk_learner import ChunkLearner
 from .logger import MetricsLogger, plot_learning_curve
 from .rollout_chunk import ChunkError
+from .sac_chunk_learner import SACChunkLearner
 from .train_config import TrainConfig
 
 
@@ -50,11 +53,6 @@ class LiveTrainer:
                  batch_timeout_s: float = 10.0, min_chunk_envs: int = 1, resume: bool = False,
                  tensorboard: bool = True, stream: TextIO | None = None,
                  clock: Callable[[], float] = time.monotonic):
-        if cfg.algorithm != 'ppo':
-            raise ConfigError('train config', 'algorithm', f'{cfg.algorithm!r}: live training '
-                              'runs PPO (+ OPD) on on-policy chunks; train off-policy '
-                              'algorithms in one process (claw-rl train, make train-offline) '
-                              'or set algorithm: ppo')
         if cfg.policy.normalize_obs and cfg.policy.obs_normalizer != 'rsl_rl':
             raise ConfigError('train config', 'policy.obs_normalizer',
                               f'{cfg.policy.obs_normalizer!r}: its statistics follow every '
@@ -79,8 +77,10 @@ class LiveTrainer:
         self.stream = stream if stream is not None else sys.stdout
         dims = {POLICY: robot.policy_obs.dim, POLICY_NOISE_FREE: robot.policy_obs.dim,
                 PRIVILEGED: robot.privileged_obs.dim}
-        self.learner = ChunkLearner(cfg, dims, robot.num_joints,
-                                    [f'reward/{k}' for k in sorted(cfg.env.rewards.scales)])
+        # The algorithm switch: the learner, nothing else (gate, logs, pushes are the same).
+        learner = SACChunkLearner if cfg.algorithm == 'sac' else ChunkLearner
+        self.learner = learner(cfg, dims, robot.num_joints,
+                               [f'reward/{k}' for k in sorted(cfg.env.rewards.scales)])
         self.resumed_from = self._start_or_resume(resume)
         self.gate = ChunkGate(self.learner.spec, PolicyLagFilter(max_policy_lag))
         self.logger = MetricsLogger(self.run_dir, resume_iteration=self.learner.iteration,

@@ -104,6 +104,10 @@ def unpack_record(layout: Sequence[tuple[str, int]], data: Any, obs_dim: int,
     return PolicyRecord(**scalars, **out)
 
 
+# A SAC student's exploration: bias + scale * tanh(mean + std * eps) (see sac_chunk_learner).
+BEHAVIOUR_KIND = 'squashed_gaussian'
+
+
 def behaviour_metadata(metadata: dict[str, str], num_actions: int,
                        sha256: str) -> tuple[np.ndarray, int]:
     """([A] action std, policy version) from an exported model's metadata; ValueError when
@@ -119,6 +123,22 @@ def behaviour_metadata(metadata: dict[str, str], num_actions: int,
     return std, int(json.loads(metadata['policy_version']))
 
 
+def behaviour_squash(metadata: dict[str, str], num_actions: int
+                     ) -> tuple[np.ndarray, np.ndarray] | None:
+    """(low [A], high [A]) of a squashed-Gaussian behaviour (a SAC student's export), or None
+    for a Gaussian one; ValueError for metadata that is neither."""
+    if 'behaviour' not in metadata:
+        return None
+    spec = json.loads(metadata['behaviour'])
+    low = np.asarray(spec.get('low', []), np.float32)
+    high = np.asarray(spec.get('high', []), np.float32)
+    if spec.get('kind') != BEHAVIOUR_KIND or low.shape != (num_actions,) or \
+            high.shape != (num_actions,) or not bool((low < high).all()):
+        raise ValueError(f'behaviour metadata {spec} must be kind {BEHAVIOUR_KIND!r} with '
+                         f'{num_actions} low < high bounds')
+    return low, high
+
+
 class GaussianSampler:
     """Samples around an exported model's mean with its ``action_std``; tags its records.
 
@@ -129,6 +149,10 @@ class GaussianSampler:
     def __init__(self, policy: Any, rng: np.random.Generator):
         self.sigma, self.policy_version = behaviour_metadata(policy.metadata,
                                                              policy.num_actions, policy.sha256)
+        if behaviour_squash(policy.metadata, policy.num_actions) is not None:
+            raise ValueError(f'model {policy.sha256[:SHA_CHARS]} is a SAC student (squashed '
+                             'Gaussian behaviour): the control-loop actor samples PPO\'s '
+                             'Gaussian only; let batched actors (actor_node) collect for SAC')
         self.model_sha = policy.sha256[:SHA_CHARS]
         self.rng = rng
 

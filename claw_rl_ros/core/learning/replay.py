@@ -72,6 +72,25 @@ class ReplayBuffer:
         self.pos = (self.pos + 1) % self.capacity
         self.size = min(self.size + 1, self.capacity)
 
+    def extend(self, obs: Obs, actions: torch.Tensor, rewards: torch.Tensor,
+               terminated: torch.Tensor, dones: torch.Tensor, next_obs: Obs) -> None:
+        """Store ``K`` rows at once (tensors ``[K, N, ...]``), as ``K`` calls of :meth:`add`
+        (the oldest rows are overwritten; only the last ``capacity`` rows of a larger block
+        are kept)."""
+        k = actions.shape[0]
+        keep = slice(max(0, k - self.capacity), k)
+        # Rows pos, pos+1, ... (mod capacity) for the kept tail of the block.
+        rows = (self.pos + torch.arange(keep.start, k)) % self.capacity
+        for name in self.obs:
+            self.obs[name][rows] = obs[name][keep]
+            self.next_obs[name][rows] = next_obs[name][keep]
+        self.actions[rows] = actions[keep]
+        self.rewards[rows] = rewards[keep]
+        self.terminated[rows] = terminated[keep]
+        self.dones[rows] = dones[keep]
+        self.pos = (self.pos + k) % self.capacity
+        self.size = min(self.size + k, self.capacity)
+
     def sample(self, batch_size: int, generator: torch.Generator | None = None) -> ReplaySample:
         """``batch_size`` transitions drawn uniformly (with replacement) from all stored ones."""
         if self.size == 0:
