@@ -4,7 +4,6 @@ end only cuts n-step windows), actors explore with SAC's squashed Gaussian aroun
 student, lagged chunks are ordinary replay data, and resume with the buffer is exact."""
 
 import copy
-import hashlib
 import json
 
 import numpy as np

@@ -42,6 +42,7 @@ from .replay import ReplayBuffer
 from .rollout_chunk import RolloutChunk
 from .sac import SAC
 
+
 class SACChunkLearner(ChunkLearner):
     """SAC (+ OPD) student updated from rollout chunks; see the module docstring."""
 
@@ -139,4 +140,3 @@ class SACChunkLearner(ChunkLearner):
             raise ValueError('checkpoint has no SAC state (a PPO run?): resume it with its own '
                              'algorithm, or start a new run_dir')
         self.alg.load_state_dict(payload['sac'])
-
