@@ -200,3 +200,18 @@ def test_checkpoint_of_an_env_without_state_cannot_resume(tmp_path):
     with pytest.raises(ConfigError, match='cannot resume exactly'):
         runner.load(path)
     runner.close()
+
+
+def test_linear_schedule_anneals_the_learning_rate_to_zero_over_max_iterations(tmp_path):
+    """CleanRL's anneal_lr: iteration i of n learns at lr0 (1 - i / n), in every mini-batch
+    step of that iteration; the fixed schedule keeps lr0."""
+    cfg = tiny_config(ppo={'schedule': 'linear', 'learning_rate': 4e-3},
+                      runner={'max_iterations': 4})
+    runner, metrics = run_iterations(cfg, tmp_path / 'linear', 4)
+    assert [m['learning_rate'] for m in metrics] == pytest.approx([4e-3, 3e-3, 2e-3, 1e-3])
+    assert runner.alg.optimizer.param_groups[0]['lr'] == pytest.approx(1e-3)
+    _, fixed = run_iterations(tiny_config(ppo={'schedule': 'fixed', 'learning_rate': 4e-3}),
+                              tmp_path / 'fixed', 2)
+    assert [m['learning_rate'] for m in fixed] == [4e-3, 4e-3]
+    with pytest.raises(ConfigError, match='ppo.schedule'):
+        tiny_config(ppo={'schedule': 'cosine'})

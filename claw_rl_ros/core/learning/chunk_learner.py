@@ -158,6 +158,7 @@ class ChunkLearner:
         rollout = self._rollout_stats(chunks)
         weights = getattr(self.alg.storage, 'weights', None)  # decoupled PPO's only
         rollout['importance_weight'] = float(weights.mean()) if weights is not None else 1.0
+        self.alg.progress = self.iteration / self.cfg.runner.max_iterations
         losses = self.alg.learn(last_obs, alpha_at(self.cfg.distillation, self.iteration))
         kl_teacher = losses.pop('kl_to_teacher', None)
         elapsed = time.perf_counter() - start

@@ -45,6 +45,8 @@ class PPO(Algorithm):
         self.init_registry(policy, teacher, distill.teacher_mode)
         self.storage: RolloutStorage | None = None
         self._pending: dict[str, torch.Tensor] = {}
+        # Fraction of training done before this update (the loop sets it): linear schedule.
+        self.progress = 0.0
 
     def init_storage(self, num_steps: int, num_envs: int, obs_dims: dict[str, int],
                      num_actions: int) -> None:
@@ -100,6 +102,11 @@ class PPO(Algorithm):
 
     def update(self, alpha: float = 0.0) -> dict[str, float]:
         """Mini-batch epochs of RL loss + alpha * KL(teacher || student); mean losses."""
+        if self.cfg.schedule == 'linear':
+            # CleanRL's anneal: lr0 (1 - done fraction), fixed through this update's epochs.
+            self.learning_rate = self.cfg.learning_rate * max(0.0, 1.0 - self.progress)
+            for group in self.optimizer.param_groups:
+                group['lr'] = self.learning_rate
         cfg = self.cfg
         sums = {'value_loss': 0.0, 'surrogate_loss': 0.0, 'entropy': 0.0, 'distillation_loss': 0.0,
                 'approx_kl': 0.0}

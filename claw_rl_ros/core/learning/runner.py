@@ -177,6 +177,7 @@ class OnPolicyRunner:
         start = time.perf_counter()
         rollout = self.collect_experience()
         collect_s = time.perf_counter() - start
+        self.alg.progress = self.iteration / self.cfg.runner.max_iterations
         losses = self.alg.learn(self.obs, alpha_at(self.cfg.distillation, self.iteration))
         kl_teacher = losses.pop('kl_to_teacher', None)
         elapsed = time.perf_counter() - start

@@ -52,7 +52,9 @@ class PPOConfig:
     learning_rate: float = param(1e-3, 'Adam learning rate (initial, if adaptive)', gt=0)
     max_grad_norm: float = param(1.0, 'gradient-norm clip', gt=0)
     use_clipped_value_loss: bool = param(True, 'clip the value update like the policy')
-    schedule: Literal['adaptive', 'fixed'] = param('adaptive', 'learning-rate schedule')
+    schedule: Literal['adaptive', 'fixed', 'linear'] = param(
+        'adaptive', 'learning-rate schedule: adaptive (rsl_rl, from the KL), fixed, or linear '
+        '(CleanRL anneal_lr: learning_rate x (1 - iteration / runner.max_iterations))')
     desired_kl: float = param(0.01, 'target KL of the adaptive schedule', gt=0)
     normalize_advantage_per_mini_batch: bool = param(False, 'else over the whole rollout')
     adam_eps: float = param(1e-8, 'Adam epsilon (PyTorch 1e-8; SB3 / CleanRL PPO use 1e-5)',
