@@ -198,11 +198,9 @@ def random_observations(obs_dim: int, num_samples: int, seed: int) -> np.ndarray
     return (rng.standard_normal((num_samples, obs_dim)) * scale).astype(np.float32)
 
 
-def activation_scale(policy: nn.Module, obs: torch.Tensor,
-                     action_clip: ActionClip = float('inf')) -> torch.Tensor:
-    """[B] ``max(1, largest |value| into or out of a Linear layer)`` while computing the
-    deployed action of each row of ``obs`` [B, obs_dim]: the size of the float32 rounding
-    error two correct implementations may differ by."""
+def _deployed_action_and_scale(policy: nn.Module, obs: torch.Tensor, action_clip: ActionClip
+                               ) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`deployed_action` [B, A] and :func:`activation_scale` [B] in one forward pass."""
     scale = torch.ones(obs.shape[0], dtype=torch.float64)
 
     def record(module, inputs, output):
@@ -213,11 +211,19 @@ def activation_scale(policy: nn.Module, obs: torch.Tensor,
              if isinstance(m, nn.Linear)]
     try:
         with torch.no_grad():
-            deployed_action(policy, obs, action_clip)
+            actions = deployed_action(policy, obs, action_clip)
     finally:
         for hook in hooks:
             hook.remove()
-    return scale
+    return actions, scale
+
+
+def activation_scale(policy: nn.Module, obs: torch.Tensor,
+                     action_clip: ActionClip = float('inf')) -> torch.Tensor:
+    """[B] ``max(1, largest |value| into or out of a Linear layer)`` while computing the
+    deployed action of each row of ``obs`` [B, obs_dim]: the size of the float32 rounding
+    error two correct implementations may differ by."""
+    return _deployed_action_and_scale(policy, obs, action_clip)[1]
 
 
 def parity_errors(policy: nn.Module, model: str | Path | bytes, num_samples: int = 1000,
@@ -231,10 +237,10 @@ def parity_errors(policy: nn.Module, model: str | Path | bytes, num_samples: int
     obs_dim = session.get_inputs()[0].shape[1]
     obs = random_observations(obs_dim, num_samples, seed)
     onnx_actions = session.run([OUTPUT_NAME], {INPUT_NAME: obs})[0]
-    with torch.no_grad():
-        torch_actions = deployed_action(policy, torch.from_numpy(obs), action_clip).numpy()
-    diff = np.abs(onnx_actions - torch_actions).max(axis=1).astype(np.float64)
-    return diff, activation_scale(policy, torch.from_numpy(obs), action_clip).numpy()
+    torch_actions, scale = _deployed_action_and_scale(policy, torch.from_numpy(obs),
+                                                      action_clip)
+    diff = np.abs(onnx_actions - torch_actions.numpy()).max(axis=1).astype(np.float64)
+    return diff, scale.numpy()
 
 
 def verify_onnx(policy: nn.Module, model: str | Path | bytes, num_samples: int = 1000,

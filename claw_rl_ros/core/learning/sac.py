@@ -334,8 +334,21 @@ class SAC(Algorithm):
         terminated = dones * (1.0 - time_outs)
         self.storage.add(self._pending['obs'], self._pending['actions'], rewards, terminated,
                          dones, next_obs)
-        self.num_transitions += rewards.shape[0]
-        self._owed_updates += self.cfg.utd_ratio * rewards.shape[0]
+        self._stored(rewards.shape[0])
+
+    def extend_replay(self, obs: Obs, actions: torch.Tensor, rewards: torch.Tensor,
+                      terminated: torch.Tensor, dones: torch.Tensor, next_obs: Obs) -> None:
+        """Store a block of collected transitions (``[K, N, ...]``, squashed actions), as K
+        calls of :meth:`process_env_step` would; they are this iteration's (the normaliser's
+        and the KL metric's rows)."""
+        self.storage.extend(obs, actions, rewards, terminated, dones, next_obs)
+        self.num_steps = actions.shape[0]
+        self._stored(actions.shape[0] * actions.shape[1])
+
+    def _stored(self, count: int) -> None:
+        """``count`` new transitions: counted, and ``utd_ratio`` gradient steps owed each."""
+        self.num_transitions += count
+        self._owed_updates += self.cfg.utd_ratio * count
 
     def compute_returns(self, last_obs: Obs) -> None:
         """Nothing to do: SAC forms its (n-step) targets per sampled batch in :meth:`update`."""

@@ -38,7 +38,6 @@ import torch
 from ..deploy.export import export_onnx
 from .chunk_learner import ChunkLearner
 from .loop_record import BEHAVIOUR_KIND
-from .replay import ReplayBuffer
 from .rollout_chunk import RolloutChunk
 from .sac import SAC
 
@@ -48,8 +47,8 @@ class SACChunkLearner(ChunkLearner):
 
     def _make_algorithm(self, teacher: Any) -> SAC:
         alg = SAC(self.policy, self.cfg.sac, self.cfg.distillation, teacher, self.generator)
-        alg.storage = ReplayBuffer(self.cfg.sac.buffer_size, 1, self.obs_dims, self.num_actions,
-                                   self.cfg.sac.n_step, self.cfg.sac.gamma)
+        # One column: chunks of any world count are stored world by world.
+        alg.init_storage(self.cfg.runner.num_steps_per_env, 1, self.obs_dims, self.num_actions)
         return alg
 
     # -------------------------------------------------------------------------- storage
@@ -62,20 +61,19 @@ class SACChunkLearner(ChunkLearner):
                 ('obs', 'next_obs')}
         obs = {g: torch.cat([b['obs'][g] for b in blocks]) for g in self.obs_dims}
         next_obs = {g: torch.cat([b['next_obs'][g] for b in blocks]) for g in self.obs_dims}
-        alg = self.alg
-        alg.storage.extend(obs, rows['actions'], rows['rewards'], rows['terminated'],
-                           rows['dones'], next_obs)
-        # As SAC.process_env_step per transition: counted, and utd_ratio updates owed for each.
-        count = rows['rewards'].shape[0]
-        alg.num_transitions += count
-        alg._owed_updates += self.cfg.sac.utd_ratio * count
-        alg.num_steps = count  # rows of this iteration: the normaliser and the KL metric
+        self.alg.extend_replay(obs, rows['actions'], rows['rewards'], rows['terminated'],
+                               rows['dones'], next_obs)
         return {g: torch.from_numpy(np.concatenate([np.asarray(c.last_obs[g]) for c in chunks]))
                 for g in self.obs_dims}
 
     def _transitions(self, c: RolloutChunk) -> dict[str, Any]:
         """One chunk [T, N, ...] as T * N rows [T * N, 1, ...], world-major."""
         t, n = c.num_steps, c.num_envs
+
+        def rows(x: np.ndarray) -> torch.Tensor:
+            return torch.from_numpy(np.ascontiguousarray(x.swapaxes(0, 1)).reshape(
+                t * n, 1, *x.shape[2:]).astype(np.float32))
+
         trunc = np.asarray(c.truncated)
         term = np.asarray(c.terminated)
         obs, next_obs = {}, {}
@@ -86,19 +84,12 @@ class SACChunkLearner(ChunkLearner):
             nxt = np.concatenate([o[1:], np.asarray(c.last_obs[g], np.float32)[None]])
             if trunc.any():
                 nxt[trunc] = np.asarray(c.final_obs[g], np.float32)
-            obs[g] = torch.from_numpy(o.swapaxes(0, 1).reshape(t * n, 1, -1).copy())
-            next_obs[g] = torch.from_numpy(nxt.swapaxes(0, 1).reshape(t * n, 1, -1).copy())
+            obs[g], next_obs[g] = rows(o), rows(nxt)
         # Env actions -> the critics' [-1, 1] (the behaviour keeps them in range; rounding).
         scale, bias = self.policy.action_scale.numpy(), self.policy.action_bias.numpy()
         squashed = np.clip((np.asarray(c.actions, np.float32) - bias) / scale, -1.0, 1.0)
-        dones = term | trunc
-        cut = dones.copy()
+        cut = term | trunc
         cut[-1] = True  # the chunk ends: an n-step window stops (and still bootstraps) here
-
-        def rows(x: np.ndarray) -> torch.Tensor:
-            return torch.from_numpy(np.ascontiguousarray(x.swapaxes(0, 1)).reshape(
-                t * n, 1, *x.shape[2:]).astype(np.float32))
-
         return {'obs': obs, 'next_obs': next_obs, 'actions': rows(squashed),
                 'rewards': rows(np.asarray(c.rewards)), 'terminated': rows(term),
                 'dones': rows(cut)}
