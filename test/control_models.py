@@ -36,8 +36,10 @@ def wrong_spec_model(robot: RobotSpec, path: Path) -> Path:
     return good_model(other, path, seed=3)
 
 
-def _linear_model(robot: RobotSpec, path: Path, obs_dim: int, weight: float) -> Path:
-    """actions = obs @ W with W filled with ``weight``; the robot's own spec metadata."""
+def _linear_model(robot: RobotSpec, path: Path, obs_dim: int, weight: float,
+                  action_clip: object = 10.0) -> Path:
+    """actions = obs @ W with W filled with ``weight`` (no clip in the graph); the robot's own
+    spec metadata with ``action_clip`` (None: left out, as models exported before it)."""
     w = np.full((obs_dim, robot.num_joints), weight, dtype=np.float32)
     graph = helper.make_graph(
         [helper.make_node('MatMul', ['obs', 'W'], ['actions'])], 'linear',
@@ -48,7 +50,10 @@ def _linear_model(robot: RobotSpec, path: Path, obs_dim: int, weight: float) -> 
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid('', 17)])
     model.ir_version = 8
     entry = model.metadata_props.add()
-    entry.key, entry.value = METADATA_KEY, json.dumps(robot.to_metadata())
+    spec = robot.to_metadata()
+    if action_clip is not None:
+        spec['action_clip'] = action_clip
+    entry.key, entry.value = METADATA_KEY, json.dumps(spec)
     path.write_bytes(model.SerializeToString())
     onnx.checker.check_model(str(path))
     return path
@@ -62,6 +67,12 @@ def wrong_shape_model(robot: RobotSpec, path: Path) -> Path:
 def nan_model(robot: RobotSpec, path: Path) -> Path:
     """Right spec and shapes, NaN weights: the probe run must catch it."""
     return _linear_model(robot, path, robot.policy_obs.dim, float('nan'))
+
+
+def clip_model(robot: RobotSpec, path: Path, action_clip: object,
+               weight: float = 0.01) -> Path:
+    """Right spec and shapes with the given ``action_clip`` metadata (None: none)."""
+    return _linear_model(robot, path, robot.policy_obs.dim, weight, action_clip)
 
 
 def corrupted_model(robot: RobotSpec, path: Path, good: Path) -> Path:

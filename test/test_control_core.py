@@ -97,8 +97,8 @@ def test_bad_joint_states_are_refused_with_their_cause(robot, names, pos, vel, c
 def test_joints_are_matched_by_name_and_output_order_follows_the_parameter(robot):
     rev = list(reversed(robot.joint_names))
     order = JointOrder(robot, rev)
-    pos, _ = order.joint_arrays(rev, np.arange(12.0)[::-1], np.zeros(12))
-    np.testing.assert_array_equal(pos, np.arange(12.0))  # back in spec order
+    pos, _ = order.joint_arrays(rev, 0.1 * np.arange(12.0)[::-1], np.zeros(12))
+    np.testing.assert_array_equal(pos, 0.1 * np.arange(12.0))  # back in spec order
     np.testing.assert_array_equal(order.to_output(np.arange(12.0)), np.arange(12.0)[::-1])
     np.testing.assert_array_equal(order.from_output(order.to_output(np.arange(12.0))),
                                   np.arange(12.0))

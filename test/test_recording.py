@@ -87,8 +87,10 @@ def run(ros_env, probe, robot, tmp_path_factory):  # noqa: F811
     probe.wait_for('/diagnostics', recorded('joint_commands', 0), timeout=60)
     sim = NodeProcess('sim_node', ros_env, d, {'mode': 'lockstep', 'command_timeout_s': 0.2})
     assert probe.call(SetBool, '/sim_node/pause', SetBool.Request(data=True), 60).success
+    # One cmd_vel for the whole run, as a script gives it: the cmd_vel timeout is off.
     policy = NodeProcess('policy_node', ros_env, d, {'use_sim_time': True,
-                                                     'model_path': str(model)})
+                                                     'model_path': str(model),
+                                                     'cmd_vel_timeout_s': 0.0})
     for topic in ('joint_states', 'imu', 'joint_commands', 'policy/model_version',
                   'safety/state'):
         probe.wait_for('/diagnostics', recorder(f'publishers /{topic}', 1), timeout=60)

@@ -216,7 +216,7 @@ def test_every_fall_back_trigger_goes_to_damping(robot, fault):
     and the transition names the cause."""
     cfg = {'inference_overrun': {'inference_deadline_s': 1e-9},
            'saturation': {'saturation_ticks': 5}}.get(fault, {})
-    action = np.full(12, 30.0) if fault == 'saturation' else None
+    action = np.full(12, 10.0) if fault == 'saturation' else None  # the clip: +-10
     ctrl, feed = in_rl(robot, None, **cfg)
     ctrl.policy.action = np.zeros(12) if action is None else action
     q = robot.default_joint_pos + 0.01
@@ -244,15 +244,30 @@ def test_every_fall_back_trigger_goes_to_damping(robot, fault):
     elif fault == 'estop':
         assert ctrl.request('estop', feed.t)[0]
         outs.append(feed.tick())
+    elif fault == 'future_stamp':  # a joint state stamped 1 s ahead of the node's clock
+        outs.append(feed.tick(age=-1.0, imu=False))
+    elif fault == 'clock_step_back':  # /clock restarted 10 s earlier, then a fresh state
+        feed.t -= 10.0
+        outs.append(feed.tick())
+    elif fault == 'clock_mismatch':  # a wall-time stamp on a node running on sim time
+        outs.append(ctrl.on_joint_state(1.7e9, robot.joint_names, q, np.zeros(12), feed.t))
+    elif fault == 'exception':  # the policy raises inside the tick
+        ctrl.policy.action = 'not a number'
+        outs.append(feed.tick())
+    elif fault == 'restarted':  # the node came back after its previous process died
+        ctrl.restarted('previous process ended without a clean stop')
+        outs.append(feed.tick())
     else:  # inference_overrun, saturation: persisting over several ticks
-        outs += [feed.tick() for _ in range(6)]
+        outs += [feed.tick() for _ in range(12)]
     assert ctrl.safety.state == PASSIVE
     assert ctrl.safety.faults[fault] == 1
     transition, = ctrl.safety.drain()
     assert (transition.source, transition.target) == (RL, PASSIVE)
     assert transition.reason.startswith(f'fault {fault}')
-    last = {'joint_limit': np.clip(beyond, robot.joint_lower, robot.joint_upper)}.get(fault, q)
-    np.testing.assert_allclose(outs[-1], last)  # damping: the measured pose, Kp = 0
+    # Damping: the measured pose itself, Kp = 0; beyond a limit too (a position-only driver
+    # must not be pulled back into the limit by Kp (limit - q)).
+    last = {'joint_limit': beyond}.get(fault, q)
+    np.testing.assert_allclose(outs[-1], last)
     assert not ctrl.last_gains[0].any()
     # Deploy mode stays PASSIVE on healthy state: the operator has to stand it up again.
     np.testing.assert_allclose(feed.tick(), q)
@@ -369,7 +384,7 @@ def test_faults_in_stand_up_and_sit_down_fall_back_too(robot):
         feed.tick()
         low = feed.pos.copy()
         low[1] = robot.joint_lower[1] - 0.2  # the lower limit counts as much as the upper
-        np.testing.assert_allclose(feed.tick(pos=low), np.maximum(low, robot.joint_lower))
+        np.testing.assert_allclose(feed.tick(pos=low), low)  # damping where it is: no push
         assert ctrl.safety.state == PASSIVE and ctrl.safety.faults['joint_limit'] == 1
 
 

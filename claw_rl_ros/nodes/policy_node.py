@@ -23,6 +23,13 @@ false: the operator drives ``~/operator`` or the ``~/stand_up`` ... Trigger serv
 ``rl`` needs a passing self-check and (``require_verification``) a passing
 ``<model stem>.verify.json``.
 
+Robustness (core/deploy/policy_controller.py): no message, stamp or call crashes the node or
+yields a command from bad input; an exception in a tick (publishing included) is a named
+``exception`` fault, PASSIVE. The watchdog polls 4 times per control period on the steady
+clock; ``cmd_vel`` older than ``cmd_vel_timeout_s`` is a zero command; a clock mismatch is
+logged once at ERROR with its fix. A node whose previous process died (:mod:`run_marker`)
+starts with a ``restarted`` fault, latched under the deploy graph (no autostart).
+
 Training mode (``training``, default false; never in the deploy graph): the control loop as an
 actor (:mod:`.loop_actor_io`): actions sampled around the mean (``seed``), one record per RL
 tick on ``policy/training_step``; only trainer exports (``action_std`` metadata) are served.
@@ -43,7 +50,8 @@ from std_msgs.msg import Float64MultiArray, String, UInt8MultiArray
 
 from ..core.deploy.control_stats import LatencyStats, RateMeter
 from ..core.deploy.model_swap import DEFAULT_MAX_MODEL_BYTES, ModelRejected
-from ..core.deploy.policy_controller import PolicyController
+from ..core.deploy.policy_controller import PolicyController, WATCHDOG_POLLS
+from ..core.deploy.run_marker import RunMarker
 from ..core.sim.robot import load_robot
 from .loop_actor_io import record_msg, RECORD_TOPIC
 from .ros_io import (COMMAND_QOS, diagnostics, doubles, LATCHED_QOS, now_sec, publisher, spin,
@@ -57,6 +65,7 @@ class PolicyNode(Node):
 
     def __init__(self):
         super().__init__('policy_node')
+        self.marker = None
         robot = load_robot(self.declare_parameter('robot', 'claw_quadruped').value)
         stale = self.declare_parameter('stale_after_periods', 3.0).value
         joints = self.declare_parameter('joints', list(robot.joint_names)).value
@@ -66,11 +75,17 @@ class PolicyNode(Node):
         seed = self.declare_parameter('seed', 0).value
         self.declare_parameter('model_sha256', '')
         qos = state_qos(self)
+        sim_time = self.get_parameter('use_sim_time').value
         self.ctrl = PolicyController(robot, stale_after_periods=stale, output_joints=joints,
                                      max_model_bytes=cap, training=training, seed=seed,
-                                     **declare_safety(self))
+                                     clock='sim' if sim_time else 'wall',
+                                     monotonic=time.monotonic, **declare_safety(self))
         if model_path:
             self.ctrl.load_path(model_path)  # refuses to start with the exact reason
+        self.marker = RunMarker(self.get_fully_qualified_name())
+        crashed = self.marker.claim()
+        if crashed:
+            self.ctrl.restarted(crashed)
         self.pool, self.validating = ThreadPoolExecutor(1), {}
         self.latency = LatencyStats()
         self.state_rate, self.cmd_rate = RateMeter(), RateMeter()
@@ -90,9 +105,10 @@ class PolicyNode(Node):
         self.add_on_set_parameters_callback(self.on_set_parameters)
         self.safety = SafetyIO(self, self.ctrl)
         # Watchdog on the steady clock (compares stamps with the node's, maybe simulated, time).
-        steady_timer(self, robot.control_dt, self.on_watchdog)
+        steady_timer(self, robot.control_dt / WATCHDOG_POLLS, self.on_watchdog)
         steady_timer(self, 1.0, self.publish_diagnostics)
         self.publish_version()
+        self.safety.flush()  # a restart found above is logged now
         self.get_logger().info(f'serving model {self.ctrl.version} for {robot.name!r}, '
                                f'{robot.num_joints} joints at {1 / robot.control_dt:g} Hz'
                                + (', training: sampling actions' if training else ''))
@@ -124,12 +140,17 @@ class PolicyNode(Node):
 
     def send(self, targets, start: float | None) -> None:
         if targets is None:
-            return
-        record = self.ctrl.take_record()
-        if record is not None:  # training mode: the record goes before its command
-            self.pub_record.publish(record_msg(record))
-        self.cmd.data = doubles(targets)  # one message, refilled: no constructor per tick
-        self.pub_cmd.publish(self.cmd)
+            return self.safety.flush()
+        try:
+            record = self.ctrl.take_record()
+            if record is not None:  # training mode: the record goes before its command
+                self.pub_record.publish(record_msg(record))
+            self.cmd.data = doubles(targets)  # one message, refilled: no constructor per tick
+            self.pub_cmd.publish(self.cmd)
+        except Exception as exc:  # noqa: BLE001 - a failed publish is a fault, not a crash
+            self.ctrl.guard.stage = 'publish'
+            self.ctrl.internal_fault(exc, fallback=())
+            return self.safety.flush()
         now = time.perf_counter()
         self.cmd_rate.tick(now)
         if start is not None:
@@ -145,7 +166,7 @@ class PolicyNode(Node):
 
     def validated(self, sha: str, future: Future) -> None:
         self.validating.pop(sha, None)
-        reason = future.result()[1]
+        reason = future.result()[1] if future.exception() is None else str(future.exception())
         if reason:
             self.get_logger().warning(f'model {sha[:12]} received and rejected: {reason}')
         else:
@@ -167,9 +188,11 @@ class PolicyNode(Node):
                                                reason=f'{p.name} is read-only after start-up')
                 else:
                     continue
-            except (ModelRejected, TimeoutError) as exc:
-                self.get_logger().warning(f'hot swap rejected: {exc}')
-                return SetParametersResult(successful=False, reason=str(exc))
+            except Exception as exc:  # noqa: BLE001 - ModelRejected, a timeout, anything
+                reason = str(exc) if isinstance(exc, ModelRejected) else \
+                    f'{p.name}: {type(exc).__name__}: {exc}'
+                self.get_logger().warning(f'hot swap rejected: {reason}')
+                return SetParametersResult(successful=False, reason=reason)
             self.get_logger().info(f'hot swap: now serving {self.ctrl.version}')
             self.publish_version()
         return SetParametersResult(successful=True, reason=f'serving {self.ctrl.version}')
@@ -185,10 +208,16 @@ class PolicyNode(Node):
                   'command_rate_hz': self.cmd_rate.rate(now), **self.latency.summary('latency'),
                   **self.ctrl.diagnostics()}
         level = 'ok' if self.ctrl.policy is not None else 'warn'
-        level = 'error' if self.ctrl.safety.latched else level
+        clock = self.ctrl.alerts.seen.get('clock_mismatch')
+        level = 'error' if self.ctrl.safety.latched or clock else level
         message = f'serving {self.ctrl.version}' if self.ctrl.policy else 'no model: holding'
-        message = f'{self.ctrl.safety.state}, {message}'
+        message = f'{self.ctrl.safety.state}, {message}' + (f'; {clock}' if clock else '')
         self.pub_diag.publish(diagnostics(self, 'policy', level, message, fields))
+
+    def destroy_node(self) -> None:
+        if self.marker is not None:
+            self.marker.release()  # a clean stop: the next start is not a restart
+        super().destroy_node()
 
 
 def main(args=None) -> int:

@@ -28,7 +28,7 @@ from .ros_io import COMMAND_QOS, doubles, LATCHED_QOS, now_sec, publisher, SENSO
 QOS = {'sensor_data': SENSOR_QOS, 'reliable': COMMAND_QOS}
 READ_ONLY = ('autostart', 'require_verification', 'publish_gains', 'controllers_file',
              'command_controller', 'state_qos', 'max_delta_per_tick', 'sit_pose',
-             *SafetyConfig.__dataclass_fields__)
+             'cmd_vel_timeout_s', 'wall_stale_after_s', *SafetyConfig.__dataclass_fields__)
 
 
 def declare_safety(node: Node) -> dict[str, Any]:
@@ -43,6 +43,11 @@ def declare_safety(node: Node) -> dict[str, Any]:
     path = node.declare_parameter('controllers_file', '').value
     controller = node.declare_parameter('command_controller', 'forward_position_controller').value
     return {'safety': SafetyConfig(**fields),
+            # cmd_vel older than this [s, monotonic] is a zero command (0: never stale)
+            'cmd_vel_timeout_s': node.declare_parameter('cmd_vel_timeout_s', 0.5).value,
+            # wall time without an accepted state that faults (0: the stale limit; 1 s
+            # under use_sim_time, where a paced or lockstep simulator may be slower)
+            'wall_stale_after_s': node.declare_parameter('wall_stale_after_s', 0.0).value,
             'max_delta_per_tick': node.declare_parameter('max_delta_per_tick', 0.0).value,
             'require_verification': node.declare_parameter('require_verification', False).value,
             'command_joints': controller_joints(path, controller) if path else None}
@@ -104,7 +109,10 @@ class SafetyIO:
         self.flush()
 
     def flush(self) -> None:
-        """Log and publish the transitions since the last call."""
+        """Log the new alerts (once each: clock mismatch, restart, exceptions) and log and
+        publish the transitions since the last call."""
+        for _, text in self.ctrl.alerts.drain():
+            self.log.error(text)
         transitions = self.ctrl.safety.drain()
         for t in transitions:
             if t.reason.startswith('fault'):

@@ -18,6 +18,7 @@ from geometry_msgs.msg import Twist
 from nav_msgs.msg import Odometry
 import numpy as np
 import rclpy
+from rclpy.clock import Clock, ClockType
 from rclpy.context import Context
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
@@ -33,6 +34,9 @@ from .ros_io import SENSOR_QOS, to_sec
 
 class GraphGone(RuntimeError):
     """The graph under test stopped answering (a node died or never came up)."""
+
+
+CMD_VEL_PERIOD_S = 0.1
 
 
 class VerifyDriver:
@@ -57,6 +61,11 @@ class VerifyDriver:
         n.create_subscription(JointState, 'joint_states', self.on_joint_state, SENSOR_QOS)
         n.create_subscription(DiagnosticArray, '/diagnostics', self.on_diagnostics, 50)
         self.pub_cmd = n.create_publisher(Twist, 'cmd_vel', 10)
+        # Re-sent at 10 Hz (wall), as a teleop does: the policy node zeroes a cmd_vel older
+        # than its cmd_vel_timeout_s.
+        self.cmd: Twist | None = None
+        n.create_timer(CMD_VEL_PERIOD_S, self._resend_command,
+                       clock=Clock(clock_type=ClockType.STEADY_TIME))
         self.executor = SingleThreadedExecutor(context=self.context)
         self.executor.add_node(n)
         self.thread = threading.Thread(target=self._spin, daemon=True)
@@ -135,7 +144,12 @@ class VerifyDriver:
         cmd = Twist()
         cmd.linear.x = float(command_vx)
         self.pub_cmd.publish(cmd)
+        self.cmd = cmd
         self.pause(True)
+
+    def _resend_command(self) -> None:
+        if self.cmd is not None:
+            self.pub_cmd.publish(self.cmd)
 
     def pause(self, on: bool) -> dict[str, str]:
         """Pause or resume the sim; paused, returns its diagnostics from after the pause."""

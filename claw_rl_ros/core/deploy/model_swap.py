@@ -2,7 +2,9 @@
 
 A model is activated only after every check passes: size cap, it parses as an ONNX policy
 (:class:`OnnxPolicy`), its ``obs`` / ``actions`` shapes, its embedded robot spec equals the
-robot's (every difference named), and finite actions of the right shape on a probe batch.
+robot's (every difference named), its ``action_clip`` metadata is a finite positive number
+(the range the node clips actions and the last-action observation to, as the env did in
+training), and finite actions of the right shape within that range on a probe batch.
 A rejection raises :class:`ModelRejected` whose message is the exact reason; nothing changes
 for the caller, so the old model keeps serving.
 """
@@ -42,20 +44,37 @@ def probe_observations(obs_dim: int, seed: int = 0) -> np.ndarray:
     return obs.astype(np.float32)
 
 
+def policy_clip(policy: OnnxPolicy) -> float:
+    """The trained action clip of a robot model (``action_clip`` metadata), or ModelRejected."""
+    clip = policy.action_clip
+    if isinstance(clip, bool) or not isinstance(clip, (int, float)) or \
+            not (np.isfinite(clip) and clip > 0):
+        raise ModelRejected(f'{policy.name}: action_clip metadata = {clip!r}; a robot model '
+                            'needs one finite number > 0 (the env.clip_actions it was trained '
+                            'with): re-export it with `claw-rl export`')
+    return float(clip)
+
+
 def validate_model(data: bytes, robot: RobotSpec,
-                   max_bytes: int = DEFAULT_MAX_MODEL_BYTES) -> OnnxPolicy:
-    """The ready-to-run policy in ``data``, or ModelRejected with the exact reason."""
+                   max_bytes: int = DEFAULT_MAX_MODEL_BYTES,
+                   name: str | None = None) -> OnnxPolicy:
+    """The ready-to-run policy in ``data``, or ModelRejected with the exact reason (``name``:
+    the model's path for messages, when it came from a file)."""
     if len(data) > max_bytes:
         raise ModelRejected(f'model is {len(data)} bytes, over the size cap of {max_bytes} '
                             'bytes (parameter max_model_bytes)')
     if len(data) == 0:
         raise ModelRejected('model is empty (0 bytes)')
     try:
-        policy = OnnxPolicy(data, robot)
+        policy = OnnxPolicy(data, robot, name=name)
     except SpecMismatchError as exc:
         raise ModelRejected(f'spec mismatch: {exc}') from None
     except ModelError as exc:
         raise ModelRejected(f'invalid model: {exc}') from None
+    except Exception as exc:  # noqa: BLE001 - malformed metadata fails in many ways
+        raise ModelRejected(f'invalid model: {name or "<model bytes>"}: '
+                            f'{type(exc).__name__}: {exc}') from None
+    clip = policy_clip(policy)
     obs = probe_observations(policy.obs_dim)
     try:
         actions = np.asarray(policy(obs))
@@ -71,6 +90,12 @@ def validate_model(data: bytes, robot: RobotSpec,
         raise ModelRejected(f'probe run gave a non-finite action ({value!r} for '
                             f'joint {robot.joint_names[col]} on probe row {row}); the model '
                             'is broken')
+    # The graph clips to action_clip (export): an action beyond it says the metadata lies.
+    beyond = float(np.abs(actions).max()) - clip
+    if beyond > 1e-5 * max(1.0, clip):
+        raise ModelRejected(f'probe run gave an action of {clip + beyond:.6g}, beyond the '
+                            f'model\'s action_clip {clip:g}: its metadata does not describe '
+                            'its graph; re-export it with `claw-rl export`')
     return policy
 
 
@@ -104,14 +129,16 @@ class ModelCache:
         self._entries: OrderedDict[str, OnnxPolicy | ModelRejected] = OrderedDict()
         self._lock = threading.Lock()
 
-    def offer(self, data: bytes) -> tuple[str, OnnxPolicy | ModelRejected]:
-        """Validate and remember ``data``; returns (sha256, policy or the rejection)."""
+    def offer(self, data: bytes, name: str | None = None
+              ) -> tuple[str, OnnxPolicy | ModelRejected]:
+        """Validate and remember ``data`` (``name``: its path, for messages); returns (sha256,
+        policy or the rejection)."""
         sha = hashlib.sha256(data).hexdigest()
         with self._lock:
             known = self._entries.get(sha)
         if known is None:
             try:
-                known = validate_model(data, self.robot, self.max_bytes)
+                known = validate_model(data, self.robot, self.max_bytes, name)
             except ModelRejected as exc:
                 known = exc
         with self._lock:

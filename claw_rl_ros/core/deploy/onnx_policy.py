@@ -62,8 +62,10 @@ class OnnxPolicy:
     version name), ``name`` (path or ``<model bytes>``).
     """
 
-    def __init__(self, source: str | Path | bytes, robot: RobotSpec | None = None):
+    def __init__(self, source: str | Path | bytes, robot: RobotSpec | None = None,
+                 name: str | None = None):
         data, self.name = _read(source)
+        self.name = name or self.name  # bytes read from a file keep the file's name
         self.sha256 = hashlib.sha256(data).hexdigest()
         try:
             self._session = ort.InferenceSession(data, session_options(),

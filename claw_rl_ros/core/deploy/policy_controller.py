@@ -13,12 +13,26 @@ Contract (what the node publishes on ``joint_commands``):
   in); every target is shaped (:mod:`.command_shaping`: joint limits, maximum change per
   tick). Under ``autostart`` a complete state enters RL at once (with no model: the default
   pose);
-* a joint state or IMU reading that is stale, non-finite, misnamed, incomplete or of the wrong
-  length is dropped and counted by cause; the tick is a fault: PASSIVE, damping (the target is
-  the last measured pose);
-* :meth:`PolicyController.watchdog` (called every control period) faults to PASSIVE (damping
-  at the last measured pose) while the last state is older than ``stale_after_periods``
-  control periods;
+* a joint state or IMU reading that is stale, stamped ahead of the node's clock, non-finite,
+  outside its plausible range, misnamed, incomplete or of the wrong length is dropped and
+  counted by cause; the tick is a fault: PASSIVE, damping. PASSIVE never pushes: its target is
+  the last measured pose itself (not clamped into the limits), so a position-only PD driver
+  applies ``Kp (q - q) = 0``; the IMU reading of a tick is the newest one stamped within half a
+  control period of the joint state (either side), never a reading from another tick;
+* time: a state or reading more than ``stale_after_periods`` control periods ahead of the node's
+  clock is a ``future_stamp`` fault (it is never accepted, so it cannot make later healthy
+  states look old); the node's clock going back (a ``/clock`` restart, an NTP step) is a
+  ``clock_step_back`` fault that forgets every stamp, so the node re-arms once time is sane
+  again; stamps of another clock than the node's (a ``use_sim_time`` mismatch) are a
+  ``clock_mismatch`` fault whose message names the fix (raised once in :attr:`alerts`);
+* :meth:`PolicyController.watchdog` (called 4 times per control period) faults to PASSIVE when
+  the last accepted state is older than ``stale_after_periods`` control periods by the node's
+  clock or by the monotonic time it was received (``wall_stale_after_s``), so damping starts
+  within that many periods of the last good state even when the node's clock stalls or steps;
+* ``cmd_vel`` goes stale: ``cmd_vel_timeout_s`` (monotonic) after the last one the command is
+  zero (counted, in the diagnostics), until the next one;
+* nothing raises out of the controller: an exception anywhere in a tick is an ``exception``
+  fault counted by stage (:mod:`.tick_guard`): PASSIVE, damping, re-armed only the normal way;
 * targets are in the order of the ``joints`` parameter;
 * in ``training`` mode (the control loop as an actor; never on a robot) the policy acts with
   ``a ~ N(mu, sigma)`` around the model's mean (``sigma``: its ``action_std`` metadata, so only
@@ -33,30 +47,56 @@ caller serialises calls (one ROS executor thread does).
 from __future__ import annotations
 
 from collections import deque
+import functools
 from pathlib import Path
 import time
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
 from ..learning.loop_record import GaussianSampler, PolicyRecord
 from .command_shaping import CommandShaper
 from .control_stats import Counters
-from .model_swap import (DEFAULT_MAX_MODEL_BYTES, ModelCache, ModelRejected, read_model_file,
-                         version_of)
+from .model_swap import (DEFAULT_MAX_MODEL_BYTES, ModelCache, ModelRejected, policy_clip,
+                         read_model_file, version_of)
 from .onnx_policy import OnnxPolicy
 from .safety import PASSIVE, RL, SafetyConfig, SafetyMachine
 from .self_check import self_check
 from ..sim.robot import RobotSpec
 from .state_input import (BadInput, check_fresh, command_array, DROP_CAUSES, imu_arrays,
                           IMU_SYNC_PERIODS, JointOrder, ObservationAssembler)
+from .tick_guard import Alerts, TickGuard
 from .verification import verification_blocker
 
-HOLD_REASONS = ('bad_input', 'no_model', 'stale')
-# Input drop cause -> safety fault (stale is told apart by topic).
-FAULT_OF = {'non_finite': 'non_finite', 'missing_joint': 'bad_input',
-            'unknown_joint': 'bad_input', 'wrong_length': 'bad_input', 'bad_imu': 'bad_input'}
+HOLD_REASONS = ('bad_input', 'no_model', 'stale', 'exception')
+# Input drop cause -> safety fault (stale and unsynced are told apart by topic).
+FAULT_OF = {'non_finite': 'non_finite', 'out_of_range': 'bad_input',
+            'missing_joint': 'bad_input', 'unknown_joint': 'bad_input',
+            'wrong_length': 'bad_input', 'bad_imu': 'bad_input', 'bad_stamp': 'bad_input',
+            'future_stamp': 'future_stamp', 'clock_mismatch': 'clock_mismatch'}
+# The watchdog is polled this many times per control period (policy_node's timer).
+WATCHDOG_POLLS = 4
+# Under use_sim_time a paced or lockstep simulator may take this long in wall time between
+# two states (wall_stale_after_s = 0 then means this) [s].
+SIM_WALL_STALE_S = 1.0
+# Keep this many IMU readings to pair with the joint state of their tick.
+IMU_READINGS = 8
 Targets = np.ndarray
+
+
+def guarded(stage: str, fallback=None):
+    """Run a controller entry point so that nothing raises out of it: an exception is an
+    ``exception`` fault (counted at the stage it came from) and the tick holds PASSIVE."""
+    def wrap(method):
+        @functools.wraps(method)
+        def inner(self, *args, **kwargs):
+            self.guard.stage = stage
+            try:
+                return method(self, *args, **kwargs)
+            except Exception as exc:  # noqa: BLE001 - every exception becomes a named fault
+                return self.internal_fault(exc, fallback)
+        return inner
+    return wrap
 
 
 class PolicyController:
@@ -72,12 +112,33 @@ class PolicyController:
                  safety: SafetyConfig | None = None, max_delta_per_tick: float = 0.0,
                  require_verification: bool = False,
                  command_joints: Sequence[str] | None = None, training: bool = False,
-                 seed: int = 0):
-        if not stale_after_periods > 0:
-            raise ValueError(f'stale_after_periods = {stale_after_periods}; must be > 0')
+                 seed: int = 0, cmd_vel_timeout_s: float = 0.5, clock: str = 'unknown',
+                 wall_stale_after_s: float = 0.0,
+                 monotonic: Callable[[], float] | None = None):
+        """``clock``: the node's (``sim`` under use_sim_time, ``wall``, ``unknown``), to name
+        the fix of a clock mismatch; ``monotonic``: the receive clock of the watchdog and the
+        cmd_vel timeout (None: the node's clock stands in for it, as in tests and replays)."""
+        if not stale_after_periods >= 1.5:
+            raise ValueError(f'stale_after_periods = {stale_after_periods!r}; must be >= 1.5 '
+                             'control periods (a healthy state arrives every period)')
+        for name, value in (('cmd_vel_timeout_s', cmd_vel_timeout_s),
+                            ('wall_stale_after_s', wall_stale_after_s)):
+            if not (np.isfinite(value) and value >= 0):
+                raise ValueError(f'{name} = {value!r}; must be a finite number >= 0 (0: '
+                                 + ('off)' if name == 'cmd_vel_timeout_s' else 'default)'))
         self.robot = robot
         self.dt = robot.control_dt
         self.max_age = stale_after_periods * self.dt
+        self.clock = clock
+        # The watchdog's limits: polled every dt / WATCHDOG_POLLS, it fires within max_age.
+        self.stale_limit = self.max_age - self.dt / WATCHDOG_POLLS
+        wall = wall_stale_after_s or (SIM_WALL_STALE_S if clock == 'sim' else self.max_age)
+        self.wall_stale_limit = max(wall, self.max_age) - self.dt / WATCHDOG_POLLS
+        self.cmd_vel_timeout = cmd_vel_timeout_s
+        self._monotonic = monotonic
+        self._mono = 0.0  # the receive time of the call being handled
+        self.guard = TickGuard()
+        self.alerts = Alerts()
         self.order = JointOrder(robot, output_joints)
         self.assembler = ObservationAssembler(robot)
         self.models = ModelCache(robot, max_model_bytes)
@@ -101,16 +162,26 @@ class PolicyController:
         self.last_drop = ''
         self.inference_s = 0.0
         self._unverified: str | None = 'no model loaded'
-        # (stamp, [4] quat w,x,y,z, [3] gyro); quat None marks a dropped reading (gyro = cause).
-        self._imu: tuple[float, np.ndarray | None, object] | None = None
+        # (stamp, [4] quat w,x,y,z, [3] gyro), newest last; quat None marks a dropped reading
+        # (gyro = (fault, detail)).
+        self._imus: deque[tuple[float, np.ndarray | None, object]] = deque(maxlen=IMU_READINGS)
         self._pending: tuple[float, np.ndarray, np.ndarray] | None = None
         self._pose: np.ndarray | None = None  # [J] last measured pose of a complete state
         self._last_state_stamp: float | None = None
-        self._last_output: float | None = None
+        self._last_good_mono: float | None = None  # receive time of the last accepted state
+        self._last_output: float | None = None  # monotonic time of the last command
+        self._last_now: float | None = None  # the node clock at the previous call
+        self._last_cmd_mono: float | None = None
+        self.cmd_vel_timeouts = 0
+        self.command_timed_out = False
+        # Stamps of accepted states and valid IMU readings (the self-check's rates), and
+        # whether each of the last joint states was usable (accepted into a tick).
         self._stamps = {'joint_states': deque(maxlen=21), 'imu': deque(maxlen=21)}
+        self._usable: deque[bool] = deque(maxlen=50)
         self._names: tuple[str, ...] | None = None
 
     # ------------------------------------------------------------------------------ inputs
+    @guarded('joint_state')
     def on_joint_state(self, stamp: float, names: Sequence[str], position: Sequence[float],
                        velocity: Sequence[float], now: float,
                        superseded: bool = False) -> Targets | None:
@@ -118,108 +189,197 @@ class PolicyController:
 
         ``superseded``: a newer state was already waiting behind this one (a backlog). It is
         still validated (a bad one is dropped, counted and faults as ever) but, when valid,
-        skipped without a command and without a stale verdict: its age is the node's own
-        backlog, and judging it against a clock that has moved on (``/clock`` keeps only the
-        newest) faulted and re-armed the loop over and over under load. The newest state
-        of the backlog is judged as usual.
+        skipped without a command, without a stale verdict and without moving the gait clock:
+        its age is the node's own backlog, and judging it against a clock that has moved on
+        (``/clock`` keeps only the newest) faulted and re-armed the loop over and over under
+        load. The newest state of the backlog is judged as usual.
         """
+        self._clock(now)
+        stamp = float(stamp)
         if self._last_state_stamp is not None and stamp <= self._last_state_stamp:
             self.drops.add('stale')  # this tick was answered already
+            self._usable.append(False)
             return None
-        self._stamps['joint_states'].append(stamp)
-        self._names = tuple(names)
+        self._names = tuple(str(n) for n in names)
         try:
             pos, vel = self.order.joint_arrays(names, position, velocity)
             if superseded:
+                check_fresh('joint_states', stamp, stamp, self.max_age)  # finite stamp only
                 self.superseded += 1
                 return None
-            check_fresh('joint_states', stamp, now, self.max_age)
+            check_fresh('joint_states', stamp, now, self.max_age, self.clock)
         except BadInput as exc:
             self._pending = None
+            self._usable.append(False)
             return self._drop(exc, 'stale_joint_states', now)
         self._pending = (stamp, pos, vel)
         return self._try_tick(now)
 
+    @guarded('imu')
     def on_imu(self, stamp: float, orientation_xyzw: Sequence[float],
                angular_velocity: Sequence[float], now: float) -> Targets | None:
         """An Imu reading; completes a pending joint state of the same tick."""
-        self._stamps['imu'].append(stamp)
+        self._clock(now)
+        stamp = float(stamp)
         try:
             quat, gyro = imu_arrays(orientation_xyzw, angular_velocity)
-            check_fresh('imu', stamp, now, self.max_age)
+            check_fresh('imu', stamp, now, self.max_age, self.clock)
         except BadInput as exc:
             self.drops.add(exc.cause)
             self.last_drop = str(exc)
+            self._alert(exc)
             fault = 'stale_imu' if exc.cause == 'stale' else FAULT_OF[exc.cause]
-            self._imu = (stamp if np.isfinite(stamp) else now, None, (fault, str(exc)))
+            if exc.cause not in ('future_stamp', 'bad_stamp', 'clock_mismatch'):
+                # A reading of this tick that is bad: the tick it pairs with is a fault.
+                self._imus.append((stamp, None, (fault, str(exc))))
+            elif self.started:
+                self.safety.fault(fault, now, str(exc))
             return self._try_tick(now)
-        self._imu = (stamp, quat, gyro)
+        self._stamps['imu'].append(stamp)
+        self._imus.append((stamp, quat, gyro))
         return self._try_tick(now)
 
+    @guarded('command')
     def on_command(self, linear_x: float, linear_y: float, angular_z: float) -> None:
-        """A cmd_vel; a non-finite one is dropped (the previous command stays)."""
+        """A cmd_vel; a non-finite or implausible one is dropped (the previous command stays
+        until it times out)."""
         try:
             self.assembler.set_command(command_array(linear_x, linear_y, angular_z))
         except BadInput as exc:
             self.drops.add(exc.cause)
             self.last_drop = str(exc)
+            return
+        self._last_cmd_mono = self._receive_time(self._last_now or 0.0)
+        self.command_timed_out = False
 
+    @guarded('watchdog')
     def watchdog(self, now: float) -> Targets | None:
-        """Fault to PASSIVE (damping) when started, the last state is stale and nothing went
-        out this tick."""
-        if not self.started or self._last_state_stamp is None:
+        """Fault to PASSIVE (damping) when started, the last accepted state is too old by the
+        node's clock or by its monotonic receive time, and nothing went out this tick."""
+        self._clock(now)
+        if not self.started:
             return None
-        if now - self._last_state_stamp <= self.max_age:
+        # After a clock step back no stamp is known: the receive time alone judges.
+        age = now - self._last_state_stamp if self._last_state_stamp is not None else 0.0
+        wall_age = self._mono - self._last_good_mono
+        if age <= self.stale_limit and wall_age <= self.wall_stale_limit:
             return None
-        if self._last_output is not None and now - self._last_output < 0.9 * self.dt:
+        if self._last_output is not None and self._mono - self._last_output < 0.9 * self.dt:
             return None
         self.holds.add('stale')
-        age = f'{(now - self._last_state_stamp) * 1e3:.0f} ms without a complete state'
-        self.safety.fault('stale_imu' if self._pending else 'stale_joint_states', now, age)
+        what = (f'{age * 1e3:.0f} ms' if age > self.stale_limit else
+                f'{wall_age * 1e3:.0f} ms of wall time (node clock: {age * 1e3:.0f} ms)')
+        self.safety.fault('stale_imu' if self._pending else 'stale_joint_states', now,
+                          f'{what} without a complete state')
         return self._hold(now)
 
+    @guarded('request', fallback=(False, 'request failed inside the controller'))
     def request(self, name: str, now: float) -> tuple[bool, str]:
         """An operator request (:data:`.safety.REQUESTS`); 'rl' runs the self-check first."""
+        self._clock(now)
+        name = str(name)
         fresh = self._last_state_stamp is not None and \
-            now - self._last_state_stamp <= self.max_age
+            now - self._last_state_stamp <= self.max_age and \
+            self._mono - self._last_good_mono <= self.wall_stale_limit
         if name == 'rl' and self.safety.state != RL:
             problems = self.check()
             if problems:
                 return False, f'rl refused by the self-check ({len(problems)} mismatch(es)): ' \
                     + '; '.join(problems)
+        if name == 'reset' and self.safety.latched:
+            self.alerts.clear('restarted')
         return self.safety.request(name, now, self._pose if fresh else None)
 
+    def restarted(self, detail: str) -> None:
+        """The previous process of this node died without a clean stop: a ``restarted`` fault
+        (latched without autostart: the operator clears it with ``reset``)."""
+        self.safety.fault('restarted', self._last_now or 0.0, detail)
+        self.alerts.once('restarted', f'restarted: {detail}')
+
     def check(self) -> list[str]:
-        """The start-up self-check (:func:`.self_check.self_check`) on what was received."""
+        """The start-up self-check (:func:`.self_check.self_check`) on usable states."""
         return self_check(self.robot, self.policy.spec if self.policy else None,
                           output_joints=self.order.output, joint_state_names=self._names,
                           joint_state_period=self._period('joint_states'),
-                          imu_period=self._period('imu'), command_joints=self.command_joints)
+                          imu_period=self._period('imu'), command_joints=self.command_joints,
+                          usable=(sum(self._usable), len(self._usable)),
+                          last_drop=self.last_drop)
 
     def _period(self, topic: str) -> float | None:
         stamps = np.asarray(self._stamps[topic])
         return float(np.median(np.diff(stamps))) if stamps.size >= 3 else None
 
+    # ------------------------------------------------------------------------------- time
+    def _receive_time(self, now: float) -> float:
+        return self._monotonic() if self._monotonic is not None else now
+
+    def _clock(self, now: float) -> None:
+        """Every call: the receive time, and a fault when the node's clock went back."""
+        now = float(now)
+        self._mono = self._receive_time(now)
+        last, self._last_now = self._last_now, now
+        if last is None or not now < last - self.max_age:
+            return
+        # The clock stepped back (a /clock restart, an NTP step): every stamp seen is from
+        # another time line; forget them, so the node re-arms once states are fresh again.
+        self._last_state_stamp, self._pending = None, None
+        self._imus.clear()
+        for stamps in self._stamps.values():
+            stamps.clear()
+        self.safety.fault('clock_step_back', now, f'the node clock went from {last:.3f} s '
+                          f'back to {now:.3f} s; stamps before it are forgotten')
+
+    def _alert(self, exc: BadInput) -> None:
+        if exc.cause == 'clock_mismatch':
+            self.alerts.once('clock_mismatch', str(exc))
+
     # ------------------------------------------------------------------------------- ticks
+    def _imu_for(self, stamp: float):
+        """The IMU reading of the tick stamped ``stamp``: the newest within half a period
+        either side; None: not arrived yet; False: none of this tick although newer exist."""
+        tol = IMU_SYNC_PERIODS * self.dt
+        if not self._imus or self._newest_imu() < stamp - tol:
+            return None
+        best = None
+        for reading in self._imus:  # oldest first: a later one of equal stamp wins
+            if abs(reading[0] - stamp) <= tol and (best is None or reading[0] >= best[0]):
+                best = reading
+        return False if best is None else best
+
+    def _newest_imu(self) -> float:
+        return max(reading[0] for reading in self._imus)
+
     def _try_tick(self, now: float) -> Targets | None:
-        if self._pending is None or self._imu is None:
+        if self._pending is None:
             return None
         stamp, pos, vel = self._pending
-        imu_stamp, quat, gyro = self._imu
-        if imu_stamp < stamp - IMU_SYNC_PERIODS * self.dt:
+        reading = self._imu_for(stamp)
+        if reading is None:
             return None  # the IMU reading of this tick has not arrived yet
         self._pending = None
         try:
-            check_fresh('joint_states', stamp, now, self.max_age)  # it may have waited
+            check_fresh('joint_states', stamp, now, self.max_age, self.clock)  # it may have waited
+            if reading is False:
+                newest = self._newest_imu()
+                raise BadInput('unsynced_imu', f'imu: no reading within {IMU_SYNC_PERIODS:g} '
+                               f'control period of the joint state stamped {stamp:.3f} s (newest '
+                               f'imu {newest:.3f} s, {(newest - stamp) * 1e3:.1f} ms ahead); the '
+                               'IMU and joint clocks disagree, or the IMU stalled')
         except BadInput as exc:
+            self._usable.append(False)
             return self._drop(exc, 'stale_imu', now)
+        _, quat, gyro = reading
         self.started = True
         self._last_state_stamp = self._stamp = stamp
+        self._last_good_mono = self._mono
         self._pose = pos
+        self._usable.append(quat is not None)
         if quat is None:
             self.holds.add('bad_input')
             self.safety.fault(gyro[0], now, gyro[1])
             return self._hold(now)
+        self._stamps['joint_states'].append(stamp)
+        self.alerts.clear('clock_mismatch')
         if self.safety.state == PASSIVE:
             self.shaper.restart(pos)  # leaving PASSIVE starts from the measured pose
         if self.safety.check_state(now, pos, quat):
@@ -238,13 +398,22 @@ class PolicyController:
         if self.policy is None:
             self.drops.add('no_model')
             self.holds.add('no_model')
+        self.guard.stage = 'shaping'
         target, _ = self.shaper.shape(safety.target(now, pos))
         return self._out(now, target, None)
 
     def _act(self, now: float, pos: np.ndarray, vel: np.ndarray, quat: np.ndarray,
              gyro: np.ndarray) -> Targets | None:
         """RL: obs -> action -> faded, shaped target; None when a fault fired."""
+        self.guard.stage = 'observation'
+        self._command_timeout()
         obs = self.assembler.observe(pos, vel, quat, gyro)
+        if not np.isfinite(obs.astype(np.float32)).all():
+            i = int(np.flatnonzero(~np.isfinite(obs.astype(np.float32)))[0])
+            self.safety.fault('non_finite', now, f'observation[{i}] = {obs[i]!r} is not a '
+                              'finite float32')
+            return None
+        self.guard.stage = 'policy'
         start = time.perf_counter()
         action = mean = self.policy(obs)
         if self.sampler is not None:
@@ -255,6 +424,10 @@ class PolicyController:
             self.safety.fault('non_finite', now, f'policy action {action[j]!r} for '
                               f'{self.robot.joint_names[j]}')
             return None
+        # The trained action range (the model's action_clip), whatever the graph did.
+        clip = self.assembler.action_clip
+        action = np.clip(action, -clip, clip)
+        self.guard.stage = 'shaping'
         # target = q0 + fade * scale * a, then joint limits and rate limit.
         q0 = self.robot.default_joint_pos
         raw = q0 + self.safety.fade(now) * self.robot.action_scale * action
@@ -270,6 +443,15 @@ class PolicyController:
                                               self.order.to_output(target))
         return self._out(now, target, action)
 
+    def _command_timeout(self) -> None:
+        """Zero the velocity command once cmd_vel is older than cmd_vel_timeout_s."""
+        if self.cmd_vel_timeout <= 0 or self._last_cmd_mono is None or self.command_timed_out:
+            return
+        if self._mono - self._last_cmd_mono > self.cmd_vel_timeout:
+            self.assembler.set_command(np.zeros(3))
+            self.command_timed_out = True
+            self.cmd_vel_timeouts += 1
+
     def take_record(self) -> PolicyRecord | None:
         """The training-mode record of the last RL tick, once (None: none since)."""
         record, self.record = self.record, None
@@ -277,7 +459,7 @@ class PolicyController:
 
     def _out(self, now: float, target: np.ndarray, action: np.ndarray | None) -> Targets:
         self.assembler.advance(action)
-        self._last_output = now
+        self._last_output = self._mono
         self._passive_gains = self.safety.state == PASSIVE
         return self.order.to_output(target)
 
@@ -291,7 +473,8 @@ class PolicyController:
     def _drop(self, exc: BadInput, stale_fault: str, now: float) -> Targets | None:
         self.drops.add(exc.cause)
         self.last_drop = str(exc)
-        fault = stale_fault if exc.cause == 'stale' else FAULT_OF[exc.cause]
+        self._alert(exc)
+        fault = stale_fault if exc.cause in ('stale', 'unsynced_imu') else FAULT_OF[exc.cause]
         self.safety.fault(fault, now, str(exc))
         if not self.started:
             return None
@@ -299,10 +482,28 @@ class PolicyController:
         return self._hold(now)
 
     def _hold(self, now: float) -> Targets | None:
-        """PASSIVE: damping, the target is the last measured pose."""
+        """PASSIVE: damping. The target is the last measured pose itself (a position-only
+        driver applies no Kp force); the rate limit restarts at it, clamped to the limits."""
         if not self.started:
             return None
-        return self._out(now, self.shaper.restart(self._pose), None)
+        self.shaper.restart(self._pose)
+        return self._out(now, self._pose.copy(), None)
+
+    def internal_fault(self, exc: BaseException, fallback=None):
+        """An exception inside a tick: the ``exception`` fault (counted by stage), then the
+        PASSIVE hold when it can be computed (else nothing); ``fallback`` for requests."""
+        detail = self.guard.caught(exc)
+        now = self._last_now if self._last_now is not None else 0.0
+        try:
+            self.safety.fault('exception', now, detail)
+            self.alerts.once(f'exception_{self.guard.stage}', f'exception caught, PASSIVE: '
+                             f'{detail}')
+            if fallback is not None:
+                return fallback
+            self.holds.add('exception')
+            return self._hold(now)
+        except Exception:  # noqa: BLE001 - the hold itself failed: publish nothing
+            return fallback
 
     # --------------------------------------------------------------------------- hot swap
     @property
@@ -310,9 +511,9 @@ class PolicyController:
         """sha256 prefix of the serving model, or 'none'."""
         return version_of(self.policy.sha256) if self.policy is not None else 'none'
 
-    def offer(self, data: bytes) -> tuple[str, str | None]:
+    def offer(self, data: bytes, name: str | None = None) -> tuple[str, str | None]:
         """Validate offered model bytes now; returns (sha256, rejection reason or None)."""
-        sha, result = self.models.offer(bytes(data))
+        sha, result = self.models.offer(bytes(data), name)
         return sha, str(result) if isinstance(result, ModelRejected) else None
 
     def activate(self, sha256: str) -> str:
@@ -329,7 +530,7 @@ class PolicyController:
         except ModelRejected as exc:
             self.last_swap = f'rejected {path}: {exc}'
             raise
-        sha, _ = self.offer(data)
+        sha, _ = self.offer(data, str(path))
         return self._serve(sha, path)
 
     def _serve(self, sha256: str, path: str | Path | None) -> str:
@@ -344,6 +545,7 @@ class PolicyController:
             self.last_swap = f'rejected {version_of(sha256)}: {exc}'
             raise
         self.policy, self._unverified, self.sampler = policy, unverified, sampler
+        self.assembler.action_clip = policy_clip(policy)
         self.last_swap = f'ok {self.version}'
         return self.version
 
@@ -372,6 +574,13 @@ class PolicyController:
                                   'last_drop': self.last_drop}
         out.update(self.drops.summary('dropped'))
         out.update(self.holds.summary('holds'))
+        out.update(self.guard.counts.summary('exceptions'))
+        out['last_exception'] = self.guard.last or 'none'
+        out['cmd_vel_timeouts'] = self.cmd_vel_timeouts
+        out['command_timed_out'] = self.command_timed_out
+        out['clock_problem'] = self.alerts.seen.get('clock_mismatch', 'none')
+        out['usable_states'] = f'{sum(self._usable)}/{len(self._usable)}'
+        out['action_clip'] = self.assembler.action_clip
         out['verified'] = self._unverified is None
         out['inference_ms'] = self.inference_s * 1e3
         out.update(self.safety.diagnostics())

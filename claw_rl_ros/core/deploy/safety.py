@@ -15,8 +15,9 @@ States and what each one commands (joint position targets, spec order)::
   PASSIVE by itself.
 
 Faults (:data:`FAULTS`) move every state to PASSIVE at once. ``estop`` is latched: nothing
-but ``reset`` (in PASSIVE) clears it. With ``autostart`` (simulation, training) the operator
-steps are skipped: a healthy complete state takes PASSIVE to STAND_UP (done at once, the
+but ``reset`` (in PASSIVE) clears it; so is ``restarted`` (the node came back after its
+previous process died) when the operator drives the machine (no ``autostart``). With
+``autostart`` (simulation, training) the operator steps are skipped: a healthy complete state takes PASSIVE to STAND_UP (done at once, the
 default pose) and, with a model that may act, to RL (no fade-in); after a fault the machine
 re-arms the same way once the state is healthy again, except after an e-stop. Every
 transition is kept as a :class:`Transition` for the node to log and publish.
@@ -38,7 +39,11 @@ STATES = (PASSIVE, STAND_UP, RL, SIT_DOWN)
 REQUESTS = ('stand_up', 'rl', 'sit_down', 'passive', 'estop', 'reset')
 # Automatic fall-backs to PASSIVE (counted by cause in the diagnostics).
 FAULTS = ('tilt', 'stale_joint_states', 'stale_imu', 'non_finite', 'bad_input',
-          'inference_overrun', 'saturation', 'joint_limit', 'estop')
+          'inference_overrun', 'saturation', 'joint_limit', 'future_stamp', 'clock_step_back',
+          'clock_mismatch', 'exception', 'restarted', 'estop')
+# Faults that latch (nothing but an operator ``reset`` in PASSIVE clears them); ``restarted``
+# latches only when the machine is operator-driven (no autostart).
+LATCHING = ('estop', 'restarted')
 
 
 @dataclass
@@ -111,6 +116,7 @@ class SafetyMachine:
         self.deadline = cfg.inference_deadline_s or robot.control_dt / 2
         self.state = PASSIVE
         self.latched = False
+        self.latch_cause = ''  # 'e-stop' or 'restart' while latched
         self.last_fault = ''
         self.faults = {cause: 0 for cause in FAULTS}
         self.history: deque[Transition] = deque(maxlen=100)
@@ -137,8 +143,8 @@ class SafetyMachine:
         assert cause in FAULTS, cause
         self.faults[cause] += 1
         self.last_fault = f'{cause}: {detail}' if detail else cause
-        if cause == 'estop':
-            self.latched = True
+        if cause == 'estop' or (cause == 'restarted' and not self.cfg.autostart):
+            self.latched, self.latch_cause = True, 'e-stop' if cause == 'estop' else 'restart'
         if self.state != PASSIVE:
             self._go(PASSIVE, now, f'fault {self.last_fault}', None)
 
@@ -160,7 +166,7 @@ class SafetyMachine:
                 self._go(PASSIVE, now, 'operator passive', None)
             return True, 'PASSIVE'
         if self.latched:
-            return False, f'{name} refused: e-stop latched; request reset first'
+            return False, f'{name} refused: {self.latch_cause} latched; request reset first'
         if pose is None:
             return False, f'{name} refused: no fresh complete joint state and IMU reading'
         allowed = {'stand_up': (PASSIVE, SIT_DOWN), 'rl': (STAND_UP,),

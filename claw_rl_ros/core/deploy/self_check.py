@@ -13,6 +13,8 @@ from ..sim.robot import _same, RobotSpec
 
 # A measured message rate may differ from the control rate by this fraction.
 RATE_TOLERANCE = 0.1
+# At least this fraction of the last joint states must have been usable (accepted into a tick).
+USABLE_FRACTION = 0.9
 
 
 def _joint_lines(where: str, have: Sequence[str], want: Sequence[str], of: str) -> list[str]:
@@ -81,12 +83,15 @@ def _rate_line(topic: str, period: float | None, dt: float, at_least: bool) -> l
 def self_check(robot: RobotSpec, model_spec: dict[str, Any] | None, *,
                output_joints: Sequence[str], joint_state_names: Sequence[str] | None,
                joint_state_period: float | None, imu_period: float | None,
-               command_joints: Sequence[str] | None) -> list[str]:
+               command_joints: Sequence[str] | None,
+               usable: tuple[int, int] | None = None, last_drop: str = '') -> list[str]:
     """Every mismatch between model, robot config and live robot (empty: all agree).
 
-    ``joint_state_names``: the last ``/joint_states`` names; periods [s] from message stamps;
-    ``command_joints``: the command controller's ``joints`` (None: not configured, skipped);
-    ``output_joints``: the order this node publishes commands in.
+    ``joint_state_names``: the last ``/joint_states`` names; periods [s] from the stamps of
+    usable messages; ``command_joints``: the command controller's ``joints`` (None: not
+    configured, skipped); ``output_joints``: the order this node publishes commands in;
+    ``usable``: (usable, received) of the last joint states, judged, not just received
+    (``last_drop``: why the last one was dropped).
     """
     dt = robot.control_dt
     out = ['model: none loaded'] if model_spec is None else model_lines(robot, model_spec)
@@ -95,6 +100,9 @@ def self_check(robot: RobotSpec, model_spec: dict[str, Any] | None, *,
     else:
         out += _joint_lines('/joint_states', sorted(joint_state_names),
                             sorted(robot.joint_names), f'robot {robot.name!r}')
+    if usable is not None and usable[1] and usable[0] < USABLE_FRACTION * usable[1]:
+        out.append(f'usable states: {usable[0]} of the last {usable[1]} /joint_states were '
+                   f'usable (last drop: {last_drop or "none"})')
     out += _rate_line('/joint_states', joint_state_period, dt, at_least=False)
     out += _rate_line('imu', imu_period, dt, at_least=True)
     if command_joints is not None:

@@ -2,9 +2,13 @@
 
 Everything a policy node receives (``JointState``, ``Imu``, ``Twist`` contents as plain arrays)
 is checked here before it can reach the policy; a bad message raises :class:`BadInput` with
-one of :data:`DROP_CAUSES` and a message naming the field, the value and the fix. The valid
-state is turned into the policy observation by the robot's own ``ObservationLayout`` (the code
-path the env uses), with the node's own last action and gait clock. No ROS imports.
+one of :data:`DROP_CAUSES` and a message naming the field, the value and the fix. Finite is not
+enough: a float64 beyond the float32 range (1e39) is finite but becomes inf in the float32
+observation, so every value must also lie in a physically plausible range
+(:data:`JOINT_POSITION_MARGIN` beyond the URDF limits, :data:`JOINT_SPEED_FACTOR` x the
+URDF velocity limit, :data:`GYRO_LIMIT`, :data:`COMMAND_LIMIT`). The valid state is turned
+into the policy observation by the robot's own ``ObservationLayout`` (the code path the env
+uses), with the node's own last action and gait clock. No ROS imports.
 """
 
 from __future__ import annotations
@@ -18,12 +22,24 @@ from ..sim.robot import RobotSpec
 from ..sim.env_config import EnvConfig
 
 # Why an input message was dropped (counted per cause in the diagnostics).
-DROP_CAUSES = ('non_finite', 'missing_joint', 'unknown_joint', 'wrong_length', 'bad_imu',
-               'stale', 'no_model')
+DROP_CAUSES = ('non_finite', 'out_of_range', 'missing_joint', 'unknown_joint', 'wrong_length',
+               'bad_imu', 'bad_stamp', 'stale', 'future_stamp', 'clock_mismatch',
+               'unsynced_imu', 'no_model')
 # The env clips actions to +-clip_actions before they become the last_action observation.
 CLIP_ACTIONS = EnvConfig().clip_actions
 # An IMU reading counts as "the same tick" as a joint state up to half a control period older.
 IMU_SYNC_PERIODS = 0.5
+# Plausible ranges: a joint reported further than this beyond its URDF limits [rad] is a sensor
+# fault, not a pose (joints have hard stops); joint speeds up to this multiple of the URDF
+# velocity limit; gyro rates [rad/s] (a 2000 deg/s MEMS gyro saturates at 35 rad/s); velocity
+# commands [m/s, rad/s].
+JOINT_POSITION_MARGIN = np.pi
+JOINT_SPEED_FACTOR = 10.0
+GYRO_LIMIT = 100.0
+COMMAND_LIMIT = 10.0
+# Stamps and clocks [s]: ROS time beyond this looks like wall time since 1970 (1e8 s is 1973);
+# a simulated clock stays below it.
+EPOCH_LIKE_S = 1e8
 
 
 class BadInput(ValueError):
@@ -46,6 +62,19 @@ def _finite(topic: str, field: str, values: np.ndarray, names: Sequence[str] = (
                        'finite')
 
 
+def _within(topic: str, field: str, values: np.ndarray, low, high, unit: str,
+            names: Sequence[str] = ()) -> None:
+    """BadInput('out_of_range') naming the first value outside [low, high] (finite values)."""
+    if (values >= low).all() and (values <= high).all():
+        return
+    low, high = np.broadcast_to(low, values.shape), np.broadcast_to(high, values.shape)
+    i = int(np.flatnonzero((values < low) | (values > high))[0])
+    where = f'{field}[{i}]' + (f' ({names[i]})' if i < len(names) else '')
+    raise BadInput('out_of_range', f'{topic}: {where} = {values[i]!r} {unit} is outside the '
+                   f'plausible range [{low[i]:.4g}, {high[i]:.4g}]; check the driver (units, '
+                   'joint mapping, sensor fault)')
+
+
 class JointOrder:
     """Maps message joint names onto the spec order, by name (never by index).
 
@@ -65,6 +94,9 @@ class JointOrder:
                              f'repeated {extra or "duplicates"}); spec order: {self.spec}')
         self.output = output
         self.output_index = np.array([self._index[n] for n in output])
+        self.pos_low = robot.joint_lower - JOINT_POSITION_MARGIN
+        self.pos_high = robot.joint_upper + JOINT_POSITION_MARGIN
+        self.max_speed = JOINT_SPEED_FACTOR * robot.velocity_limit
         self._cached_names: tuple[str, ...] | None = None
         self._cached_index: np.ndarray | None = None
 
@@ -100,8 +132,7 @@ class JointOrder:
                      velocity: Sequence[float], topic: str = 'joint_states'
                      ) -> tuple[np.ndarray, np.ndarray]:
         """Validated ([J] position, [J] velocity) in spec order from JointState fields."""
-        pos = np.asarray(position, dtype=np.float64)
-        vel = np.asarray(velocity, dtype=np.float64)
+        pos, vel = _floats(topic, 'position', position), _floats(topic, 'velocity', velocity)
         if pos.shape != (len(names),) or vel.shape != (len(names),):
             raise BadInput('wrong_length', f'{topic}: {len(names)} names but {pos.size} '
                            f'positions and {vel.size} velocities; give one of each per name')
@@ -109,20 +140,34 @@ class JointOrder:
         pos, vel = pos[index], vel[index]
         _finite(topic, 'position', pos, self.spec)
         _finite(topic, 'velocity', vel, self.spec)
+        _within(topic, 'position', pos, self.pos_low, self.pos_high, 'rad', self.spec)
+        _within(topic, 'velocity', vel, -self.max_speed, self.max_speed, 'rad/s', self.spec)
         return pos, vel
+
+
+def _floats(topic: str, field: str, values) -> np.ndarray:
+    """A flat float64 array of a message field; BadInput('wrong_length') if it is none."""
+    try:
+        out = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise BadInput('wrong_length', f'{topic}: {field} is not a sequence of numbers '
+                       f'({exc})') from None
+    return out
 
 
 def imu_arrays(orientation_xyzw: Sequence[float], angular_velocity: Sequence[float],
                topic: str = 'imu') -> tuple[np.ndarray, np.ndarray]:
     """Validated ([4] unit quaternion w, x, y, z; [3] gyro rad/s) from Imu fields (ROS x,y,z,w)."""
-    q = np.asarray(orientation_xyzw, dtype=np.float64)
-    gyro = np.asarray(angular_velocity, dtype=np.float64)
+    q = _floats(topic, 'orientation', orientation_xyzw)
+    gyro = _floats(topic, 'angular_velocity', angular_velocity)
     if q.shape != (4,) or gyro.shape != (3,):
         raise BadInput('wrong_length', f'{topic}: orientation has {q.size} values and '
                        f'angular_velocity {gyro.size}; expected 4 and 3')
     _finite(topic, 'orientation', q)
     _finite(topic, 'angular_velocity', gyro)
-    norm = float(np.linalg.norm(q))
+    _within(topic, 'angular_velocity', gyro, -GYRO_LIMIT, GYRO_LIMIT, 'rad/s')
+    # A component beyond 1.1 fails the norm test anyway; checked first, the norm cannot overflow.
+    norm = float(np.linalg.norm(q)) if np.abs(q).max() <= 1.1 else float('inf')
     if not 0.9 < norm < 1.1:
         raise BadInput('bad_imu', f'{topic}: orientation {q.tolist()} has norm {norm:.3g}; a '
                        'unit quaternion (x, y, z, w) is required')
@@ -133,18 +178,58 @@ def imu_arrays(orientation_xyzw: Sequence[float], angular_velocity: Sequence[flo
 def command_array(linear_x: float, linear_y: float, angular_z: float,
                   topic: str = 'cmd_vel') -> np.ndarray:
     """Validated [3] velocity command (vx m/s, vy m/s, yaw rate rad/s)."""
-    cmd = np.array([linear_x, linear_y, angular_z], dtype=np.float64)
+    try:
+        cmd = np.array([linear_x, linear_y, angular_z], dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise BadInput('wrong_length', f'{topic}: not three numbers ({exc})') from None
     _finite(topic, '(linear.x, linear.y, angular.z)', cmd)
+    _within(topic, '(linear.x, linear.y, angular.z)', cmd, -COMMAND_LIMIT, COMMAND_LIMIT,
+            'm/s or rad/s')
     return cmd
 
 
-def check_fresh(topic: str, stamp: float, now: float, max_age: float) -> None:
-    """BadInput('stale') when a message stamped ``stamp`` is older than ``max_age`` at ``now``."""
+def check_fresh(topic: str, stamp: float, now: float, max_age: float,
+                clock: str = 'unknown') -> None:
+    """BadInput when a message stamped ``stamp`` is not within ``max_age`` of ``now``.
+
+    Causes: ``bad_stamp`` (not finite), ``clock_mismatch`` (one of the two looks like wall time
+    and the other does not: a ``use_sim_time`` mismatch, named with the fix; ``clock`` is the
+    node's: ``sim``, ``wall`` or ``unknown``), ``stale`` (too old), ``future_stamp`` (ahead
+    of the node's clock by more than ``max_age``).
+    """
+    if not (np.isfinite(stamp) and np.isfinite(now)):
+        raise BadInput('bad_stamp', f'{topic}: stamp {stamp!r} at node time {now!r}; stamps '
+                       'must be finite')
     age = now - stamp
+    if abs(age) <= max_age:
+        return
+    mismatch = clock_mismatch(topic, stamp, now, clock)
+    if mismatch:
+        raise BadInput('clock_mismatch', mismatch)
     if age > max_age:
         raise BadInput('stale', f'{topic}: stamp {stamp:.3f} s is {age * 1e3:.1f} ms old at '
                        f'{now:.3f} s (limit {max_age * 1e3:.1f} ms = stale_after_periods x '
                        'control period); check the publisher and use_sim_time')
+    raise BadInput('future_stamp', f'{topic}: stamp {stamp:.3f} s is {-age * 1e3:.1f} ms ahead '
+                   f'of the node clock {now:.3f} s (limit {max_age * 1e3:.1f} ms); the '
+                   "publisher's clock is ahead of this node's (clock sync, use_sim_time)")
+
+
+def clock_mismatch(topic: str, stamp: float, now: float, clock: str) -> str | None:
+    """The fix when ``stamp`` and the node clock ``now`` run on different clocks, else None."""
+    stamp_wall, now_wall = stamp > EPOCH_LIKE_S, now > EPOCH_LIKE_S
+    if clock == 'sim' and now == 0.0:
+        return (f'{topic}: stamp {stamp:.3f} s but this node runs on /clock (use_sim_time '
+                'true) and has received none: start the simulator\'s /clock, or set '
+                'use_sim_time false on this node')
+    if stamp_wall == now_wall:
+        return None
+    kinds = ('wall time' if stamp_wall else 'simulated time', 'wall time' if now_wall
+             else 'simulated time')
+    fix = ('set use_sim_time false on this node (or stamp the state with /clock)' if stamp_wall
+           else 'set use_sim_time true on this node (the publisher stamps with /clock)')
+    return (f'{topic}: stamps are {kinds[0]} ({stamp:.3f} s) but this node\'s clock is '
+            f'{kinds[1]} ({now:.3f} s, use_sim_time {clock == "sim"}): {fix}')
 
 
 class ObservationAssembler:
@@ -154,8 +239,9 @@ class ObservationAssembler:
     :meth:`advance` stores the action and moves the phase on by one control period.
     """
 
-    def __init__(self, robot: RobotSpec):
+    def __init__(self, robot: RobotSpec, action_clip: float = CLIP_ACTIONS):
         self.robot = robot
+        self.action_clip = action_clip  # the model's trained clip (its action_clip metadata)
         self.commands = np.zeros((1, 3))
         self.last_action = np.zeros((1, robot.num_joints))
         self.gait_phase = np.zeros(1)
@@ -182,7 +268,7 @@ class ObservationAssembler:
         if action is None:
             self.last_action[0] = 0.0
         else:
-            self.last_action[0] = np.clip(action, -CLIP_ACTIONS, CLIP_ACTIONS)
+            self.last_action[0] = np.clip(action, -self.action_clip, self.action_clip)
         if r.gait_period > 0:
             self.gait_phase = (self.gait_phase + r.control_dt / r.gait_period) % 1.0
 
