@@ -17,9 +17,10 @@ States and what each one commands (joint position targets, spec order)::
 Faults (:data:`FAULTS`) move every state to PASSIVE at once. ``estop`` is latched: nothing
 but ``reset`` (in PASSIVE) clears it; so is ``restarted`` (the node came back after its
 previous process died) when the operator drives the machine (no ``autostart``). With
-``autostart`` (simulation, training) the operator steps are skipped: a healthy complete state takes PASSIVE to STAND_UP (done at once, the
-default pose) and, with a model that may act, to RL (no fade-in); after a fault the machine
-re-arms the same way once the state is healthy again, except after an e-stop. Every
+``autostart`` (simulation, training) the operator steps are skipped: a healthy complete state
+takes PASSIVE to STAND_UP (done at once, the default pose) and, with a model that may act, to
+RL (no fade-in); after a fault the machine re-arms the same way once the state is healthy
+again, except after an e-stop. Every
 transition is kept as a :class:`Transition` for the node to log and publish.
 """
 
