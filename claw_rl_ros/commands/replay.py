@@ -2,7 +2,10 @@
 
 ``--model student.onnx`` recomputes every tick's action from what the policy saw (the policy
 node's own observation code) and reports where the targets differ from the recorded commands:
-exit 0 when every compared tick matches within ``--tolerance``, 1 when some differ.
+exit 0 when every compared tick matches within ``--tolerance``, 1 when some differ (or none
+was compared). States the node skipped for a newer one queued behind (a backlog worked off at
+its newest, ``superseded_states`` in its diagnostics) are counted and move no gait clock, as on
+the node; how they are told from lost commands and lost states is in ``core/deploy/replay.py``.
 ``--compare-sim`` replays the recorded commands in MuJoCo from the recorded initial state and
 writes a PNG of simulated vs recorded joint trajectories (``--png``, default
 ``<recording>.sim.png``). Both can be given together. Usage errors exit 2.

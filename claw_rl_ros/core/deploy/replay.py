@@ -12,15 +12,38 @@ action, the gait clock), the model computes the action, and the target
 command. A matching tick goes on with its own action as the next last action; a differing one
 with the action read back from the recorded command (what the robot was sent), so a difference
 is reported where it happens and does not propagate. A recorded default-pose hold is a hold
-(last action 0); a tick whose state was not recorded (best-effort message lost) is skipped.
-A ``cmd_vel`` reaches the policy node some ticks after it was published: until a tick shows
-the new command in effect, ticks are tried with the new one, then the one before. The gait
-clock counts ticks from the policy's first output; if the recording started later, the clock
-offset is inferred (the offset whose first ticks match best) and reported; a first tick that
-does not match is skipped (the last action before it is unknown), and so is one right after
-a tick whose command was not recorded. With a ``safety/state``
-topic, only ticks in a state named ``RL...`` are compared (the others are shaped by the safety
-layer, not the model).
+(last action 0). A ``cmd_vel`` reaches the policy node some ticks after it was published: until
+a tick shows the new command in effect, ticks are tried with the new one, then the one before.
+The gait clock counts ticks from the policy's first output; if the recording started later, the
+clock offset is inferred (the offset whose first ticks match best) and reported; a first tick
+that does not match is skipped (the last action before it is unknown). With a
+``safety/state`` topic, only ticks in a state named ``RL...`` are compared (the others are
+shaped by the safety layer, not the model).
+
+**Gait clock, superseded states, lost messages.** The node moves its gait clock (and its last
+action) once per command it publishes (an answer, a hold, a stand-up target, damping) and at
+no other time. Publish order alone cannot tell the three ways a recorded state can lack a
+command, so the rule is:
+
+* *Superseded* (the default): recorded states followed by a newer recorded state with no
+  command between (a run) are states the node skipped for a newer one queued behind them (a
+  backlog worked off at its newest, ``superseded_states`` in its diagnostics): no tick, no
+  clock advance, last action and rate-limit origin unchanged. Counted
+  (:attr:`ActionReplay.superseded`), not ticks. This is the default because the recorder
+  takes commands reliably (depth 1000) and states best effort: a recording loses states, not
+  commands.
+* *Lost command* (on evidence only): the run is taken as ticks the node answered with commands
+  the recording lost (``missing``: the clock advances once per state, the last action is the
+  recomputed one, with the cmd_vel in effect or the pending one) only when that reproduces the
+  next recorded command and the superseded story does not. A run mixing both, or one followed
+  by a hold or a skipped tick, is taken as superseded.
+* *Lost state*: a command with no new recorded state since the last command answered a state
+  the recording lost: ``skipped`` (the clock advances; the next last action is what was sent).
+  A superseded state the recording lost changes nothing (the node did nothing with it). A
+  command that matches no story, when the recording lost a state after its state (the next
+  recorded stamp is more than 1.5 control periods later), may answer that lost state (the
+  newest of a backlog): ``skipped`` too, not judged. Otherwise a tick that matches no story is
+  judged as the node's own (superseded) story: a difference.
 
 **Sim** (:func:`compare_sim`). From the first recorded state (joints from ``joint_states``,
 trunk from ``odom`` when recorded, else the IMU orientation at the standing height), the
@@ -31,6 +54,7 @@ recorded joint trajectories are plotted side by side (PNG) with their RMS differ
 from __future__ import annotations
 
 from collections import deque
+import copy
 from dataclasses import dataclass, field
 import io
 import json
@@ -119,7 +143,8 @@ def load_recording(path: str | Path) -> Recording:
 @dataclass
 class ActionReplay:
     """Per tick: ``kind`` ('compared', 'hold', 'skipped', 'missing' or 'not_rl'), ``stamp``
-    [s] of its state, ``diff`` [J] |recomputed - recorded| (NaN when not compared)."""
+    [s] of its state, ``diff`` [J] |recomputed - recorded| (NaN when not compared).
+    ``superseded``: recorded states the node skipped for a newer one queued behind (no tick)."""
 
     kind: list[str]
     stamp: np.ndarray
@@ -129,6 +154,7 @@ class ActionReplay:
     tolerance: float
     recorded_versions: list[str]
     model_version: str
+    superseded: int = 0
 
     @property
     def compared(self) -> np.ndarray:
@@ -163,6 +189,8 @@ class ActionReplay:
                  f'recorded command, {counts["not_rl"]} outside RL); model '
                  f'{self.model_version}, recorded '
                  f'{", ".join(self.recorded_versions) or "no version"}',
+                 f'  {self.superseded} states superseded (no command: the node answered a '
+                 'newer one queued behind, its gait clock did not move)',
                  f'  gait clock offset {self.phase_offset} ticks; tolerance '
                  f'{self.tolerance:g} rad; max |recomputed - recorded| {worst:.3g} rad',
                  f'  {verdict}: {c - d} of {c} compared ticks match']
@@ -216,14 +244,45 @@ def _act(asm: ObservationAssembler, robot: RobotSpec, policy, order: JointOrder,
     return action, order.to_output(target)
 
 
+def _clone(asm: ObservationAssembler) -> ObservationAssembler:
+    """A copy of ``asm`` (command, last action, gait clock) to try another story on."""
+    out = copy.copy(asm)
+    out.commands, out.last_action = asm.commands.copy(), asm.last_action.copy()
+    out.gait_phase = asm.gait_phase.copy()
+    return out
+
+
+def _answered(asm: ObservationAssembler, robot: RobotSpec, policy, order: JointOrder,
+              run: list, last_sent: Optional[np.ndarray], command: Optional[np.ndarray]
+              ) -> tuple[ObservationAssembler, Optional[np.ndarray]]:
+    """The story in which the node answered every (state, imu) of ``run`` and the recording
+    lost those commands: a copy of ``asm`` (its velocity command ``command`` from the run's
+    first state on; None: the one in effect) moved on one tick per state with its recomputed
+    action (0 when its IMU reading was not recorded), and the last of those targets (the rate
+    limit's origin; None: unknown)."""
+    asm = _clone(asm)
+    if command is not None:
+        asm.set_command(command)
+    for state, imu in run:
+        tried = None if imu is None else \
+            _act(asm, robot, policy, order, state, imu, asm.commands[0], last_sent)
+        asm.advance(None if tried is None else np.clip(tried[0], -CLIP_ACTIONS, CLIP_ACTIONS))
+        last_sent = None if tried is None else order.from_output(tried[1])
+    return asm, last_sent
+
+
 def _run(rec: Recording, robot: RobotSpec, policy, order: JointOrder, phase_offset: int,
          tolerance: float = 1e-6, max_ticks: Optional[int] = None
-         ) -> tuple[list[str], list[float], np.ndarray]:
-    """Replay the ticks; returns (kind, stamp, [N, J] diff) per tick."""
+         ) -> tuple[list[str], list[float], np.ndarray, int]:
+    """Replay the ticks; returns (kind, stamp, [N, J] diff) per tick and the number of states
+    taken as superseded (see the module docstring)."""
     asm = ObservationAssembler(robot)
     if robot.gait_period > 0:
         asm.gait_phase[:] = (phase_offset * robot.control_dt / robot.gait_period) % 1.0
     hold = order.to_output(robot.default_joint_pos)
+    sync = IMU_SYNC_PERIODS * robot.control_dt
+    # Recorded state stamps, to see a state the recording lost (a gap of > 1.5 periods).
+    recorded_stamps = np.sort(np.array([e[1] for e in rec.states], dtype=np.float64))
     state = imu = None
     used_stamp, safety = None, None
     pending = None  # a cmd_vel published but not yet seen in effect (asm.commands: in effect)
@@ -235,24 +294,28 @@ def _run(rec: Recording, robot: RobotSpec, policy, order: JointOrder, phase_offs
     # The recording does not say whether the node faded in (deploy) or started at once
     # (autostart): up to fade_in_s after entering RL, a tick that differs is not compared.
     rl_since, fade_in_s = -np.inf, SafetyConfig().fade_in_s
-    kinds, stamps, diffs = [], [], []
+    # (state, imu) of the states recorded since the last command that got none: superseded
+    # (a backlog worked off at its newest) or answered by commands the recording lost.
+    unanswered: list = []
+    kinds, stamps, diffs, superseded = [], [], [], 0
+
+    def tries_under(story: ObservationAssembler, origin, new: Optional[np.ndarray]):
+        """[(action, target)] under each velocity command the tick may have seen (``new``, a
+        cmd_vel not yet seen in effect, then the one in effect), and the indices of those
+        matching the recorded command."""
+        commands = [story.commands[0].copy()] if new is None else \
+            [new, story.commands[0].copy()]
+        out = [_act(story, robot, policy, order, state, imu, c, origin) for c in commands]
+        return out, [k for k, (_, tgt) in enumerate(out)
+                     if np.abs(tgt - recorded).max() <= tolerance]
+
     for t, kind, e in _events(rec):
         if kind == 0:
             if kinds and state is not None and state[0] != used_stamp and e[1] > state[0]:
-                # A new tick came, the last one got no recorded command (it was lost): the
-                # policy acted all the same, so its clock and last action move on.
-                tick_imu = next((i for i in recent_imus if abs(i[0] - state[0]) <=
-                                 IMU_SYNC_PERIODS * robot.control_dt), None)
-                kinds.append('missing')
-                stamps.append(state[0])
-                diffs.append(np.full(robot.num_joints, np.nan))
-                tried = None if tick_imu is None else \
-                    _act(asm, robot, policy, order, state, tick_imu, asm.commands[0], last_sent)
-                asm.advance(None if tried is None else
-                            np.clip(tried[0], -CLIP_ACTIONS, CLIP_ACTIONS))
-                # What it sent is unknown: the next tick's last action and rate limit origin.
-                used_stamp, known = state[0], False
-                last_sent = None if tried is None else order.from_output(tried[1])
+                # A newer state came and the last one got no recorded command: which story
+                # holds is decided at the next command.
+                unanswered.append((state, next((i for i in recent_imus
+                                                if abs(i[0] - state[0]) <= sync), None)))
             try:
                 state = (e[1], *order.joint_arrays(e[2], e[3], e[4]))
             except BadInput:
@@ -270,36 +333,45 @@ def _run(rec: Recording, robot: RobotSpec, policy, order: JointOrder, phase_offs
                 rl_since = t  # the command fades in from here (autostart: no fade)
             safety = e[1]
         else:
-            recorded = e[1]
+            recorded, run, unanswered = e[1], unanswered, []
             diff = np.full(robot.num_joints, np.nan)
+            lost = False  # whether the run's commands were lost (else it was superseded)
             # The policy node acts on a state and an IMU reading of the same tick.
             fresh = state is not None and imu is not None and state[0] != used_stamp and \
-                imu[0] >= state[0] - IMU_SYNC_PERIODS * robot.control_dt
-            stamps.append(state[0] if state is not None else float('nan'))
+                imu[0] >= state[0] - sync
             # What the robot was sent, as an action (the next tick's last action).
             sent = (order.from_output(recorded) - robot.default_joint_pos) / robot.action_scale
             if np.array_equal(recorded, hold):
-                kinds.append('hold')
+                tick = 'hold'
                 asm.advance(None)
                 known = True  # after a hold the policy's last action is 0, as here
             elif not fresh:
-                kinds.append('skipped')  # the state this command answered was not recorded
+                tick = 'skipped'  # the state this command answered was not recorded
                 asm.advance(sent)
                 known = not _shaped(robot, order.from_output(recorded), last_sent)
             else:
                 # Leaving PASSIVE (the first command), the rate limit starts from the measured
                 # pose (PolicyController restarts its shaper there), else from the last sent.
-                if last_sent is None or (safety or '').strip().upper().startswith('PASSIVE'):
-                    last_sent = np.clip(state[1], robot.joint_lower, robot.joint_upper)
+                passive = (safety or '').strip().upper().startswith('PASSIVE')
+                pose = np.clip(state[1], robot.joint_lower, robot.joint_upper)
+                if last_sent is None or passive:
+                    last_sent = pose
                 # A published cmd_vel reaches the policy node some time later (a reliable
                 # message may wait for a repair): until a tick shows the new command in
                 # effect, each tick is tried with the new one, then the one before it.
-                commands = [asm.commands[0].copy()] if pending is None else \
-                    [pending, asm.commands[0].copy()]
-                tries = [_act(asm, robot, policy, order, state, imu, c, last_sent)
-                         for c in commands]
-                hits = [k for k, (_, tgt) in enumerate(tries)
-                        if np.abs(tgt - recorded).max() <= tolerance]
+                tries, hits = tries_under(asm, last_sent, pending)
+                # Not as superseded: as answered (commands lost), if that reproduces this
+                # command; a pending cmd_vel may have been in effect from the run's start.
+                for effect in ([] if hits or not run else [None] if pending is None
+                               else [None, pending]):
+                    other, origin = _answered(asm, robot, policy, order, run, last_sent, effect)
+                    origin = pose if origin is None or passive else origin
+                    new = pending if effect is None else None
+                    other_tries, other_hits = tries_under(other, origin, new)
+                    if other_hits:
+                        lost, asm, last_sent, pending = True, other, origin, new
+                        tries, hits = other_tries, other_hits
+                        break
                 matched = bool(hits)
                 action, target = tries[hits[0] if hits else 0]
                 if pending is not None and (not hits or hits[0] == 0):
@@ -308,26 +380,39 @@ def _run(rec: Recording, robot: RobotSpec, policy, order: JointOrder, phase_offs
                 # In the fade-in window a tick counts only if it matches unfaded (autostart).
                 fading = t - rl_since < fade_in_s and not matched
                 rl = safety is None or (_is_rl(safety) and not fading)
-                if not matched and not known:
+                # A recorded state more than 1.5 periods after this one: the recording lost
+                # the state(s) between, and a command that does not match may answer one.
+                later = recorded_stamps[np.searchsorted(recorded_stamps, state[0], 'right'):]
+                gap = later.size > 0 and later[0] - state[0] > 1.5 * robot.control_dt
+                if not matched and (not known or gap):
                     # The last action is not the policy's own (the first recorded tick, one
-                    # after a tick without a recorded command, or after a command the shaping
-                    # had cut): this tick cannot be judged.
-                    kinds.append('skipped')
+                    # after a command the shaping had cut) or the command may answer a state
+                    # the recording lost: this tick cannot be judged.
+                    tick = 'skipped'
                 else:
-                    kinds.append('compared' if rl else 'not_rl')
+                    tick = 'compared' if rl else 'not_rl'
                     if rl:
                         diff = np.abs(target - recorded)
                 # A matching tick continues with its own action (exact, even when clamped),
                 # a differing one with what was sent, so one difference does not propagate.
                 asm.advance(np.clip(action if matched else sent, -CLIP_ACTIONS, CLIP_ACTIONS))
                 known = matched or not _shaped(robot, order.from_output(recorded), last_sent)
+            # The run before this command: ticks whose command was lost, or superseded states.
+            if lost:
+                kinds += ['missing'] * len(run)
+                stamps += [s[0] for s, _ in run]
+                diffs += [np.full(robot.num_joints, np.nan)] * len(run)
+            else:
+                superseded += len(run)
+            kinds.append(tick)
+            stamps.append(state[0] if state is not None else float('nan'))
+            diffs.append(diff)
             if state is not None:
                 used_stamp = state[0]
             last_sent = order.from_output(recorded)
-            diffs.append(diff)
             if max_ticks is not None and len(kinds) >= max_ticks:
                 break
-    return kinds, stamps, np.array(diffs).reshape(-1, robot.num_joints)
+    return kinds, stamps, np.array(diffs).reshape(-1, robot.num_joints), superseded
 
 
 def replay_actions(rec: Recording, robot: RobotSpec, policy, model_version: str = '',
@@ -348,10 +433,10 @@ def replay_actions(rec: Recording, robot: RobotSpec, policy, model_version: str 
         # that never matches, e.g. another one, keeps the recording's own start).
         scores = [matches(k) for k in range(period)]
         offset = int(np.argmax(scores))
-    kinds, stamps, diffs = _run(rec, robot, policy, order, offset, tolerance)
+    kinds, stamps, diffs, superseded = _run(rec, robot, policy, order, offset, tolerance)
     versions = list(dict.fromkeys(v for _, v in rec.versions))
     return ActionReplay(kinds, np.asarray(stamps), diffs, order.output, offset, tolerance,
-                        versions, model_version)
+                        versions, model_version, superseded)
 
 
 @dataclass
