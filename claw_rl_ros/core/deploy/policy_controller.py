@@ -464,6 +464,16 @@ class PolicyController:
         return self.order.to_output(target)
 
     @property
+    def last_accepted_at(self) -> float | None:
+        """Monotonic receive time of the last accepted state (the watchdog's), or None."""
+        return self._last_good_mono
+
+    @property
+    def measured_pose(self) -> np.ndarray | None:
+        """[J] pose of the last accepted state (spec order; PASSIVE's target), or None."""
+        return self._pose
+
+    @property
     def last_gains(self) -> tuple[np.ndarray, np.ndarray]:
         """([J] Kp, [J] Kd) of the last target in ``joints`` order (built when asked: most
         drivers take no gains)."""
