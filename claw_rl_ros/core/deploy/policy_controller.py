@@ -249,7 +249,9 @@ class PolicyController:
             self.drops.add(exc.cause)
             self.last_drop = str(exc)
             return
-        self._last_cmd_mono = self._receive_time(self._last_now or 0.0)
+        # Without a receive clock and before any timed call, the age counts from the next one.
+        self._last_cmd_mono = float('nan') if self._monotonic is None and \
+            self._last_now is None else self._receive_time(self._last_now)
         self.command_timed_out = False
 
     @guarded('watchdog')
@@ -317,6 +319,8 @@ class PolicyController:
         """Every call: the receive time, and a fault when the node's clock went back."""
         now = float(now)
         self._mono = self._receive_time(now)
+        if self._last_cmd_mono is not None and np.isnan(self._last_cmd_mono):
+            self._last_cmd_mono = self._mono
         last, self._last_now = self._last_now, now
         if last is None or not now < last - self.max_age:
             return
