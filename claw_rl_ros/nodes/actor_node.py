@@ -38,6 +38,8 @@ from .ros_io import COMMAND_QOS, exit_without_teardown, LATCHED_QOS, spin
 class ActorNode(Node):
     """A batched actor; see the module docstring."""
 
+    env: VecLocomotionEnv | None = None  # None: __init__ refused before it was built
+
     def __init__(self):
         super().__init__('actor')
         cfg = load_train_config(self.declare_parameter('config', 'train_ppo.yaml').value)
@@ -114,7 +116,8 @@ class ActorNode(Node):
         self.pub_chunk.publish(UInt8MultiArray(data=array.array('B', payload)))
 
     def destroy_node(self) -> None:
-        self.env.close()
+        if self.env is not None:
+            self.env.close()
         super().destroy_node()
 
 

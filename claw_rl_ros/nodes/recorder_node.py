@@ -49,6 +49,8 @@ def type_name(msg_type) -> str:
 class RecorderNode(Node):
     """Parameters: path, topics, robot, joints."""
 
+    rec: Recorder | None = None  # None: __init__ refused before it was built
+
     def __init__(self):
         super().__init__('recorder_node')
         path = self.declare_parameter('path', '').value
@@ -93,7 +95,8 @@ class RecorderNode(Node):
         self.pub_diag.publish(diagnostics(self, 'recorder', 'ok', 'recording', fields))
 
     def destroy_node(self) -> None:
-        self.rec.close()
+        if self.rec is not None:
+            self.rec.close()
         super().destroy_node()
 
 

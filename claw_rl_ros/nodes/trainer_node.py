@@ -60,6 +60,8 @@ def _namespace(node_name: str) -> str:
 class TrainerNode(Node):
     """The live trainer; see the module docstring."""
 
+    trainer: LiveTrainer | None = None  # None: __init__ refused before it was built
+
     def __init__(self):
         super().__init__('trainer')
         p = {name: self.declare_parameter(name, default).value for name, default in (
@@ -208,7 +210,8 @@ class TrainerNode(Node):
 
     def destroy_node(self) -> None:
         # Ctrl-C or the end of training: logs closed, curve and summary written.
-        self.trainer.finish(stopped=not self.trainer.done())
+        if self.trainer is not None:
+            self.trainer.finish(stopped=not self.trainer.done())
         super().destroy_node()
 
 
