@@ -185,6 +185,35 @@ def test_resume_continues_iteration_weights_and_wall_time(tmp_path, robot):
     second.finish(stopped=True)
 
 
+def test_resume_counts_chunks_on_from_the_checkpoint(tmp_path, robot):
+    """summary.json after a resume had the cumulative iterations but the chunk counters of
+    the resumed part only: the counters now travel in the checkpoint."""
+    clock = Clock()
+    first = make_trainer(tmp_path, robot, clock)
+    actor = Actor(first)
+    good = actor.chunk(first, push(first))
+    assert first.offer(good[:100]).cause == 'truncated'
+    assert first.offer(good) is None
+    clock.now += 1.0
+    first.iterate()
+    first.finish(stopped=True)
+    second = make_trainer(tmp_path, robot, clock, resume=True)
+    assert second.gate.counters.as_dict() == first.gate.counters.as_dict()
+    sha = push(second)
+    assert second.offer(actor.chunk(second, 'f' * 64)).cause == 'unknown_version'
+    assert second.offer(actor.chunk(second, sha)) is None
+    clock.now += 1.0
+    second.iterate()
+    actor.env.close()
+    summary = second.finish(stopped=True)
+    chunks = json.loads((second.run_dir / 'summary.json').read_text())['chunks']
+    assert summary['iterations'] == 2
+    assert chunks['accepted'] == 2 and chunks['dropped/truncated'] == 1
+    assert chunks['dropped/unknown_version'] == 1
+    assert chunks['dropped_fraction'] == pytest.approx(0.5)
+    assert [int(r['accepted']) for r in rows(second.run_dir)] == [1, 2]
+
+
 @pytest.mark.parametrize('kwargs, match', [({'chunks_per_iteration': 0}, 'chunks_per_iteration'),
                                            ({'batch_timeout_s': 0.0}, 'batch_timeout_s')])
 def test_bad_batch_settings_are_refused_by_name(tmp_path, robot, kwargs, match):

@@ -83,6 +83,13 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     return payload
 
 
+def checkpoint_entry(path: str | Path, key: str, default: Any = None) -> Any:
+    """One entry of a readable checkpoint, its tensors memory-mapped rather than read (a
+    checkpoint with a replay buffer is large)."""
+    payload = torch.load(path, map_location='cpu', weights_only=True, mmap=True)
+    return payload.get(key, default)
+
+
 def checkpoint_path(run_dir: str | Path, iteration: int) -> Path:
     return Path(run_dir) / 'checkpoints' / f'model_{iteration}.pt'
 

@@ -72,6 +72,16 @@ class ChunkCounters:
         return {'accepted': self.accepted, 'dropped_fraction': self.dropped_fraction(),
                 **{f'dropped/{c}': n for c, n in self.dropped.items()}}
 
+    def state_dict(self) -> dict[str, Any]:
+        """The counts, for a checkpoint (a resumed run counts on from them)."""
+        return {'accepted': self.accepted, 'dropped': dict(self.dropped)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from :meth:`state_dict` counts (causes it does not have stay 0)."""
+        self.accepted = int(state['accepted'])
+        for cause in self.dropped:
+            self.dropped[cause] = int(state['dropped'].get(cause, 0))
+
 
 class ChunkGate:
     """decode -> version filter -> counters; ``admit`` returns the chunk or raises ChunkError."""

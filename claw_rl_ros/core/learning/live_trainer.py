@@ -20,7 +20,8 @@ offline (``algorithm`` picks :class:`~.chunk_learner.ChunkLearner` or
   ``student.onnx`` with its evaluation at 0.5 m/s (as ``claw-rl train`` ends).
 
 Wall time counts from the first accepted chunk (start-up of actors is not training time) and
-continues across a resume, like the offline runner's ``elapsed_s``.
+continues across a resume, like the offline runner's ``elapsed_s``; so do the chunk counters
+(accepted, dropped by cause: stored in each checkpoint as ``chunk_counters``).
 """
 
 from __future__ import annotations
@@ -43,6 +44,9 @@ from .logger import MetricsLogger, plot_learning_curve
 from .rollout_chunk import ChunkError
 from .sac_chunk_learner import SACChunkLearner
 from .train_config import TrainConfig
+
+# The checkpoint entry holding the chunk counters (LiveTrainer's addition to the learner's).
+COUNTERS = 'chunk_counters'
 
 
 class LiveTrainer:
@@ -83,6 +87,10 @@ class LiveTrainer:
                                [f'reward/{k}' for k in sorted(cfg.env.rewards.scales)])
         self.resumed_from = self._start_or_resume(resume)
         self.gate = ChunkGate(self.learner.spec, PolicyLagFilter(max_policy_lag))
+        if self.resumed_from is not None:
+            counts = ckpt.checkpoint_entry(self.resumed_from, COUNTERS)
+            if counts is not None:  # (none in a checkpoint written before they were kept)
+                self.gate.counters.load_state_dict(counts)
         self.logger = MetricsLogger(self.run_dir, resume_iteration=self.learner.iteration,
                                     stream=self.stream, tensorboard=tensorboard)
         self.pending: list = []
@@ -157,8 +165,15 @@ class LiveTrainer:
             if r.time_budget_s:
                 left = min(left, max(0.0, r.time_budget_s - self.elapsed_s))
             self.logger.progress(it, r.max_iterations, metrics, self.elapsed_s, left)
-        self.learner.save(self.run_dir, r.keep_checkpoints)
+        self._save()
         return metrics
+
+    def _save(self) -> None:
+        """The learner's checkpoint of this iteration, with the chunk counters."""
+        path = ckpt.checkpoint_path(self.run_dir, self.learner.iteration)
+        ckpt.save_checkpoint(path, {**self.learner.state_dict(),
+                                    COUNTERS: self.gate.counters.state_dict()})
+        ckpt.prune_checkpoints(self.run_dir, self.cfg.runner.keep_checkpoints)
 
     def export(self) -> bytes:
         """The current student as ONNX bytes (also ``models/student_v<version>.onnx``); the
@@ -187,7 +202,7 @@ class LiveTrainer:
         learner = self.learner
         if learner.iteration and ckpt.latest_checkpoint(self.run_dir) != \
                 ckpt.checkpoint_path(self.run_dir, learner.iteration):
-            learner.save(self.run_dir, self.cfg.runner.keep_checkpoints)
+            self._save()
         csv_path = self.run_dir / 'metrics.csv'
         if csv_path.exists():
             plot_learning_curve(csv_path, self.run_dir / 'learning_curve.png')
