@@ -363,6 +363,29 @@ def test_deploy_graph_is_the_policy_node_on_the_robots_controllers(model, tmp_pa
         'controllers_file'] == ''
 
 
+def test_only_the_deploy_policy_node_respawns(tmp_path):
+    """If the policy node dies on the robot anyway, the deploy graph starts it again; every
+    other node's death still ends its graph."""
+    policy, = resolve(GRAPHS['deploy'], {})
+    assert policy.respawn and 0 < policy.respawn_delay <= 2.0
+    recorder, policy = resolve(GRAPHS['deploy'], {'record': str(tmp_path / 'run.mcap')})
+    assert policy.respawn and not recorder.respawn
+    for name, graph in GRAPHS.items():
+        if name != 'deploy':
+            assert not any(node.respawn for node in resolve(graph, {})), name
+
+
+@pytest.mark.parametrize('entry, key', [
+    (NodeEntry('policy_node', 'p', respawn=True, exits=True), 'respawn'),
+    (NodeEntry('policy_node', 'p', respawn=True, respawn_delay=-1.0), 'respawn_delay'),
+    (NodeEntry('policy_node', 'p', respawn=True, respawn_delay=float('nan')), 'respawn_delay'),
+])
+def test_bad_respawn_settings_are_named(entry, key):
+    with pytest.raises(ConfigError) as info:
+        resolve(Graph('g', 'test', (), lambda v: [entry]))
+    assert info.value.key == key
+
+
 @pytest.mark.parametrize('values, key, words', [
     ({'command_topic': ' '}, 'command_topic', 'empty; give the topic name'),
     ({'controllers_file': 'nope.yaml'}, 'controllers_file', 'no such file'),

@@ -49,7 +49,8 @@ class Shutdown(Recorded):
 
 class Node(Recorded):
     KEYWORDS = ('executable', 'package', 'name', 'namespace', 'exec_name', 'parameters',
-                'remappings', 'ros_arguments', 'arguments', 'output', 'on_exit', 'respawn')
+                'remappings', 'ros_arguments', 'arguments', 'output', 'on_exit', 'respawn',
+                'respawn_delay')
 
 
 class LaunchConfiguration:
@@ -120,9 +121,22 @@ def test_launch_file_declares_the_graph_arguments(fake_launch, graph_name):
 def test_launch_file_starts_the_resolved_nodes_with_defaults(fake_launch, graph_name):
     _, nodes = launch(graph_name, {})
     assert [as_resolved(n) for n in nodes] == expected(graph_name, {})
-    for node in nodes:
+    for node, resolved in zip(nodes, resolve(GRAPHS[graph_name], {})):
         assert node.kwargs['package'] == 'claw_rl_ros'
-        assert isinstance(node.kwargs['on_exit'], Shutdown)  # a node ending ends the launch
+        if resolved.respawn:  # restarted by launch_ros; a Shutdown would end the launch first
+            assert 'on_exit' not in node.kwargs
+            assert (node.kwargs['respawn'], node.kwargs['respawn_delay']) == (
+                True, resolved.respawn_delay)
+        else:
+            assert isinstance(node.kwargs['on_exit'], Shutdown)  # a node ending ends the launch
+            assert 'respawn' not in node.kwargs
+
+
+def test_deploy_launch_respawns_the_policy_node(fake_launch):
+    _, (policy,) = launch('deploy', {})
+    assert policy.kwargs['name'] == 'policy_node'
+    assert policy.kwargs['respawn'] is True and policy.kwargs['respawn_delay'] > 0
+    assert 'on_exit' not in policy.kwargs
 
 
 def test_control_launch_arguments_reach_the_nodes(fake_launch, tmp_path, monkeypatch):

@@ -235,3 +235,90 @@ def test_a_closed_output_does_not_orphan_the_nodes(ros_env, tmp_path):
         if pid and not gone(pid):
             os.kill(pid, signal.SIGKILL)
     assert pid is not None and gone(pid)
+
+
+CRASHER = '''
+import sys
+print('up and crashing', flush=True)
+sys.exit(3)
+'''
+RESPAWN_DRIVER = '''
+import sys
+from claw_rl_ros.launch_graph import description, Graph, NodeEntry, resolve
+from claw_rl_ros.launch_graph.runner import GraphRunner
+description.EXECUTABLES['crasher'] = 'crasher'
+graph = Graph('g', 'test', (), lambda v: [NodeEntry('crasher', 'crasher', respawn=True,
+                                                    respawn_delay=float(sys.argv[1]))])
+sys.exit(GraphRunner(resolve(graph), grace_s=1.0).run())
+'''
+
+
+def crasher_graph(tmp_path, env, delay: float) -> Runner:
+    """The runner with one respawning node that exits with status 3 as soon as it starts."""
+    (tmp_path / 'crasher.py').write_text(CRASHER)
+    (tmp_path / 'driver.py').write_text(RESPAWN_DRIVER)
+    return Runner([sys.executable, str(tmp_path / 'driver.py'), str(delay)],
+                  {**env, 'PYTHONPATH': str(tmp_path)}, tmp_path)
+
+
+def test_a_respawning_node_that_keeps_dying_at_start_is_given_up(ros_env, tmp_path):
+    """A node refusing its configuration would be restarted for ever: after three restarts
+    that each died at once the runner stops the graph with the node's status."""
+    from claw_rl_ros.launch_graph.runner import RESPAWN_GIVE_UP
+    runner = crasher_graph(tmp_path, ros_env, 0.1)
+    try:
+        code = runner.finish(timeout=120)
+    finally:
+        runner.kill_leftovers()
+    assert code == 3, runner.text
+    text = runner.text
+    assert text.count('[up] started crasher (pid') == RESPAWN_GIVE_UP + 1, text
+    assert text.count('[up] crasher died (exit status 3): restarting it in 0.1 s') == \
+        RESPAWN_GIVE_UP, text
+    assert f'within 10 s of starting {RESPAWN_GIVE_UP + 1} times in a row: not restarting' \
+        in text
+
+
+def test_no_restart_once_the_graph_is_shutting_down(ros_env, tmp_path):
+    runner = crasher_graph(tmp_path, ros_env, 60.0)
+    try:
+        runner.wait_line(r'^\[up\] crasher died \(exit status 3\): restarting it in 60 s$')
+        start = time.monotonic()
+        runner.proc.send_signal(signal.SIGINT)
+        code = runner.finish(timeout=30)
+    finally:
+        runner.kill_leftovers()
+    assert time.monotonic() - start < 20, runner.text  # not after the 60 s delay
+    assert code == 0, runner.text
+    assert runner.text.count('[up] started crasher') == 1, runner.text
+
+
+def test_deploy_graph_restarts_a_killed_policy_node(ros_env, probe, model, tmp_path):
+    """``claw-rl up deploy``: the policy node SIGKILLed comes back as a new process whose
+    topics and services answer; Ctrl-C then stops the graph cleanly."""
+    from rcl_interfaces.srv import GetParameters
+    from std_msgs.msg import String
+    from claw_rl_ros.nodes.ros_io import STATE_QOS
+    probe.subscribe('/policy/model_version', String, STATE_QOS)
+    runner = up('deploy', '--model', str(model), env=ros_env, cwd=tmp_path)
+    try:
+        probe.wait_for('/policy/model_version', timeout=60)
+        old = runner.pids()['policy_node']
+        os.kill(old, signal.SIGKILL)
+        runner.wait_line(r'^\[up\] policy_node died \(killed by SIGKILL\): restarting it in '
+                         r'1 s$')
+        new = int(runner.wait_line(rf'^\[up\] started policy_node \(pid (?!{old}\b)(\d+)\)',
+                                   timeout=30)[1])
+        mark = probe.count('/policy/model_version')
+        probe.wait_for('/policy/model_version', timeout=60, start=mark)  # the new one's
+        reply = probe.call(GetParameters, '/policy_node/get_parameters',
+                           GetParameters.Request(names=['model_path']), timeout=30)
+        assert reply.values[0].string_value == str(model)
+        assert gone(old) and not gone(new)
+        runner.proc.send_signal(signal.SIGINT)
+        code = runner.finish(timeout=60)
+    finally:
+        runner.kill_leftovers()
+    assert code == 0, runner.text
+    assert '[up] policy_node stopped (exit status 0)' in runner.text
+    assert gone(new)

@@ -54,7 +54,9 @@ class NodeEntry:
 
     ``param_files`` are file names under the package's ``config/`` (or absolute paths), loaded
     in order; ``parameters`` override them. ``exits`` marks a one-shot task (``claw_rl stand``)
-    whose normal exit ends the graph without being a failure.
+    whose normal exit ends the graph without being a failure. ``respawn``: a node that dies is
+    started again after ``respawn_delay`` seconds instead of ending the graph (launch_ros
+    ``Node(respawn=True, respawn_delay=...)``; the runner restarts it after an abnormal exit).
     """
 
     executable: str
@@ -64,6 +66,8 @@ class NodeEntry:
     remappings: tuple[tuple[str, str], ...] = ()
     arguments: tuple[str, ...] = ()
     exits: bool = False
+    respawn: bool = False
+    respawn_delay: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -78,6 +82,8 @@ class ResolvedNode:
     remappings: tuple[tuple[str, str], ...]
     arguments: tuple[str, ...]
     exits: bool
+    respawn: bool = False
+    respawn_delay: float = 1.0
 
     @property
     def fqn(self) -> str:
@@ -138,9 +144,15 @@ def _resolve_node(entry: NodeEntry, namespace: str, source: str) -> ResolvedNode
     if not _NAME.match(entry.name):
         raise ConfigError(where, 'name', 'a node name is letters, digits and _, not starting '
                           'with a digit')
+    if entry.respawn and entry.exits:
+        raise ConfigError(where, 'respawn', 'a one-shot node (exits) is not restarted; set one '
+                          'of respawn and exits')
+    if entry.respawn and not entry.respawn_delay >= 0:
+        raise ConfigError(where, 'respawn_delay', f'{entry.respawn_delay!r} is not a number of '
+                          'seconds >= 0')
     node = ResolvedNode(entry.executable, entry.name, namespace, (), dict(entry.parameters),
                         tuple(entry.remappings), tuple(str(a) for a in entry.arguments),
-                        entry.exits)
+                        entry.exits, entry.respawn, float(entry.respawn_delay))
     files = tuple(str(_param_file(name, node, where)) for name in entry.param_files)
     return ResolvedNode(**{**node.__dict__, 'param_files': files})
 

@@ -216,8 +216,14 @@ DEPLOY_ARGUMENTS = (
 )
 
 
+# A deploy policy node that dies is started again this long after (the controllers hold the
+# last target meanwhile); it comes back PASSIVE.
+RESPAWN_DELAY_S = 1.0
+
+
 def _deploy(values: Mapping[str, str]) -> list[NodeEntry]:
-    """policy_node on wall time, autostart off (the operator steps it up), remapped topics."""
+    """policy_node on wall time, autostart off (the operator steps it up), remapped topics,
+    restarted if it dies (respawn)."""
     source = "graph 'deploy'"
     for name in ('joint_states_topic', 'imu_topic', 'command_topic', 'cmd_vel_topic'):
         if not values[name].strip():
@@ -247,7 +253,7 @@ def _deploy(values: Mapping[str, str]) -> list[NodeEntry]:
                            'publish_gains': bool(gains), 'state_qos': values['state_qos'],
                            'controllers_file': controllers,
                            'command_controller': values['command_controller']},
-                       remappings=tuple(remap))
+                       remappings=tuple(remap), respawn=True, respawn_delay=RESPAWN_DELAY_S)
     return recorders + [policy]
 
 

@@ -5,7 +5,9 @@ values, resolves the graph with the same :func:`.description.resolve` as ``claw-
 returns one ``launch_ros.actions.Node`` per resolved node: parameter files as paths, inline
 parameters as a dict (launch_ros writes it to a file keyed by the node's full name), remappings
 and arguments as given. A node that exits ends the launch (``on_exit=Shutdown``), as in the
-runner; a one-shot node finishing does the same, because it is then the whole graph.
+runner; a one-shot node finishing does the same, because it is then the whole graph. A
+``respawn`` node has no ``on_exit`` (a Shutdown there would end the launch before the restart):
+launch_ros starts it again ``respawn_delay`` s after any exit until the launch shuts down.
 
 Needs the ``launch`` and ``launch_ros`` packages (a ROS install); they are not on PyPI.
 """
@@ -28,10 +30,12 @@ def node_action(node: ResolvedNode) -> Node:
     parameters = [Path(path) for path in node.param_files]
     if node.parameters:
         parameters.append(dict(node.parameters))
+    ending = {'respawn': True, 'respawn_delay': node.respawn_delay} if node.respawn else \
+        {'on_exit': Shutdown(reason=f'{node.fqn} exited')}
     return Node(package=PACKAGE, executable=node.executable, name=node.name,
                 namespace=node.namespace, parameters=parameters,
                 remappings=list(node.remappings), arguments=list(node.arguments),
-                output='screen', on_exit=Shutdown(reason=f'{node.fqn} exited'))
+                output='screen', **ending)
 
 
 def generate_launch_description(graph_name: str) -> LaunchDescription:

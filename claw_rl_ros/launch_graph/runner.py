@@ -8,7 +8,11 @@ another ``grace_s``. It starts on Ctrl-C or SIGTERM to the runner (a second one 
 wait), or when a node exits on its own: a node that dies stops the graph, and the runner exits
 non-zero. A one-shot node (``exits``, e.g. ``claw_rl stand``, a trainer at its budget) that
 finishes with status 0 is not a failure: it ends the graph cleanly (ros2 launch's
-``on_exit=Shutdown``) and the runner exits 0.
+``on_exit=Shutdown``) and the runner exits 0. A ``respawn`` node (the deploy graph's policy
+node) that dies abnormally (non-zero status or a signal) is started again after its
+``respawn_delay``, logged, unless the graph is shutting down by then; after
+:data:`RESPAWN_GIVE_UP` restarts in a row that each died within :data:`RESPAWN_MIN_UPTIME_S`
+of starting (a node refusing its configuration: restarting does not help) the graph stops.
 """
 
 from __future__ import annotations
@@ -32,6 +36,9 @@ from .description import inline_params_yaml, ResolvedNode, ros_command
 # CLI that catches KeyboardInterrupt returns 130; a default handler dies by the signal).
 CLEAN_ON_SIGINT = (0, 130, -signal.SIGINT)
 POLL_S = 0.2
+# A respawn node that died this soon after starting, this many times in a row, is given up.
+RESPAWN_MIN_UPTIME_S = 10.0
+RESPAWN_GIVE_UP = 3
 
 
 def command_line(node: ResolvedNode, params_dir: Path | None,
@@ -63,6 +70,7 @@ class _Child:
     proc: subprocess.Popen
     reader: threading.Thread
     label: str
+    started: float  # time.monotonic() at the start
     code: int | None = None
 
 
@@ -85,6 +93,8 @@ class GraphRunner:
         self._lock = threading.Lock()
         self._signals: list[int] = []
         self._wake_r, self._wake_w = os.pipe()
+        self._restarts: list[tuple[float, ResolvedNode]] = []  # (due time.monotonic(), node)
+        self._quick_deaths: dict[str, int] = {}  # respawn node fqn -> early deaths in a row
 
     # ----------------------------------------------------------------------------- output
     def say(self, text: str) -> None:
@@ -146,7 +156,7 @@ class GraphRunner:
         label = node.fqn.lstrip('/')
         reader = threading.Thread(target=self._relay, args=(label, proc.stdout), daemon=True)
         reader.start()
-        self.children.append(_Child(node, proc, reader, label))
+        self.children.append(_Child(node, proc, reader, label, time.monotonic()))
         self.say(f'started {label} (pid {proc.pid}): {shlex.join(cmd[1:])}')
 
     def _reap(self) -> list[_Child]:
@@ -232,9 +242,39 @@ class GraphRunner:
                     clean = self.shutdown()
                     bad = [c for c in self.children if c.code not in CLEAN_ON_SIGINT]
                     return 0 if clean and not bad else 1
+                if self._respawn(child):
+                    continue
                 self.say(f'{child.label} died ({exit_text(child.code)}): stopping the graph')
                 self.shutdown()
                 return child.code if child.code > 0 else 1
-            if not self._alive():
+            now = time.monotonic()
+            for due, node in [r for r in self._restarts if r[0] <= now]:
+                self._restarts.remove((due, node))
+                try:
+                    self._start(node, params_dir)
+                except OSError as exc:
+                    self.say(f'cannot restart {node.fqn}: {exc}: stopping the graph')
+                    self.shutdown()
+                    return 1
+            if not self._alive() and not self._restarts:
                 return 0
-            self._wait(POLL_S)
+            self._wait(min([POLL_S] + [due - now for due, _ in self._restarts]))
+
+    def _respawn(self, child: _Child) -> bool:
+        """Schedule a restart of a respawn node that died abnormally; False: the graph stops."""
+        node = child.node
+        if not node.respawn or child.code == 0:
+            return False
+        early = time.monotonic() - child.started < RESPAWN_MIN_UPTIME_S
+        deaths = self._quick_deaths.get(node.fqn, 0) + 1 if early else 0
+        if deaths > RESPAWN_GIVE_UP:
+            self.say(f'{child.label} died ({exit_text(child.code)}) within '
+                     f'{RESPAWN_MIN_UPTIME_S:g} s of starting {deaths} times in a row: not '
+                     'restarting it again')
+            return False
+        self._quick_deaths[node.fqn] = deaths
+        self.children.remove(child)  # replaced: its exit is handled, not the graph's status
+        self._restarts.append((time.monotonic() + node.respawn_delay, node))
+        self.say(f'{child.label} died ({exit_text(child.code)}): restarting it in '
+                 f'{node.respawn_delay:g} s')
+        return True
