@@ -18,7 +18,7 @@ import pytest
 from std_msgs.msg import Float32, String, UInt8MultiArray
 
 from claw_rl_ros.core.learning.rollout_chunk import encode_chunk, RolloutChunk
-from claw_rl_ros.nodes.ros_io import COMMAND_QOS, LATCHED_QOS
+from claw_rl_ros.nodes.ros_io import COMMAND_QOS, LATCHED_QOS, STATE_QOS
 from ros_helpers import NodeProcess, probe, ros_env, ros_value, ROOT  # noqa: F401 - fixtures
 
 TINY_YAML = '''
@@ -82,7 +82,7 @@ def test_two_actors_feed_one_trainer_and_get_its_pushes(ros_env, probe, tmp_path
     config.write_text(TINY_YAML)
     run_dir = tmp_path / 'run'
     for ns in ('/a', '/b'):
-        probe.subscribe(f'{ns}/policy/model_version', String, LATCHED_QOS)
+        probe.subscribe(f'{ns}/actor/model_version', String, STATE_QOS)
     probe.subscribe('/trainer/metrics/accepted', Float32, 10)
     bad = {cause: UInt8MultiArray(data=array.array('B', payload))
            for cause, payload in bad_chunks(robot).items()}
@@ -104,8 +104,8 @@ def test_two_actors_feed_one_trainer_and_get_its_pushes(ros_env, probe, tmp_path
     try:
         # Version 0 plus at least two trained pushes reach both actors.
         for ns in ('/a', '/b'):
-            probe.wait_for(f'{ns}/policy/model_version',
-                           lambda m, t=f'{ns}/policy/model_version':
+            probe.wait_for(f'{ns}/actor/model_version',
+                           lambda m, t=f'{ns}/actor/model_version':
                            len(distinct_versions(probe, t)) >= 3, timeout=240)
         accepted = probe.wait_for('/trainer/metrics/accepted', lambda m: m.data >= 4,
                                   timeout=60)
@@ -126,10 +126,10 @@ def test_two_actors_feed_one_trainer_and_get_its_pushes(ros_env, probe, tmp_path
         probe.wait_for('/trainer/metrics/accepted', lambda m: m.data >= accepted.data + 4,
                        timeout=120)
         # It comes back (holding no model): the trainer sends it the current model again.
-        mark = probe.count('/b/policy/model_version')
+        mark = probe.count('/b/actor/model_version')
         actors[1] = NamespacedNode('actor_node', ros_env, tmp_path,
                                    {'config': str(config), 'seed': 1}, '/b')
-        probe.wait_for('/b/policy/model_version', lambda m: m.data not in ('none', ''),
+        probe.wait_for('/b/actor/model_version', lambda m: m.data not in ('none', ''),
                        timeout=120, start=mark)
     finally:
         codes = {}
@@ -226,11 +226,25 @@ def test_trainer_killed_and_restarted_resumes_while_the_policy_node_keeps_contro
     np.testing.assert_allclose(onnx(obs), expected, atol=1e-5)
 
 
-def test_train_graph_ctrl_c_checkpoints_then_resumes_to_its_time_budget(ros_env, tmp_path):
+def publishers(probe, topic, expected, timeout=30.0):  # noqa: F811
+    """Names of the nodes publishing ``topic`` once they are ``expected`` (graph discovery
+    has no event to wait on: polled), else as they are at the timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        names = sorted(i.node_name for i in probe.node.get_publishers_info_by_topic(topic))
+        if names == expected or time.monotonic() > deadline:
+            return names
+        time.sleep(0.1)
+
+
+def test_train_graph_ctrl_c_checkpoints_then_resumes_to_its_time_budget(
+        ros_env, probe, tmp_path):  # noqa: F811
     """``claw-rl up train``: Ctrl-C stops every process cleanly with a checkpoint, curve and
     summary; the same run directory is refused without resume; with resume it goes on from the
     checkpoint and the graph ends by itself when the time budget is spent, with student.onnx
-    and its evaluation."""
+    and its evaluation. Each latched version topic has one publisher: the actors their own
+    (both actors and the policy node published on /policy/model_version, so a late joiner
+    read an arbitrary one's oldest value)."""
     import json
     from claw_rl_ros.core.learning import checkpoint as ckpt
     from test_runner import gone, up
@@ -241,6 +255,10 @@ def test_train_graph_ctrl_c_checkpoints_then_resumes_to_its_time_budget(ros_env,
     runner = up('train', *common, '--grace-s', '20', env=ros_env, cwd=tmp_path)
     try:
         runner.wait_line(r'^\[trainer\] .*iteration 2:', timeout=240)
+        for topic, nodes in (('/actor_0/model_version', ['actor_0']),
+                             ('/actor_1/model_version', ['actor_1']),
+                             ('/policy/model_version', ['policy_node'])):
+            assert publishers(probe, topic, nodes) == nodes, topic
         runner.proc.send_signal(signal.SIGINT)
         assert runner.finish(timeout=60) == 0, runner.text
     finally:

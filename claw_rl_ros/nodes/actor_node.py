@@ -5,8 +5,11 @@ around the ONNX student's mean, std from the model's metadata) and publishes one
 :mod:`rollout chunk <claw_rl_ros.core.learning.rollout_chunk>` per ``num_steps_per_env`` steps
 on ``chunk_topic`` (``std_msgs/UInt8MultiArray``, reliable). Models arrive exactly as at the
 policy node: bytes on ``policy/model`` (validated on arrival by the same ModelCache), activated
-by setting parameter ``model_sha256``; the reply says success or the exact reason. Until a model
-is active the actor waits. A chunk is always acted by one model: swaps happen between chunks.
+by setting parameter ``model_sha256``; the reply says success or the exact reason. The active
+model's sha256 prefix (``none`` before the first) is latched on the actor's own
+``~/model_version`` (e.g. ``/actor_0/model_version``: one publisher per topic, so a late
+joiner reads this actor's current value). Until a model is active the actor waits. A chunk
+is always acted by one model: swaps happen between chunks.
 The actor is at most ``chunks_in_flight`` chunks ahead of the trainer (BatchedActor's credit:
 a chunk spends one, a newer model gives one back): 1 is synchronous PPO (no stale chunk at the
 trainer's max_policy_lag 0); 2 collects the next chunk while the trainer learns from the last.
@@ -32,7 +35,7 @@ from ..core.learning.batched_actor import BatchedActor, OnnxBehaviour
 from ..core.learning.rollout_chunk import encode_chunk
 from ..core.learning.train_config import load_train_config
 from ..core.sim.env import VecLocomotionEnv
-from .ros_io import COMMAND_QOS, exit_without_teardown, LATCHED_QOS, spin
+from .ros_io import COMMAND_QOS, exit_without_teardown, spin, STATE_QOS
 
 
 class ActorNode(Node):
@@ -66,8 +69,8 @@ class ActorNode(Node):
                                   chunks_in_flight=in_flight,
                                   credit_timeout_s=credit_timeout)
         self.pub_chunk = self.create_publisher(UInt8MultiArray, topic, COMMAND_QOS)
-        self.pub_version = self.create_publisher(String, 'policy/model_version', LATCHED_QOS)
-        self.create_subscription(UInt8MultiArray, 'policy/model', self.on_model, LATCHED_QOS)
+        self.pub_version = self.create_publisher(String, '~/model_version', STATE_QOS)
+        self.create_subscription(UInt8MultiArray, 'policy/model', self.on_model, STATE_QOS)
         self.add_on_set_parameters_callback(self.on_set_parameters)
         self.told_no_subscriber = False
         self.create_timer(0.005, self.on_tick)

@@ -22,22 +22,25 @@ from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import Twist
 from nav_msgs.msg import Odometry
 from rclpy.node import Node
-from rclpy.qos import QoSProfile, ReliabilityPolicy
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import Imu, JointState
 from std_msgs.msg import Float64MultiArray, String
 
 from ..core.deploy.recording import Recorder
 from ..core.sim.robot import load_robot
-from .ros_io import diagnostics, LATCHED_QOS, SENSOR_QOS, spin, steady_timer
+from .ros_io import diagnostics, SENSOR_QOS, spin, steady_timer
 
 # Deep queues: a recorder that falls behind for a moment (a loaded machine) catches up
 # instead of losing messages; the QoS policies stay compatible with each publisher's.
 RELIABLE = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE)
 SENSOR_DEEP = QoSProfile(depth=1000, reliability=ReliabilityPolicy.BEST_EFFORT,
                          durability=SENSOR_QOS.durability)
+# The latched version (publisher depth 1): the current one on joining, then every change.
+LATCHED_DEEP = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE,
+                          durability=DurabilityPolicy.TRANSIENT_LOCAL)
 TOPICS = {'joint_states': (JointState, SENSOR_DEEP), 'imu': (Imu, SENSOR_DEEP),
           'cmd_vel': (Twist, RELIABLE), 'joint_commands': (Float64MultiArray, RELIABLE),
-          'policy/model_version': (String, LATCHED_QOS), 'safety/state': (String, RELIABLE),
+          'policy/model_version': (String, LATCHED_DEEP), 'safety/state': (String, RELIABLE),
           'odom': (Odometry, SENSOR_DEEP)}
 
 

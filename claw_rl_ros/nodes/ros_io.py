@@ -29,10 +29,17 @@ from rclpy.qos import (DurabilityPolicy, HistoryPolicy, qos_profile_sensor_data,
 SENSOR_QOS = qos_profile_sensor_data
 # Commands as ros2_control's forward_command_controller subscribes to them (reliable).
 COMMAND_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
-# Latched: late joiners get the latest model bytes / version.
-LATCHED_QOS = QoSProfile(depth=4, history=HistoryPolicy.KEEP_LAST,
-                         reliability=ReliabilityPolicy.RELIABLE,
-                         durability=DurabilityPolicy.TRANSIENT_LOCAL)
+# The sim's published state as ros2_control's joint_state_broadcaster offers it (reliable,
+# keep last 10): a subscriber written the usual way (depth 10, reliable) receives it.
+RELIABLE_STATE_QOS = COMMAND_QOS
+# A state (model version, safety state) or the model bytes: reliable, transient local, keep
+# last 1, published by one node per topic. A late joiner gets exactly the newest value (with
+# depth 4 ``ros2 topic echo --once`` printed the oldest of four); the newest model bytes are
+# the ones a trainer activates.
+STATE_QOS = QoSProfile(depth=1, history=HistoryPolicy.KEEP_LAST,
+                       reliability=ReliabilityPolicy.RELIABLE,
+                       durability=DurabilityPolicy.TRANSIENT_LOCAL)
+LATCHED_QOS = STATE_QOS  # the older name, kept for importers
 # Executors (node parameter ``executor``): rclpy's C++ EventsExecutor takes each message as
 # it arrives; the Python SingleThreadedExecutor rebuilds its wait set on every wake-up (measured
 # in bench/ros_control.py: it doubled the realtime joint_states -> command latency).

@@ -9,8 +9,9 @@ Then the student is exported to ONNX (policy version and action std in its metad
 pushed through the policy node's hot-swap mechanism to every node in ``push_targets``: bytes on
 ``<namespace>/policy/model`` (latched), then ``model_sha256`` through
 ``<node>/set_parameters``; replies are logged with their reason and a refusal does not stop
-training. Targets that are not up yet are retried every 0.5 s, and a target whose
-``policy/model_version`` reports another model (e.g. restarted) is sent the current one again.
+training. Targets that are not up yet are retried every 0.5 s, and a target whose version
+topic reports another model (e.g. restarted) is sent the current one again: an actor's own
+``<actor>/model_version``, else its namespace's ``policy/model_version`` (the policy node's).
 Metrics go to ``trainer/metrics/<name>`` (``std_msgs/Float32``) every iteration, the chunk
 counters also once a second with ``/diagnostics``. At ``max_iterations`` or the time budget the
 node writes student.onnx, its evaluation, learning_curve.png and summary.json and exits 0;
@@ -44,7 +45,7 @@ from std_msgs.msg import Float32, String, UInt8MultiArray
 from ..core.learning.live_trainer import LiveTrainer
 from ..core.learning.train_config import load_train_config
 from ..core.sim.robot import load_robot
-from .ros_io import (COMMAND_QOS, diagnostics, exit_without_teardown, LATCHED_QOS, spin,
+from .ros_io import (COMMAND_QOS, diagnostics, exit_without_teardown, spin, STATE_QOS,
                      steady_timer)
 
 
@@ -92,17 +93,21 @@ class TrainerNode(Node):
         targets = [self._absolute(t) for t in p['push_targets']]
         self.sha = ''
         self.model_pubs = {ns: self.create_publisher(
-            UInt8MultiArray, f'{ns.rstrip("/")}/policy/model', LATCHED_QOS)
+            UInt8MultiArray, f'{ns.rstrip("/")}/policy/model', STATE_QOS)
             for ns in {_namespace(t) for t in targets}}
+        # 'own': the target reports on its own version topic (an actor), not its namespace's.
         self.targets = {t: {'client': self.create_client(SetParameters, f'{t}/set_parameters'),
-                            'acked': '', 'asked_at': 0.0} for t in targets}
+                            'acked': '', 'asked_at': 0.0, 'own': False} for t in targets}
         self.metric_pubs: dict[str, object] = {}
         self.pub_diag = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
         # A target that reports another version (e.g. restarted, holding no model) gets the
-        # current one again.
+        # current one again. One publisher per version topic: each actor has its own.
         for ns in self.model_pubs:
             self.create_subscription(String, f'{ns.rstrip("/")}/policy/model_version',
-                                     lambda m, ns=ns: self.on_version(ns, m.data), LATCHED_QOS)
+                                     lambda m, ns=ns: self.on_version(m.data, ns), STATE_QOS)
+        for name in self.targets:
+            self.create_subscription(String, f'{name}/model_version', lambda m, n=name:
+                                     self.on_version(m.data, target=n), STATE_QOS)
         for topic in filter(None, (p['chunk_topic'], p['loop_chunk_topic'])):
             self.create_subscription(UInt8MultiArray, topic, self.on_chunk, COMMAND_QOS)
         self.create_timer(0.5, self.on_timer)
@@ -187,11 +192,16 @@ class TrainerNode(Node):
             future = target['client'].call_async(request)
             future.add_done_callback(lambda f, n=name, s=self.sha: self.on_reply(n, s, f))
 
-    def on_version(self, namespace: str, version: str) -> None:
-        if self.sha and not self.sha.startswith(version or '-'):
-            for name, target in self.targets.items():
-                if _namespace(name) == namespace:
-                    target['acked'] = ''
+    def on_version(self, version: str, namespace: str = '', target: str = '') -> None:
+        """``<target>/model_version`` (an actor's own topic) or ``<namespace>/policy/
+        model_version`` (for the targets there without one) reports ``version``."""
+        if target:
+            self.targets[target]['own'] = True
+        if not self.sha or self.sha.startswith(version or '-'):
+            return
+        for name, t in self.targets.items():
+            if name == target or not target and _namespace(name) == namespace and not t['own']:
+                t['acked'] = ''
 
     def on_reply(self, name: str, sha: str, future) -> None:
         target = self.targets[name]
