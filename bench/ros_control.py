@@ -10,8 +10,13 @@
 4. with ``--student`` (default: the newest ``runs/*/student.onnx``, e.g. from ``make train``):
    tracking error and falls at 0.5 m/s through the realtime loop next to the in-process
    evaluation.
+5. with ``--qos-compare``: part 2 (no swaps) for each QoS of the sim's state (sim_node
+   ``state_qos`` x policy_node ``state_qos``), in ``--rounds`` interleaved rounds, with
+   ``--load`` busy processes competing for the cores; prints latency p50/p99 and missed ticks
+   per setting and round.
 
 Usage: .venv/bin/python bench/ros_control.py [--seconds 60] [--swaps 10]
+       .venv/bin/python bench/ros_control.py --qos-compare --seconds 30 --rounds 2 --load 2
 """
 
 from __future__ import annotations
@@ -172,12 +177,13 @@ class Bench:
                 'request_to_version_ms': (visible - start) * 1e3,
                 'bytes_to_version_ms': (visible - sent) * 1e3}
 
-    def realtime(self, models: list[Path], seconds: float, swaps: int) -> dict:
-        sim = self.node('sim_node', {'mode': 'realtime'})
-        policy = self.node('policy_node', {'use_sim_time': True,
+    def realtime(self, models: list[Path], seconds: float, swaps: int,
+                 sim_qos: str = 'reliable', policy_qos: str = 'sensor_data') -> dict:
+        sim = self.node('sim_node', {'mode': 'realtime', 'state_qos': sim_qos})
+        policy = self.node('policy_node', {'use_sim_time': True, 'state_qos': policy_qos,
                                            'model_path': str(models[0])})
-        try:
-            self.status('sim_node', lambda v: v['command_timed_out'] == 'False')
+        try:  # (start-up under --load takes long)
+            self.status('sim_node', lambda v: v['command_timed_out'] == 'False', timeout=180)
             start = self.status('sim_node')
             t0, results = time.monotonic(), []
             for k in range(swaps):
@@ -258,7 +264,9 @@ def compare_walk(bench: Bench, robot, student: Path, episodes: int, seconds: flo
                        command=(0.5, 0.0, 0.0))
     bench.probe.subscribe('odom', Odometry, SENSOR_QOS)
     sim = bench.node('sim_node', {'mode': mode, 'reset_on_fall': True})
-    policy = bench.node('policy_node', {'use_sim_time': True, 'model_path': str(student)})
+    # One command per episode, as a script gives it: the cmd_vel timeout is off.
+    policy = bench.node('policy_node', {'use_sim_time': True, 'model_path': str(student),
+                                        'cmd_vel_timeout_s': 0.0})
     cmd = Twist()
     cmd.linear.x = 0.5
     errors, falls = [], 0
@@ -332,6 +340,31 @@ def control_numbers(bench: Bench, models: list[Path], args) -> None:
           f'{np.median(version):.1f} ms; model {pol["model_version"]}', flush=True)
 
 
+# (sim_node state_qos = publisher, policy_node state_qos = subscriber) settings compared.
+QOS_SETTINGS = (('sensor_data', 'sensor_data'), ('reliable', 'sensor_data'),
+                ('reliable', 'reliable'))
+
+
+def qos_compare(bench: Bench, models: list[Path], args) -> None:
+    """Part 5: realtime latency and missed ticks per QoS setting, rounds interleaved."""
+    burners = [subprocess.Popen([sys.executable, '-c', 'while True: pass'])
+               for _ in range(args.load)]
+    try:
+        for k in range(args.rounds):
+            for pub, sub in QOS_SETTINGS:
+                rt = bench.realtime(models, args.seconds, 0, pub, sub)
+                sim = rt['sim']
+                print(f'round {k + 1}, load {args.load}, publisher {pub}, subscriber {sub}: '
+                      f'joint_states -> command p50 {sim["command_latency_p50_ms"]} ms, p99 '
+                      f'{sim["command_latency_p99_ms"]} ms, missed ticks '
+                      f'{rt["missed_ticks"]} in {args.seconds:g} s, load average '
+                      f'{os.getloadavg()[0]:.1f}', flush=True)
+    finally:
+        for proc in burners:
+            proc.kill()
+            proc.wait()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--role', choices=['ping', 'pong'])
@@ -347,6 +380,9 @@ def main() -> None:
     parser.add_argument('--walk-modes', nargs='+', default=['realtime'],
                         choices=['realtime', 'lockstep'])
     parser.add_argument('--only-walk', action='store_true', help='skip parts 1-3')
+    parser.add_argument('--qos-compare', action='store_true', help='part 5 only')
+    parser.add_argument('--rounds', type=int, default=2)
+    parser.add_argument('--load', type=int, default=0, help='busy processes (part 5)')
     args = parser.parse_args()
     if args.role:
         return ping_pong(args.role, args.lockstep_seconds if args.role == 'ping' else 0,
@@ -361,9 +397,11 @@ def main() -> None:
         bench = Bench(tmp)
         print(f'machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the '
               'start (other processes compete for the same cores)', flush=True)
-        if not args.only_walk:
+        if args.qos_compare:
+            qos_compare(bench, models, args)
+        elif not args.only_walk:
             control_numbers(bench, models, args)
-        if args.student is not None and args.student.is_file():
+        if not args.qos_compare and args.student is not None and args.student.is_file():
             for mode in args.walk_modes:
                 compare_walk(bench, robot, args.student, args.walk_episodes, args.walk_seconds,
                              mode)

@@ -25,7 +25,8 @@ from std_msgs.msg import Header
 from rclpy.qos import (DurabilityPolicy, HistoryPolicy, qos_profile_sensor_data, QoSProfile,
                        ReliabilityPolicy)
 
-# High-rate state: best effort, keep last 5 (REP-2003 sensor data).
+# High-rate state: best effort, keep last 5 (REP-2003 sensor data). Subscribers use it: a
+# best-effort subscription reads reliable and best-effort publishers alike.
 SENSOR_QOS = qos_profile_sensor_data
 # Commands as ros2_control's forward_command_controller subscribes to them (reliable).
 COMMAND_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
@@ -49,6 +50,8 @@ EXECUTORS = ('events', 'single_threaded')
 # loop looks at the Ctrl-C flag: a stop within a slice, and no KeyboardInterrupt raised inside
 # a callback (the EventsExecutor logs those as a FATAL callback exception).
 SPIN_SLICE_S = 0.1
+# The clock of every /diagnostics stamp (see diagnostics()).
+WALL_CLOCK = Clock(clock_type=ClockType.SYSTEM_TIME)
 LEVELS = {'ok': DiagnosticStatus.OK, 'warn': DiagnosticStatus.WARN,
           'error': DiagnosticStatus.ERROR}
 
@@ -100,14 +103,18 @@ def steady_timer(node: Node, period: float, callback: Callable[[], None]):
 
 def diagnostics(node: Node, name: str, level: str, message: str,
                 fields: Mapping[str, object]) -> DiagnosticArray:
-    """One DiagnosticStatus (hardware_id = node name) holding ``fields`` as key/values."""
+    """One DiagnosticStatus (hardware_id = node name) holding ``fields`` as key/values.
+
+    Stamped with wall time whatever the node's ``use_sim_time``: every node's messages on the
+    shared ``/diagnostics`` topic carry the same clock (node clocks mixed sim and wall time), and
+    the reports are wall-paced (steady timers) anyway.
+    """
     def text(v: object) -> str:
         return f'{v:.4g}' if isinstance(v, float) else str(v)
     status = DiagnosticStatus(level=LEVELS[level], name=f'{node.get_name()}: {name}',
                               message=message, hardware_id=node.get_fully_qualified_name(),
                               values=[KeyValue(key=k, value=text(v)) for k, v in fields.items()])
-    return DiagnosticArray(header=Header(stamp=node.get_clock().now().to_msg()),
-                           status=[status])
+    return DiagnosticArray(header=Header(stamp=WALL_CLOCK.now().to_msg()), status=[status])
 
 
 def spin(make_node: Callable[[], Node], args: list[str] | None = None,

@@ -9,6 +9,10 @@ answering the last published state; the state is re-sent after ``command_timeout
 an answer, so a late policy can join; ``~/step`` works while paused). Stamps are sim time
 when ``publish_clock`` is on; a reset re-sends the state under the same stamp. ``training``:
 the control loop as an actor (:mod:`.loop_actor_io`; ``env_config`` is then the train YAML).
+``state_qos`` (``reliable``, default, as ros2_control's joint_state_broadcaster, or
+``sensor_data``: best effort) is the QoS of joint_states, imu, odom and /clock: a subscriber
+written the usual way (reliable, depth 10) reads only a reliable publisher, a best-effort one
+(ours) reads either.
 """
 
 from __future__ import annotations
@@ -30,16 +34,17 @@ from ..core.deploy.state_input import JointOrder
 from ..core.sim.robot import load_robot
 from ..core.sim.sim_session import env_section, SimSession
 from .loop_actor_io import LoopActorIO
-from .ros_io import (COMMAND_QOS, diagnostics, doubles, now_sec, publisher, SENSOR_QOS,
-                     spin, steady_timer, to_stamp)
+from .ros_io import (COMMAND_QOS, diagnostics, doubles, now_sec, publisher,
+                     RELIABLE_STATE_QOS, SENSOR_QOS, spin, steady_timer, to_stamp)
 
 MODES = ('realtime', 'lockstep')
+STATE_PUBLISH_QOS = {'reliable': RELIABLE_STATE_QOS, 'sensor_data': SENSOR_QOS}
 
 
 class SimNode(Node):
     """Parameters: robot, mode, randomization, pushes, noise, command_timeout_s,
     publish_clock, seed, env_config, joints, reset_on_fall, training, chunk_topic,
-    real_time_factor (realtime mode: sim seconds per wall second)."""
+    real_time_factor (realtime mode: sim seconds per wall second), state_qos."""
 
     def __init__(self):
         super().__init__('sim_node')
@@ -47,12 +52,16 @@ class SimNode(Node):
             ('robot', 'claw_quadruped'), ('mode', 'realtime'), ('randomization', False),
             ('pushes', False), ('noise', False), ('command_timeout_s', 0.25),
             ('publish_clock', True), ('seed', 0), ('env_config', ''), ('reset_on_fall', True),
-            ('training', False), ('chunk_topic', '/rollout_chunks'), ('real_time_factor', 1.0))}
+            ('training', False), ('chunk_topic', '/rollout_chunks'), ('real_time_factor', 1.0),
+            ('state_qos', 'reliable'))}
         if p['mode'] not in MODES:
             raise ValueError(f'parameter mode = {p["mode"]!r}; use one of {MODES}')
         if not p['real_time_factor'] > 0:
             raise ValueError(f'parameter real_time_factor = {p["real_time_factor"]!r}; use sim '
                              'seconds per wall second > 0 (1.0 = realtime)')
+        if p['state_qos'] not in STATE_PUBLISH_QOS:
+            raise ValueError(f'parameter state_qos = {p["state_qos"]!r}; use one of '
+                             f'{tuple(STATE_PUBLISH_QOS)} (reliable: as ros2_control)')
         robot = load_robot(p['robot'])
         self.params, self.robot = p, robot
         self.order = JointOrder(robot, self.declare_parameter('joints', robot.joint_names).value)
@@ -73,10 +82,11 @@ class SimNode(Node):
         self.imu.header.frame_id = robot.imu_body
         self.odom = Odometry(child_frame_id=robot.base_body)
         self.odom.header.frame_id = 'odom'
-        self.pub_js = publisher(self, JointState, 'joint_states', SENSOR_QOS)
-        self.pub_imu = publisher(self, Imu, 'imu', SENSOR_QOS)
-        self.pub_odom = publisher(self, Odometry, 'odom', SENSOR_QOS)
-        self.pub_clock = publisher(self, Clock, '/clock', SENSOR_QOS)
+        qos = STATE_PUBLISH_QOS[p['state_qos']]
+        self.pub_js = publisher(self, JointState, 'joint_states', qos)
+        self.pub_imu = publisher(self, Imu, 'imu', qos)
+        self.pub_odom = publisher(self, Odometry, 'odom', qos)
+        self.pub_clock = publisher(self, Clock, '/clock', qos)
         self.pub_diag = publisher(self, DiagnosticArray, '/diagnostics', 10)
         self.create_subscription(Float64MultiArray, 'joint_commands', self.on_command,
                                  COMMAND_QOS)
