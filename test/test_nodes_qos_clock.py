@@ -23,7 +23,7 @@ from ros_helpers import _STARTED, NodeProcess, Probe, probe, ROOT, ros_env, stop
 # its own depth (10) is larger than the publisher's, so a late joiner gets the publisher's
 # history, and every change after.
 READER_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE,
-                      durability=DurabilityPolicy.TRANSIENT_LOCAL)
+                        durability=DurabilityPolicy.TRANSIENT_LOCAL)
 
 
 @pytest.fixture(scope='module')
