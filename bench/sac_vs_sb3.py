@@ -295,7 +295,8 @@ def grad_step_section(s: SACSettings, blocks: int, block: int = 10) -> dict[str,
     can beat ``SB3 time / (16 x product time)``.
     """
     from stable_baselines3 import SAC as SB3SAC
-    from claw_rl_ros.core.learning.sac import SAC, SACPolicy
+    from claw_rl_ros.core.learning.sac import SAC
+    from claw_rl_ros.core.learning.sac_networks import SACPolicy
     from claw_rl_ros.core.learning.train_config import DistillationConfig, SACConfig
     torch.set_num_threads(s.threads)
     env = gym.make(s.env)

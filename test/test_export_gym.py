@@ -12,7 +12,7 @@ from claw_rl_ros.cli import main
 from claw_rl_ros.core.deploy import export as E
 from claw_rl_ros.core.deploy.onnx_policy import OnnxPolicy, SpecMismatchError
 from claw_rl_ros.core.learning.networks import ActorCritic
-from claw_rl_ros.core.learning.sac import SACPolicy
+from claw_rl_ros.core.learning.sac_networks import SACPolicy
 from claw_rl_ros.core.sim.gym_spec import gym_task_spec, GymTaskSpec
 from claw_rl_ros.core.sim.robot import METADATA_KEY
 

@@ -12,14 +12,15 @@ from claw_rl_ros.core.config import from_dict, merge, to_dict
 from claw_rl_ros.core.deploy.export import export_checkpoint, verify_onnx
 from claw_rl_ros.core.deploy.onnx_policy import OnnxPolicy
 from claw_rl_ros.core.learning import checkpoint as ckpt
-from claw_rl_ros.core.learning import sac as sac_module
+from claw_rl_ros.core.learning import fast_torch
 from claw_rl_ros.core.learning.opd import gaussian_kl
 from claw_rl_ros.core.learning.ppo import PPO
 from claw_rl_ros.core.learning.runner import OnPolicyRunner
 from claw_rl_ros.core.learning.networks import mlp, mlp_forward
-from claw_rl_ros.core.learning.sac import (
-    EnsembleQ, fused_adam_step, log1m_tanh_sq, polyak_update, SAC, SACPolicy, squashed_log_prob,
-    squashed_log_prob_from_noise)
+from claw_rl_ros.core.learning.fast_torch import fused_adam_step, polyak_update
+from claw_rl_ros.core.learning.sac import SAC
+from claw_rl_ros.core.learning.sac_networks import (
+    EnsembleQ, log1m_tanh_sq, SACPolicy, squashed_log_prob, squashed_log_prob_from_noise)
 from claw_rl_ros.core.learning.train_config import TrainConfig
 from claw_rl_ros.core.sim.gym_vec import GymVecEnv
 
@@ -115,13 +116,18 @@ def test_log_prob_from_the_noise_equals_the_change_of_variables_with_gradients()
 
 
 def two_mlps_and_their_ensemble(seed=0):
-    """Two independent critic MLPs ``[5 + 2] -> 16 -> 16 -> 1`` and an EnsembleQ loaded from
-    their state dicts in the former ``TwinQ`` layout (``q1.0.weight`` ...)."""
+    """Two independent critic MLPs ``[5 + 2] -> 16 -> 16 -> 1`` and an EnsembleQ holding the
+    same weights: layer ``l`` of member ``m`` is slice ``m`` of the stacked parameters."""
     torch.manual_seed(seed)
     q1, q2 = (mlp(7, [16, 16], 1, 'relu').double() for _ in range(2))
     ens = EnsembleQ(5, 2, [16, 16], 'relu').double()
-    ens.load_state_dict({**{f'q1.{k}': v for k, v in q1.state_dict().items()},
-                         **{f'q2.{k}': v for k, v in q2.state_dict().items()}})
+    # nn.Sequential numbers Linear, activation, Linear, ...: layer l is entry 2 l; EnsembleQ
+    # stores each member's weight transposed ([in, out]).
+    ens.load_state_dict({
+        **{f'weights.{layer}': torch.stack([q[2 * layer].weight.t() for q in (q1, q2)])
+           for layer in range(3)},
+        **{f'biases.{layer}': torch.stack([q[2 * layer].bias for q in (q1, q2)])
+           for layer in range(3)}})
     return q1, q2, ens
 
 
@@ -214,15 +220,15 @@ def test_bfloat16_sac_trains_float32_parameters_with_bfloat16_matmuls(tmp_path):
 
 @pytest.mark.parametrize('native', [True, False])
 def test_matmul_dtype_auto_uses_bfloat16_only_where_the_cpu_has_it(monkeypatch, native):
-    monkeypatch.setattr(sac_module, 'native_bfloat16', lambda: native)
-    assert sac_module.matmul_dtype('float32') is None
-    assert sac_module.matmul_dtype('auto') is (torch.bfloat16 if native else None)
+    monkeypatch.setattr(fast_torch, 'native_bfloat16', lambda: native)
+    assert fast_torch.matmul_dtype('float32') is None
+    assert fast_torch.matmul_dtype('auto') is (torch.bfloat16 if native else None)
     if native:
-        assert sac_module.matmul_dtype('bfloat16') is torch.bfloat16
+        assert fast_torch.matmul_dtype('bfloat16') is torch.bfloat16
     else:
         # Asked for explicitly, it is honoured, with a warning that says what it costs.
         with pytest.warns(UserWarning, match='no native support.*sac.matmul_dtype: float32'):
-            assert sac_module.matmul_dtype('bfloat16') is torch.bfloat16
+            assert fast_torch.matmul_dtype('bfloat16') is torch.bfloat16
 
 
 def test_matmul_dtype_is_refused_by_name_when_unknown():
@@ -436,68 +442,6 @@ def test_resume_with_the_replay_buffer_is_exact(tmp_path):
     ppo = OnPolicyRunner(config('ppo'), tmp_path / 'd', env=reach_env(4))
     with pytest.raises(Exception, match='trained with sac'):
         ppo.load(ckpt.checkpoint_path(tmp_path / 'a', 2))
-
-
-def as_former_layout(model: dict, alg_state: dict, num_actor_params: int) -> tuple[dict, dict]:
-    """A checkpoint's model and SAC state written back in the layout before EnsembleQ: two
-    ``TwinQ`` MLPs (``q1.0.weight`` [out, in] ...), a 12-entry critic Adam, the temperature
-    in an Adam of its own."""
-    def unstack(state: dict, prefix: str) -> dict:
-        out = {k: v for k, v in state.items() if not k.startswith(prefix)}
-        for layer in range(3):
-            for m in range(2):
-                out[f'{prefix}q{m + 1}.{2 * layer}.weight'] = \
-                    state[f'{prefix}weights.{layer}'][m].t().clone()
-                out[f'{prefix}q{m + 1}.{2 * layer}.bias'] = state[f'{prefix}biases.{layer}'][m]
-        return out
-    critic = alg_state['critic_optimizer']
-    old_critic = {}
-    for m in range(2):
-        for layer in range(3):
-            for k in range(2):  # new index k L + l -> old index m 2 L + 2 l + k
-                s = critic['state'][k * 3 + layer]
-                old_critic[m * 6 + 2 * layer + k] = {
-                    'step': s['step'].clone(),
-                    **{key: (s[key][m].t() if k == 0 else s[key][m]).clone()
-                       for key in ('exp_avg', 'exp_avg_sq')}}
-    actor = alg_state['actor_optimizer']
-    groups = actor['param_groups']
-    former = {k: v for k, v in alg_state.items() if k != 'target_critic'}
-    former.update(
-        target_critic=unstack(alg_state['target_critic'], ''),
-        critic_optimizer={'state': old_critic, 'param_groups': [
-            {**critic['param_groups'][0], 'params': list(range(12))}]},
-        actor_optimizer={'state': {i: actor['state'][i] for i in range(num_actor_params)},
-                         'param_groups': [groups[0]]},
-        ent_optimizer={'state': {0: actor['state'][num_actor_params]}, 'param_groups': [
-            {**groups[1], 'params': [0], 'fused': None}]})
-    return unstack(model, 'critic.'), former
-
-
-def test_checkpoints_of_the_former_two_mlp_layout_resume_exactly(tmp_path):
-    cfg = config(max_iterations=3, sac={'learning_starts': 64})
-    first = OnPolicyRunner(cfg, tmp_path / 'a', env=reach_env(4, seed=1))
-    first.learn()
-    payload = ckpt.load_checkpoint(ckpt.checkpoint_path(tmp_path / 'a', 2))
-    num_actor = len(list(first.policy.actor.parameters()))
-    payload['model'], payload['algorithm_state'] = as_former_layout(
-        payload['model'], payload['algorithm_state'], num_actor)
-    assert 'critic.q2.4.bias' in payload['model'] and 'ent_optimizer' in \
-        payload['algorithm_state']
-    ckpt.save_checkpoint(tmp_path / 'former.pt', payload)
-    resumed = OnPolicyRunner(cfg, tmp_path / 'b', env=reach_env(4, seed=9))
-    resumed.load(tmp_path / 'former.pt')
-    resumed.train_one_epoch()
-    # The same parameters, targets, temperature and optimiser moments as the uninterrupted run.
-    for key, value in first.policy.state_dict().items():
-        assert torch.equal(resumed.policy.state_dict()[key], value), key
-    for key, value in first.alg.target_critic.state_dict().items():
-        assert torch.equal(resumed.alg.target_critic.state_dict()[key], value), key
-    assert resumed.alg.ent_coef == first.alg.ent_coef
-    assert str(resumed.alg.state_dict()['critic_optimizer']) == \
-        str(first.alg.state_dict()['critic_optimizer'])
-    assert str(resumed.alg.state_dict()['actor_optimizer']) == \
-        str(first.alg.state_dict()['actor_optimizer'])
 
 
 # -------------------------------------------------------------------------------- export

@@ -20,7 +20,7 @@ from .networks import ActorCritic, gaussian_log_prob
 from .ppo import sample_transition
 from .rollout_chunk import episode_arrays, rollout_stats, RolloutChunk, stack_rows
 from .runner import obs_to_torch
-from .sac import squashed_log_prob
+from .sac_networks import squashed_log_prob
 
 
 class OnnxBehaviour:

@@ -17,7 +17,8 @@ from ..sim.env import VecLocomotionEnv
 from .networks import ActorCritic
 from .opd import alpha_at
 from .ppo import PPO
-from .sac import SAC, SACPolicy
+from .sac import SAC
+from .sac_networks import SACPolicy
 from .train_config import TrainConfig
 
 # The trainer of each ``algorithm`` value: the only place the algorithm is chosen.
