@@ -6,6 +6,12 @@ exit 0 when every compared tick matches within ``--tolerance``, 1 when some diff
 was compared). States the node skipped for a newer one queued behind (a backlog worked off at
 its newest, ``superseded_states`` in its diagnostics) are counted and move no gait clock, as on
 the node; how they are told from lost commands and lost states is in ``core/deploy/replay.py``.
+As on the node, actions are clipped to the model's ``action_clip``, a state is paired with the
+IMU reading of its tick (one without it is the node's fault hold: ``no_imu``, not compared),
+and the velocity command goes zero ``--cmd-vel-timeout`` seconds after the last ``cmd_vel``:
+give the policy node's ``cmd_vel_timeout_s`` (default 0.5, 0: off). recorder_node records no
+parameters, so a recording cannot tell it; the report counts ticks that show a longer or no
+timeout (they are compared under the command held).
 ``--compare-sim`` replays the recorded commands in MuJoCo from the recorded initial state and
 writes a PNG of simulated vs recorded joint trajectories (``--png``, default
 ``<recording>.sim.png``). Both can be given together. Usage errors exit 2.
@@ -14,6 +20,7 @@ writes a PNG of simulated vs recorded joint trajectories (``--png``, default
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 
 from ..core.config import ConfigError
@@ -21,12 +28,17 @@ from ..core.config import ConfigError
 
 def _cmd_replay(args: argparse.Namespace) -> int:
     from ..core.deploy import replay
+    from ..core.deploy.model_swap import ModelRejected
     from ..core.deploy.onnx_policy import ModelError, OnnxPolicy
     from ..core.deploy.recording import DefinitionNotFound
     from ..core.sim.robot import load_robot
     if not (args.model or args.compare_sim):
         raise ConfigError('claw-rl replay', '--model', 'nothing to do: give --model '
                           'student.onnx (recompute actions) and/or --compare-sim')
+    if not (math.isfinite(args.cmd_vel_timeout) and args.cmd_vel_timeout >= 0):
+        raise ConfigError('claw-rl replay', '--cmd-vel-timeout', f'{args.cmd_vel_timeout!r}; '
+                          'give the policy node\'s cmd_vel_timeout_s, a finite number >= 0 [s] '
+                          '(0: off)')
     if not Path(args.recording).is_file():
         raise ConfigError('claw-rl replay', 'recording', f'{args.recording}: no such file; '
                           'give an MCAP file written by recorder_node')
@@ -44,7 +56,11 @@ def _cmd_replay(args: argparse.Namespace) -> int:
             policy = OnnxPolicy(args.model, robot)
         except ModelError as exc:
             raise ConfigError('--model', '', str(exc)) from None
-        result = replay.replay_actions(rec, robot, policy, policy.sha256[:12], args.tolerance)
+        try:
+            result = replay.replay_actions(rec, robot, policy, policy.sha256[:12],
+                                           args.tolerance, args.cmd_vel_timeout)
+        except ModelRejected as exc:  # no valid action_clip: the policy node refuses it too
+            raise ConfigError('--model', '', str(exc)) from None
         print(result.format())
         code = 1 if result.differing.any() or not result.compared.any() else 0
     if args.compare_sim:
@@ -66,6 +82,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument('--model', default='', help='ONNX student whose actions to recompute')
     p.add_argument('--tolerance', type=float, default=1e-6,
                    help='largest |recomputed - recorded| target that still matches [rad]')
+    p.add_argument('--cmd-vel-timeout', type=float, default=0.5, metavar='SECONDS',
+                   help='the policy node\'s cmd_vel_timeout_s (not recorded; 0: off) '
+                   '[default 0.5]')
     p.add_argument('--compare-sim', action='store_true',
                    help='replay the recorded commands in MuJoCo and plot sim vs recorded')
     p.add_argument('--png', default='', help='picture of --compare-sim '

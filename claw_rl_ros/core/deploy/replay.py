@@ -3,22 +3,48 @@ commands replayed in MuJoCo.
 
 **Actions** (:func:`replay_actions`). Every recorded command is one tick of the policy node.
 Messages are taken in the order they were published (the publishers' source timestamps), so
-the inputs of a tick are the last ``joint_states``, ``imu`` and ``cmd_vel`` published before
-its command. The observation is rebuilt with the policy node's own code
-(:class:`~.state_input.JointOrder`, :func:`~.state_input.imu_arrays`,
-:class:`~.state_input.ObservationAssembler`: joints by name, the IMU, the command, the last
-action, the gait clock), the model computes the action, and the target
-``q0 + scale * a`` (clamped, in the command's joint order) is compared with the recorded
-command. A matching tick goes on with its own action as the next last action; a differing one
-with the action read back from the recorded command (what the robot was sent), so a difference
-is reported where it happens and does not propagate. A recorded default-pose hold is a hold
-(last action 0). A ``cmd_vel`` reaches the policy node some ticks after it was published: until
-a tick shows the new command in effect, ticks are tried with the new one, then the one before.
-The gait clock counts ticks from the policy's first output; if the recording started later, the
-clock offset is inferred (the offset whose first ticks match best) and reported; a first tick
-that does not match is skipped (the last action before it is unknown). With a
-``safety/state`` topic, only ticks in a state named ``RL...`` are compared (the others are
-shaped by the safety layer, not the model).
+the inputs of a tick are the last ``joint_states`` and ``cmd_vel`` published before its
+command, and the IMU reading the node pairs with that state (below). The observation is
+rebuilt with the policy node's own code (:class:`~.state_input.JointOrder`,
+:func:`~.state_input.imu_arrays`, :class:`~.state_input.ObservationAssembler`: joints by name,
+the IMU, the command, the last action, the gait clock), the model computes the action, clipped
+to the model's ``action_clip`` as the node clips it (the action and the last-action
+observation; :data:`~.state_input.CLIP_ACTIONS` only for a policy object without
+``action_clip``), and the target ``q0 + scale * a`` (clamped, in the command's joint order) is
+compared with the recorded command. A matching tick goes on with its own action as the next
+last action; a differing one with the action read back from the recorded command (what the
+robot was sent), so a difference is reported where it happens and does not propagate. A
+recorded default-pose hold is a hold (last action 0). A ``cmd_vel`` reaches the policy node
+some ticks after it was published: until a tick shows the new command in effect, ticks are
+tried with the new one, then the one before. The gait clock counts ticks from the policy's
+first output; if the recording started later, the clock offset is inferred (the offset whose
+first ticks match best) and reported; a first tick that does not match is skipped (the last
+action before it is unknown). With a ``safety/state`` topic, only ticks in a state named
+``RL...`` are compared (the others are shaped by the safety layer, not the model).
+
+**IMU pairing.** As the node (``PolicyController._imu_for``), a joint state is paired with the
+newest IMU reading stamped within ``IMU_SYNC_PERIODS`` control periods of its stamp, either
+side, among the last ``IMU_READINGS`` published before its command; never with a reading of
+another tick. A state with none (newer readings came, none of its tick) or with a bad one is a
+fault on the node: PASSIVE, its command the last accepted pose (damping). Such a tick is
+``no_imu``: not compared, last action 0, and the next tick's rate limit starts from its
+measured pose (the node leaves PASSIVE there). A command that is not that hold answered a
+reading the recording lost: ``skipped``. (The node's clock is not recorded, so readings it
+dropped as stale or stamped ahead are not told apart.)
+
+**cmd_vel timeout.** The node zeroes the velocity command once the last ``cmd_vel`` is older
+than its ``cmd_vel_timeout_s`` (on its monotonic receive clock) and keeps zero until the next
+one. The recorder records no parameter of the policy node, so the value is an argument
+(``cmd_vel_timeout_s``, ``claw-rl replay --cmd-vel-timeout``, default the node's 0.5 s; 0: off).
+Replay measures the age on publish times (the state's minus the cmd_vel's), which differ from
+receive times by the messages' latencies: from :data:`TIMEOUT_SLACK_S` before the timeout,
+ticks are tried with the zero command and with the last cmd_vel (the zero one first once the
+timeout has passed) until one matches under zero (only a match shows it in effect: a tick that
+differs anyway keeps both open); ticks whose commands the recording lost may have gone zero at
+any of their states in that window. A tick more than that slack past the timeout that still
+matches only under the last cmd_vel shows the node's timeout was longer or off (a recording
+made with ``cmd_vel_timeout_s: 0``): it is compared under it and counted
+(:attr:`ActionReplay.held_past_timeout`, in the report with the fix).
 
 **Gait clock, superseded states, lost messages.** The node moves its gait clock (and its last
 action) once per command it publishes (an answer, a hold, a stand-up target, damping) and at
@@ -68,12 +94,18 @@ from ..sim.env_config import EnvConfig
 from ..sim.robot import RobotSpec
 from ..sim.sim_session import SimSession
 from .command_shaping import CommandShaper
+from .model_swap import policy_clip
+from .policy_controller import IMU_READINGS
 from .recording import read_messages, read_metadata
 from .safety import SafetyConfig
 from .state_input import (BadInput, CLIP_ACTIONS, IMU_SYNC_PERIODS, imu_arrays, JointOrder,
                           ObservationAssembler)
 
 NS = 1e-9
+# Publish and receive times differ by the messages' latencies (a reliable cmd_vel may wait for
+# a repair, a state may queue behind a busy node): this close to the cmd_vel timeout, a tick is
+# tried with both the zero command and the last cmd_vel [s].
+TIMEOUT_SLACK_S = 0.1
 
 
 def _stamp(header) -> float:
@@ -142,9 +174,12 @@ def load_recording(path: str | Path) -> Recording:
 
 @dataclass
 class ActionReplay:
-    """Per tick: ``kind`` ('compared', 'hold', 'skipped', 'missing' or 'not_rl'), ``stamp``
-    [s] of its state, ``diff`` [J] |recomputed - recorded| (NaN when not compared).
-    ``superseded``: recorded states the node skipped for a newer one queued behind (no tick)."""
+    """Per tick: ``kind`` ('compared', 'hold', 'skipped', 'missing', 'no_imu' or 'not_rl'),
+    ``stamp`` [s] of its state, ``diff`` [J] |recomputed - recorded| (NaN when not compared).
+    ``superseded``: recorded states the node skipped for a newer one queued behind (no tick);
+    ``cmd_vel_timeout`` [s] the timeout modelled (0: off), ``timeouts`` how often the command
+    went zero by it, ``held_past_timeout`` ticks well past it that saw the last cmd_vel still
+    (the node's timeout was longer or off)."""
 
     kind: list[str]
     stamp: np.ndarray
@@ -155,6 +190,9 @@ class ActionReplay:
     recorded_versions: list[str]
     model_version: str
     superseded: int = 0
+    cmd_vel_timeout: float = 0.5
+    timeouts: int = 0
+    held_past_timeout: int = 0
 
     @property
     def compared(self) -> np.ndarray:
@@ -179,18 +217,20 @@ class ActionReplay:
     def format(self, limit: int = 10) -> str:
         n, c, d = len(self.kind), int(self.compared.sum()), int(self.differing.sum())
         counts = {k: self.kind.count(k) for k in ('hold', 'skipped', 'not_rl',
-                                                  'missing')}
+                                                  'missing', 'no_imu')}
         worst = np.nanmax(self.diff) if c else float('nan')
         # No compared tick is no evidence either way (the exit code is 1 then too).
         verdict = 'NOTHING COMPARED' if c == 0 else 'identical' if d == 0 else 'DIFFERENT'
         lines = [f'replay: {n} ticks, {c} compared ({counts["hold"]} default-pose holds, '
                  f'{counts["skipped"]} skipped: state not recorded or last action unknown, '
                  f'{counts["missing"]} without a '
-                 f'recorded command, {counts["not_rl"]} outside RL); model '
+                 f'recorded command, {counts["no_imu"]} without an IMU reading of their tick '
+                 f'(the node damped), {counts["not_rl"]} outside RL); model '
                  f'{self.model_version}, recorded '
                  f'{", ".join(self.recorded_versions) or "no version"}',
                  f'  {self.superseded} states superseded (no command: the node answered a '
                  'newer one queued behind, its gait clock did not move)',
+                 self._timeout_line(),
                  f'  gait clock offset {self.phase_offset} ticks; tolerance '
                  f'{self.tolerance:g} rad; max |recomputed - recorded| {worst:.3g} rad',
                  f'  {verdict}: {c - d} of {c} compared ticks match']
@@ -203,6 +243,18 @@ class ActionReplay:
         if len(self.segments()) > limit:
             lines.append(f'  ... {len(self.segments()) - limit} more differing stretches')
         return '\n'.join(lines)
+
+    def _timeout_line(self) -> str:
+        """The report's line on the cmd_vel timeout modelled and what the ticks showed."""
+        if self.cmd_vel_timeout <= 0:
+            return '  cmd_vel timeout off (--cmd-vel-timeout 0)'
+        line = (f'  cmd_vel timeout {self.cmd_vel_timeout:g} s (the node\'s cmd_vel_timeout_s, '
+                f'not recorded): the command went zero {self.timeouts} times')
+        if self.held_past_timeout:
+            line += (f'; {self.held_past_timeout} ticks more than {TIMEOUT_SLACK_S:g} s past it '
+                     'still saw the last cmd_vel: the node\'s timeout was longer or off (give '
+                     'it as --cmd-vel-timeout, 0: off)')
+        return line
 
 
 def _events(rec: Recording) -> list[tuple[int, int, Any]]:
@@ -233,9 +285,11 @@ def _act(asm: ObservationAssembler, robot: RobotSpec, policy, order: JointOrder,
     ``last_sent`` is the previous command sent ([J] spec order), the rate limit's origin."""
     saved = asm.commands.copy()
     asm.set_command(command)
-    # obs -> action -> target = q0 + scale * a, shaped (joint limits, maximum change per tick)
-    # exactly as PolicyController does in RL (after the fade-in).
-    action = policy(asm.observe(state[1], state[2], imu[1], imu[2]))
+    # obs -> action clipped to the model's action_clip -> target = q0 + scale * a, shaped
+    # (joint limits, maximum change per tick) exactly as PolicyController does in RL (after
+    # the fade-in).
+    clip = asm.action_clip
+    action = np.clip(policy(asm.observe(state[1], state[2], imu[1], imu[2])), -clip, clip)
     asm.commands[:] = saved
     shaper = CommandShaper(robot)
     if last_sent is not None:
@@ -252,42 +306,97 @@ def _clone(asm: ObservationAssembler) -> ObservationAssembler:
     return out
 
 
-def _answered(asm: ObservationAssembler, robot: RobotSpec, policy, order: JointOrder,
-              run: list, last_sent: Optional[np.ndarray], command: Optional[np.ndarray]
-              ) -> tuple[ObservationAssembler, Optional[np.ndarray]]:
+@dataclass(frozen=True)
+class _Velocity:
+    """The node's velocity command bookkeeping: ``since`` the publish time [ns] of the cmd_vel
+    in effect (None: none yet), ``timed_out`` whether it went zero by the timeout since."""
+
+    since: Optional[int] = None
+    timed_out: bool = False
+
+    def age(self, t: int) -> Optional[float]:
+        """[s] from the cmd_vel in effect to publish time ``t`` [ns] (None: no cmd_vel yet or
+        already timed out)."""
+        return None if self.since is None or self.timed_out else (t - self.since) * NS
+
+
+def _imu_of(readings, stamp: float, sync: float):
+    """The IMU reading the node pairs with the joint state stamped ``stamp`` (as
+    ``PolicyController._imu_for``): of ``readings`` (stamp, [4] quat or None for a bad one, [3]
+    gyro), oldest first, the newest stamped within +-``sync`` (a later one of equal stamp
+    wins); None when none stamped after ``stamp - sync`` came yet (the node waits for it);
+    False when none of this tick came although newer ones did (the node faults)."""
+    if not readings or max(r[0] for r in readings) < stamp - sync:
+        return None
+    best = None
+    for reading in readings:
+        if abs(reading[0] - stamp) <= sync and (best is None or reading[0] >= best[0]):
+            best = reading
+    return False if best is None else best
+
+
+def _answered(asm: ObservationAssembler, vel: _Velocity, robot: RobotSpec, policy,
+              order: JointOrder, run: list, last_sent: Optional[np.ndarray], command,
+              zero_from: Optional[int]
+              ) -> tuple[ObservationAssembler, _Velocity, Optional[np.ndarray]]:
     """The story in which the node answered every (state, imu) of ``run`` and the recording
-    lost those commands: a copy of ``asm`` (its velocity command ``command`` from the run's
-    first state on; None: the one in effect) moved on one tick per state with its recomputed
-    action (0 when its IMU reading was not recorded), and the last of those targets (the rate
-    limit's origin; None: unknown)."""
+    lost those commands: a copy of ``asm`` (its velocity command ``command``, (publish time,
+    [3]), from the run's first state on; None: the one in effect; zero by the cmd_vel timeout
+    from the run's state ``zero_from`` on, None: not) moved on one tick per state with its
+    recomputed action (0 when its IMU reading was not recorded), its velocity bookkeeping, and
+    the last of those targets (the rate limit's origin; None: unknown)."""
     asm = _clone(asm)
     if command is not None:
-        asm.set_command(command)
-    for state, imu in run:
+        asm.set_command(command[1])
+        vel = _Velocity(command[0])
+    for k, (state, imu) in enumerate(run):
+        if k == zero_from:
+            asm.set_command(np.zeros(3))
+            vel = _Velocity(vel.since, True)
         tried = None if imu is None else \
             _act(asm, robot, policy, order, state, imu, asm.commands[0], last_sent)
-        asm.advance(None if tried is None else np.clip(tried[0], -CLIP_ACTIONS, CLIP_ACTIONS))
+        asm.advance(None if tried is None else tried[0])
         last_sent = None if tried is None else order.from_output(tried[1])
-    return asm, last_sent
+    return asm, vel, last_sent
+
+
+def _zero_froms(run: list, start: _Velocity, timeout: float) -> list[Optional[int]]:
+    """Where in ``run`` (states published with the cmd_vel ``start`` in effect) the command may
+    have gone zero by the timeout: the node's story first (the first state past it), then
+    none (held), then each other state within TIMEOUT_SLACK_S of it or past it."""
+    ages = [start.age(state[3]) for state, _ in run]
+    near = [k for k, age in enumerate(ages) if timeout > 0 and age is not None and
+            age > timeout - TIMEOUT_SLACK_S]
+    past = [k for k in near if ages[k] > timeout][:1]
+    return past + [None] + [k for k in near if k not in past]
 
 
 def _run(rec: Recording, robot: RobotSpec, policy, order: JointOrder, phase_offset: int,
-         tolerance: float = 1e-6, max_ticks: Optional[int] = None
-         ) -> tuple[list[str], list[float], np.ndarray, int]:
-    """Replay the ticks; returns (kind, stamp, [N, J] diff) per tick and the number of states
-    taken as superseded (see the module docstring)."""
-    asm = ObservationAssembler(robot)
+         tolerance: float = 1e-6, max_ticks: Optional[int] = None,
+         clip: float = CLIP_ACTIONS, timeout: float = 0.5
+         ) -> tuple[list[str], list[float], np.ndarray, dict[str, int]]:
+    """Replay the ticks (actions clipped to ``clip``, cmd_vel ``timeout`` [s], 0: off);
+    returns (kind, stamp, [N, J] diff) per tick and the counts ``superseded`` (states taken as
+    superseded), ``timeouts`` and ``held_past_timeout`` (see the module docstring)."""
+    asm = ObservationAssembler(robot, clip)
     if robot.gait_period > 0:
         asm.gait_phase[:] = (phase_offset * robot.control_dt / robot.gait_period) % 1.0
     hold = order.to_output(robot.default_joint_pos)
     sync = IMU_SYNC_PERIODS * robot.control_dt
     # Recorded state stamps, to see a state the recording lost (a gap of > 1.5 periods).
     recorded_stamps = np.sort(np.array([e[1] for e in rec.states], dtype=np.float64))
-    state = imu = None
+    state = None  # (stamp, [J] pos, [J] vel, publish time [ns]) of the last recorded state
     used_stamp, safety = None, None
-    pending = None  # a cmd_vel published but not yet seen in effect (asm.commands: in effect)
-    recent_imus: deque = deque(maxlen=8)
+    # (publish time [ns], [3]) a cmd_vel published but not yet seen in effect (asm.commands:
+    # in effect, published at vel.since).
+    pending = None
+    vel = _Velocity()
+    # The last IMU readings published, as the node keeps them to pair with a state.
+    recent_imus: deque = deque(maxlen=IMU_READINGS)
     last_sent: Optional[np.ndarray] = None
+    # [J] the pose of the last state the node accepted (its PASSIVE hold), None: unknown; and
+    # whether the last tick was a fault hold (the node leaves PASSIVE from the measured pose).
+    accepted, faulted = None, False
     # Whether the last action fed to the observation is the policy's own (not before the first
     # recorded tick: the recording may have started after the policy).
     known = False
@@ -297,37 +406,52 @@ def _run(rec: Recording, robot: RobotSpec, policy, order: JointOrder, phase_offs
     # (state, imu) of the states recorded since the last command that got none: superseded
     # (a backlog worked off at its newest) or answered by commands the recording lost.
     unanswered: list = []
-    kinds, stamps, diffs, superseded = [], [], [], 0
+    kinds, stamps, diffs = [], [], []
+    counts = {'superseded': 0, 'timeouts': 0, 'held_past_timeout': 0}
 
-    def tries_under(story: ObservationAssembler, origin, new: Optional[np.ndarray]):
-        """[(action, target)] under each velocity command the tick may have seen (``new``, a
-        cmd_vel not yet seen in effect, then the one in effect), and the indices of those
-        matching the recorded command."""
-        commands = [story.commands[0].copy()] if new is None else \
-            [new, story.commands[0].copy()]
-        out = [_act(story, robot, policy, order, state, imu, c, origin) for c in commands]
+    def options(story: ObservationAssembler, story_vel: _Velocity, new) -> list:
+        """[(label, [3])] the velocity commands the tick may have seen, the node's own story
+        first: ``new`` (a cmd_vel not yet seen in effect), then the one in effect, with zero
+        from TIMEOUT_SLACK_S before the timeout on (first once it has passed)."""
+        out = [] if new is None else [('new', new[1])]
+        held = ('held', story.commands[0].copy())
+        age = story_vel.age(state[3])
+        if timeout > 0 and age is not None and age > timeout - TIMEOUT_SLACK_S:
+            zero = ('zero', np.zeros(3))
+            return out + ([zero, held] if age > timeout else [held, zero])
+        return out + [held]
+
+    def tries_under(story: ObservationAssembler, opts: list, origin):
+        """[(action, target)] under each of ``opts``, and the indices of those matching the
+        recorded command."""
+        out = [_act(story, robot, policy, order, state, imu, c, origin) for _, c in opts]
         return out, [k for k, (_, tgt) in enumerate(out)
                      if np.abs(tgt - recorded).max() <= tolerance]
+
+    def paired(s) -> Optional[tuple]:
+        """The valid IMU reading the node pairs with state ``s`` (None: none or a bad one)."""
+        reading = _imu_of(recent_imus, s[0], sync)
+        return reading if isinstance(reading, tuple) and reading[1] is not None else None
 
     for t, kind, e in _events(rec):
         if kind == 0:
             if kinds and state is not None and state[0] != used_stamp and e[1] > state[0]:
                 # A newer state came and the last one got no recorded command: which story
                 # holds is decided at the next command.
-                unanswered.append((state, next((i for i in recent_imus
-                                                if abs(i[0] - state[0]) <= sync), None)))
+                unanswered.append((state, paired(state)))
             try:
-                state = (e[1], *order.joint_arrays(e[2], e[3], e[4]))
+                state = (e[1], *order.joint_arrays(e[2], e[3], e[4]), t)
             except BadInput:
                 state = None
         elif kind == 1:
             try:
-                imu = (e[1], *imu_arrays(e[2], e[3]))
-                recent_imus.append(imu)
+                reading = (e[1], *imu_arrays(e[2], e[3]))
             except BadInput:
-                imu = None
+                reading = (e[1], None, None)  # the node keeps it: its tick faults
+            if reading[1] is None or np.isfinite(e[1]):  # a bad stamp alone: not kept
+                recent_imus.append(reading)
         elif kind == 2:
-            pending = np.array(e[1], dtype=np.float64)
+            pending = (t, np.array(e[1], dtype=np.float64))
         elif kind == 3:
             if e[1].strip().upper().startswith('RL') and not _is_rl(safety):
                 rl_since = t  # the command fades in from here (autostart: no fade)
@@ -336,47 +460,83 @@ def _run(rec: Recording, robot: RobotSpec, policy, order: JointOrder, phase_offs
             recorded, run, unanswered = e[1], unanswered, []
             diff = np.full(robot.num_joints, np.nan)
             lost = False  # whether the run's commands were lost (else it was superseded)
-            # The policy node acts on a state and an IMU reading of the same tick.
-            fresh = state is not None and imu is not None and state[0] != used_stamp and \
-                imu[0] >= state[0] - sync
+            # The policy node acts on a state and the IMU reading of its tick.
+            new_state = state is not None and state[0] != used_stamp
+            reading = _imu_of(recent_imus, state[0], sync) if new_state else None
+            imu = reading if isinstance(reading, tuple) and reading[1] is not None else None
             # What the robot was sent, as an action (the next tick's last action).
             sent = (order.from_output(recorded) - robot.default_joint_pos) / robot.action_scale
+            # Without an IMU reading of its tick (or with a bad one) the node faults and holds
+            # the last accepted pose: this state's with a bad reading, the one before without.
+            fault_pose = state[1] if isinstance(reading, tuple) else \
+                accepted if reading is False else None
             if np.array_equal(recorded, hold):
                 tick = 'hold'
                 asm.advance(None)
                 known = True  # after a hold the policy's last action is 0, as here
-            elif not fresh:
-                tick = 'skipped'  # the state this command answered was not recorded
+            elif imu is None and fault_pose is not None and \
+                    np.abs(order.to_output(fault_pose) - recorded).max() <= tolerance:
+                tick = 'no_imu'  # a fault hold (damping): no command from the model
+                asm.advance(None)
+                known = True
+                accepted = fault_pose
+            elif imu is None:
+                tick = 'skipped'  # the state or reading this command answered was not recorded
                 asm.advance(sent)
                 known = not _shaped(robot, order.from_output(recorded), last_sent)
+                accepted = state[1] if new_state and reading is not None else None
             else:
-                # Leaving PASSIVE (the first command), the rate limit starts from the measured
-                # pose (PolicyController restarts its shaper there), else from the last sent.
-                passive = (safety or '').strip().upper().startswith('PASSIVE')
+                # Leaving PASSIVE (the first command, after a fault), the rate limit starts
+                # from the measured pose (PolicyController restarts its shaper there), else
+                # from the last sent.
+                passive = faulted or (safety or '').strip().upper().startswith('PASSIVE')
                 pose = np.clip(state[1], robot.joint_lower, robot.joint_upper)
                 if last_sent is None or passive:
                     last_sent = pose
                 # A published cmd_vel reaches the policy node some time later (a reliable
                 # message may wait for a repair): until a tick shows the new command in
-                # effect, each tick is tried with the new one, then the one before it.
-                tries, hits = tries_under(asm, last_sent, pending)
+                # effect, each tick is tried with the new one, then the one before it (and
+                # around the cmd_vel timeout with zero).
+                was_timed_out = vel.timed_out
+                opts = options(asm, vel, pending)
+                tries, hits = tries_under(asm, opts, last_sent)
                 # Not as superseded: as answered (commands lost), if that reproduces this
-                # command; a pending cmd_vel may have been in effect from the run's start.
+                # command; a pending cmd_vel may have been in effect from the run's start, and
+                # a run past the cmd_vel timeout may have seen zero or the command held.
                 for effect in ([] if hits or not run else [None] if pending is None
                                else [None, pending]):
-                    other, origin = _answered(asm, robot, policy, order, run, last_sent, effect)
-                    origin = pose if origin is None or passive else origin
-                    new = pending if effect is None else None
-                    other_tries, other_hits = tries_under(other, origin, new)
-                    if other_hits:
-                        lost, asm, last_sent, pending = True, other, origin, new
-                        tries, hits = other_tries, other_hits
+                    start = vel if effect is None else _Velocity(effect[0])
+                    for zero_from in _zero_froms(run, start, timeout):
+                        other, other_vel, origin = _answered(asm, vel, robot, policy, order,
+                                                             run, last_sent, effect, zero_from)
+                        origin = pose if origin is None or passive else origin
+                        new = pending if effect is None else None
+                        other_opts = options(other, other_vel, new)
+                        other_tries, other_hits = tries_under(other, other_opts, origin)
+                        if other_hits:
+                            lost, asm, vel, last_sent = True, other, other_vel, origin
+                            pending, opts, tries, hits = new, other_opts, other_tries, other_hits
+                            break
+                    if lost:
                         break
                 matched = bool(hits)
-                action, target = tries[hits[0] if hits else 0]
-                if pending is not None and (not hits or hits[0] == 0):
-                    asm.set_command(pending)  # seen in effect (or nothing matches anyway)
-                    pending = None
+                # The story the tick shows (or, when nothing matches, the node's own).
+                pick = hits[0] if hits else 0
+                action, target = tries[pick]
+                label = opts[pick][0]
+                age = vel.age(state[3])
+                if label == 'new':
+                    asm.set_command(pending[1])  # seen in effect (or nothing matches anyway)
+                    vel, pending = _Velocity(pending[0]), None
+                elif label == 'zero' and matched:
+                    # Timed out: zero until the next cmd_vel (on evidence only: a tick that
+                    # differs for another reason must not end the command for good).
+                    asm.set_command(np.zeros(3))
+                    vel = _Velocity(vel.since, True)
+                elif matched and timeout > 0 and age is not None and \
+                        age > timeout + TIMEOUT_SLACK_S:
+                    counts['held_past_timeout'] += 1
+                counts['timeouts'] += vel.timed_out and not was_timed_out
                 # In the fade-in window a tick counts only if it matches unfaded (autostart).
                 fading = t - rl_since < fade_in_s and not matched
                 rl = safety is None or (_is_rl(safety) and not fading)
@@ -395,15 +555,17 @@ def _run(rec: Recording, robot: RobotSpec, policy, order: JointOrder, phase_offs
                         diff = np.abs(target - recorded)
                 # A matching tick continues with its own action (exact, even when clamped),
                 # a differing one with what was sent, so one difference does not propagate.
-                asm.advance(np.clip(action if matched else sent, -CLIP_ACTIONS, CLIP_ACTIONS))
+                asm.advance(action if matched else sent)
                 known = matched or not _shaped(robot, order.from_output(recorded), last_sent)
+                accepted = state[1]
+            faulted = tick == 'no_imu'
             # The run before this command: ticks whose command was lost, or superseded states.
             if lost:
                 kinds += ['missing'] * len(run)
                 stamps += [s[0] for s, _ in run]
                 diffs += [np.full(robot.num_joints, np.nan)] * len(run)
             else:
-                superseded += len(run)
+                counts['superseded'] += len(run)
             kinds.append(tick)
             stamps.append(state[0] if state is not None else float('nan'))
             diffs.append(diff)
@@ -412,13 +574,31 @@ def _run(rec: Recording, robot: RobotSpec, policy, order: JointOrder, phase_offs
             last_sent = order.from_output(recorded)
             if max_ticks is not None and len(kinds) >= max_ticks:
                 break
-    return kinds, stamps, np.array(diffs).reshape(-1, robot.num_joints), superseded
+    return kinds, stamps, np.array(diffs).reshape(-1, robot.num_joints), counts
+
+
+def action_clip_of(policy) -> float:
+    """The clip the policy node applies with ``policy`` (the action and the last-action
+    observation): its ``action_clip`` metadata, checked as the node checks it (ModelRejected:
+    the node refuses to serve such a model); CLIP_ACTIONS for a policy object without
+    ``action_clip`` (a plain function)."""
+    if not hasattr(policy, 'action_clip'):
+        return CLIP_ACTIONS
+    return policy_clip(policy)
 
 
 def replay_actions(rec: Recording, robot: RobotSpec, policy, model_version: str = '',
-                   tolerance: float = 1e-6) -> ActionReplay:
-    """Recompute every tick's action with ``policy`` (obs [obs_dim] -> action [J])."""
+                   tolerance: float = 1e-6, cmd_vel_timeout_s: float = 0.5) -> ActionReplay:
+    """Recompute every tick's action with ``policy`` (obs [obs_dim] -> action [J]).
+
+    ``cmd_vel_timeout_s``: the policy node's parameter of that name (0: off); recordings do
+    not hold it (recorder_node records no parameters), so give the node's value.
+    """
+    if not (np.isfinite(cmd_vel_timeout_s) and cmd_vel_timeout_s >= 0):
+        raise ValueError(f'cmd_vel_timeout_s = {cmd_vel_timeout_s!r}; give the policy node\'s '
+                         'cmd_vel_timeout_s, a finite number >= 0 [s] (0: off)')
     order = JointOrder(robot, rec.joints or None)
+    clip = action_clip_of(policy)
     offset = 0
     if robot.gait_period > 0:
         # The gait clock offset whose first ticks match the recording best (0 when the
@@ -427,16 +607,19 @@ def replay_actions(rec: Recording, robot: RobotSpec, policy, model_version: str 
         probe = 2 * period
 
         def matches(k: int) -> int:
-            d = np.nan_to_num(_run(rec, robot, policy, order, k, tolerance, probe)[2], nan=1.0)
+            d = np.nan_to_num(_run(rec, robot, policy, order, k, tolerance, probe, clip,
+                                   cmd_vel_timeout_s)[2], nan=1.0)
             return int((d.max(axis=1) <= tolerance).sum())
         # Most matching ticks wins; 0 unless another offset matches strictly better (a model
         # that never matches, e.g. another one, keeps the recording's own start).
         scores = [matches(k) for k in range(period)]
         offset = int(np.argmax(scores))
-    kinds, stamps, diffs, superseded = _run(rec, robot, policy, order, offset, tolerance)
+    kinds, stamps, diffs, counts = _run(rec, robot, policy, order, offset, tolerance, None,
+                                        clip, cmd_vel_timeout_s)
     versions = list(dict.fromkeys(v for _, v in rec.versions))
     return ActionReplay(kinds, np.asarray(stamps), diffs, order.output, offset, tolerance,
-                        versions, model_version, superseded)
+                        versions, model_version, counts['superseded'], cmd_vel_timeout_s,
+                        counts['timeouts'], counts['held_past_timeout'])
 
 
 @dataclass
