@@ -2,9 +2,9 @@
 
 Parameter files must key their section so it applies in any namespace (``/**/sim_node:``):
 rcl silently skips a section keyed ``sim_node`` for ``/robot1/sim_node``, and
-:func:`.description.resolve` refuses such a file with that fix. (N1: config/sim_node.yaml and
-config/policy_node.yaml need ``/**/sim_node:`` and ``/**/policy_node:``; checked by
-test_graph.py::test_package_parameter_files_apply_to_their_nodes_in_any_namespace.)
+:func:`.description.resolve` refuses such a file with that fix (config/sim_node.yaml and
+config/policy_node.yaml use ``/**/sim_node:`` and ``/**/policy_node:``; checked by
+test_graph.py::test_package_parameter_files_apply_to_their_nodes_in_any_namespace).
 
 Adding a graph is one entry in :data:`GRAPHS`; a graph with N of something builds N entries,
 e.g. a training graph (``trainer`` + ``actors`` argument -> ``actor_0`` ... ``actor_{N-1}``)::
