@@ -25,6 +25,7 @@ credit_timeout_s, max_model_bytes.
 from __future__ import annotations
 
 import array
+from typing import NoReturn
 
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.node import Node
@@ -124,9 +125,9 @@ class ActorNode(Node):
         super().destroy_node()
 
 
-def main(args=None) -> int:
+def main(args=None) -> NoReturn:
     exit_without_teardown(spin(ActorNode, args))
 
 
 if __name__ == '__main__':
-    raise SystemExit(main())
+    main()

@@ -7,7 +7,7 @@ import gc
 import os
 import signal
 import sys
-from typing import Callable, Mapping
+from typing import Callable, Mapping, NoReturn
 
 from builtin_interfaces.msg import Time
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
@@ -186,7 +186,7 @@ def spin_events(node: Node, interrupted: list) -> None:
         executor.shutdown()
 
 
-def exit_without_teardown(code: int) -> None:
+def exit_without_teardown(code: int) -> NoReturn:
     """End the process now with ``code``, after spin() returned (node destroyed, rclpy shut
     down). Tearing down torch, MuJoCo and onnxruntime objects at interpreter exit took ~5 s on a
     loaded 2-core machine, which a launcher's 5 s SIGINT grace period turns into a SIGTERM."""

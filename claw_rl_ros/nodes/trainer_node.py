@@ -34,6 +34,7 @@ import array
 import hashlib
 from pathlib import Path
 import time
+from typing import NoReturn
 
 from diagnostic_msgs.msg import DiagnosticArray
 from rcl_interfaces.msg import Parameter as ParameterMsg, ParameterType, ParameterValue
@@ -225,10 +226,10 @@ class TrainerNode(Node):
         super().destroy_node()
 
 
-def main(args=None) -> int:
+def main(args=None) -> NoReturn:
     # Everything is on disk (checkpoint, logs, summary) once spin returns.
     exit_without_teardown(spin(TrainerNode, args))
 
 
 if __name__ == '__main__':
-    raise SystemExit(main())
+    main()
