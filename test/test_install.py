@@ -143,7 +143,8 @@ def test_installed_executables_accept_a_ros_args_tail(pip_prefix, probe, tmp_pat
               env=env).stdout
     assert json.loads(out)['robot'] == 'claw_quadruped'
     bin_dir = pip_prefix / 'bin'
-    # One kind at a time: this checks the command line, not a sim + policy loop (test_runner).
+    # One kind at a time: this checks the command line, not a sim + policy loop
+    # (test_graph_runner).
     assert_nodes_take_ros_args(probe, {'pip_lib_sim': [str(lib / 'sim_node')],
                                        'pip_bin_sim': [str(bin_dir / 'claw-rl-sim-node')]},
                                env, tmp_path)

@@ -106,7 +106,7 @@ def test_train_graph_control_actor_learns_from_loop_and_batched_chunks_together(
     loop's chunks next to the batched actor's, and none is started by loop chunks alone."""
     import re
     import signal
-    from test_runner import gone, up
+    from test_graph_runner import gone, up
     config = tmp_path / 'tiny.yaml'
     config.write_text(TINY_YAML)
     runner = up('train', '--config', str(config), '--actors', '1', '--run-dir',

@@ -247,7 +247,7 @@ def test_train_graph_ctrl_c_checkpoints_then_resumes_to_its_time_budget(
     read an arbitrary one's oldest value)."""
     import json
     from claw_rl_ros.core.learning import checkpoint as ckpt
-    from test_runner import gone, up
+    from test_graph_runner import gone, up
     config = tmp_path / 'tiny.yaml'
     config.write_text(TINY_YAML)
     run_dir = tmp_path / 'run'
@@ -361,7 +361,7 @@ def test_train_graph_trains_sac_live_with_the_same_nodes(ros_env, tmp_path):
     with a SAC student.onnx and its evaluation."""
     import json
     import onnx
-    from test_runner import gone, up
+    from test_graph_runner import gone, up
     config = tmp_path / 'sac.yaml'
     config.write_text(SAC_TINY_YAML)
     run_dir = tmp_path / 'run'

@@ -15,7 +15,7 @@ import shlex
 def _cmd_up(args: argparse.Namespace) -> int:
     from ..launch_graph import GRAPHS, resolve
     from ..launch_graph.description import inline_params_yaml
-    from ..launch_graph.runner import command_line, GraphRunner
+    from ..launch_graph.graph_runner import command_line, GraphRunner
     graph = GRAPHS[args.graph]
     values = {arg.name: getattr(args, arg.name) for arg in graph.arguments}
     nodes = resolve(graph, values)

@@ -79,7 +79,7 @@ def _ros_env(domain_id: int | None) -> dict[str, str]:
 
 def run_verify(args: argparse.Namespace) -> int:
     from ..core.deploy import verify
-    from ..launch_graph.runner import GraphRunner
+    from ..launch_graph.graph_runner import GraphRunner
     from ..nodes.verify_driver import GraphGone, VerifyDriver
     cfg, config_path = _config(args)
     robot, sha = _load_model(args.model, args.robot)

@@ -4,7 +4,7 @@ A :class:`Graph` names its arguments (string values with defaults, as launch arg
 a ``build`` function that turns the argument values into :class:`NodeEntry` objects. Resolving
 gives :class:`ResolvedNode` objects: the executable, node name, absolute namespace, parameter
 files and inline parameters, remappings and extra arguments of one process. Both consumers read
-only resolved nodes: ``claw-rl up`` (:mod:`.runner`) starts them as processes, and the launch
+only resolved nodes: ``claw-rl up`` (:mod:`.graph_runner`) starts them as processes, and the launch
 files (:mod:`.ros_launch`) turn them into ``launch_ros.actions.Node`` actions. The command line
 :func:`ros_command` builds is the one launch_ros builds for the same Node.
 

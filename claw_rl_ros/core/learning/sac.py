@@ -33,7 +33,7 @@ from .algorithm import Algorithm
 from .fast_torch import fused_adam_step, matmul_dtype, polyak_update
 from .opd import combined_loss, compute_distillation_loss
 from .registry import Obs
-from .replay import ReplayBuffer
+from .replay_buffer import ReplayBuffer
 from .sac_networks import SACPolicy
 from .train_config import DistillationConfig, SACConfig
 

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from claw_rl_ros.core.learning.replay import ReplayBuffer
+from claw_rl_ros.core.learning.replay_buffer import ReplayBuffer
 
 DIMS = {'policy': 2, 'privileged': 1}
 

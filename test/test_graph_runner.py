@@ -165,7 +165,7 @@ while True:
 DRIVER = '''
 import sys
 from claw_rl_ros.launch_graph import description, Graph, NodeEntry, resolve
-from claw_rl_ros.launch_graph.runner import GraphRunner
+from claw_rl_ros.launch_graph.graph_runner import GraphRunner
 description.EXECUTABLES['stubborn'] = 'stubborn'
 graph = Graph('g', 'test', (), lambda v: [NodeEntry('stubborn', 'stubborn')])
 sys.exit(GraphRunner(resolve(graph), grace_s=1.0).run())
@@ -245,7 +245,7 @@ sys.exit(3)
 RESPAWN_DRIVER = '''
 import sys
 from claw_rl_ros.launch_graph import description, Graph, NodeEntry, resolve
-from claw_rl_ros.launch_graph.runner import GraphRunner
+from claw_rl_ros.launch_graph.graph_runner import GraphRunner
 description.EXECUTABLES['crasher'] = 'crasher'
 graph = Graph('g', 'test', (), lambda v: [NodeEntry('crasher', 'crasher', respawn=True,
                                                     respawn_delay=float(sys.argv[1]))])
@@ -264,7 +264,7 @@ def crasher_graph(tmp_path, env, delay: float) -> Runner:
 def test_a_respawning_node_that_keeps_dying_at_start_is_given_up(ros_env, tmp_path):
     """A node refusing its configuration would be restarted for ever: after three restarts
     that each died at once the runner stops the graph with the node's status."""
-    from claw_rl_ros.launch_graph.runner import RESPAWN_GIVE_UP
+    from claw_rl_ros.launch_graph.graph_runner import RESPAWN_GIVE_UP
     runner = crasher_graph(tmp_path, ros_env, 0.1)
     try:
         code = runner.finish(timeout=120)
