@@ -70,7 +70,8 @@ class NodeProcess:
     """A node executable in its own process; ``stop()`` returns its exit code."""
 
     def __init__(self, node: str, env: dict, log_dir: Path, params: dict | None = None,
-                 name: str | None = None):
+                 name: str | None = None, log_level: str | None = None):
+        """``log_level`` (e.g. ``debug``) for the node's own logger (named ``name``)."""
         self.name = name or node
         self.log_path = Path(log_dir) / f'{self.name}.log'
         cmd = [sys.executable, '-m', f'claw_rl_ros.nodes.{node}', '--ros-args']
@@ -78,6 +79,8 @@ class NodeProcess:
             cmd += ['-p', f'{key}:={ros_value(value)}']
         if name:
             cmd += ['-r', f'__node:={name}']
+        if log_level:
+            cmd += ['--log-level', f'{self.name}:={log_level}']
         self._log = open(self.log_path, 'w')
         self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=self._log,
                                      stderr=subprocess.STDOUT)

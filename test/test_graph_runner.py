@@ -322,3 +322,44 @@ def test_deploy_graph_restarts_a_killed_policy_node(ros_env, probe, model, tmp_p
     assert code == 0, runner.text
     assert '[up] policy_node stopped (exit status 0)' in runner.text
     assert gone(new)
+
+
+def test_log_level_reaches_each_nodes_own_logger_only(ros_env, tmp_path):  # noqa: F811
+    """``claw-rl up --log-level debug``: the level each node's own logger gets, asked of real
+    rclpy nodes of the same names in a namespace; rcl's logger keeps its default (its debug
+    output would bury the nodes'). Without the option the command line is launch's."""
+    import json
+    from claw_rl_ros.launch_graph import GRAPHS, resolve
+    from claw_rl_ros.launch_graph.description import ros_command
+    from claw_rl_ros.launch_graph.graph_runner import command_line
+    nodes = resolve(GRAPHS['train'], {'actors': '2', 'namespace': 'lab/one'})
+    inline = str(tmp_path / 'lab__one__trainer.yaml')
+    assert command_line(nodes[0], tmp_path, 'py') == \
+        ['py', '-m', nodes[0].module, *ros_command(nodes[0], inline)]
+    script = tmp_path / 'levels.py'
+    script.write_text(
+        'import json, sys\n'
+        'import rclpy\n'
+        'from rclpy.context import Context\n'
+        'out = []\n'
+        'for fqn, level_args in json.loads(sys.argv[1]):\n'
+        '    ns, name = fqn.rsplit("/", 1)\n'
+        '    ctx = Context()\n'
+        '    rclpy.init(args=["x", "--ros-args", *level_args], context=ctx)\n'
+        '    node = rclpy.create_node(name, namespace=ns, context=ctx)\n'
+        '    out.append([int(node.get_logger().get_effective_level()),\n'
+        '                int(rclpy.logging.get_logger("rcl").get_effective_level())])\n'
+        '    node.destroy_node()\n'
+        '    rclpy.shutdown(context=ctx)\n'
+        'print(json.dumps(out))\n')
+    cases = []
+    for node in nodes:
+        cmd = command_line(node, tmp_path, 'py', log_level='debug')
+        assert cmd[-2] == '--log-level', cmd
+        cases.append((node.fqn, cmd[-2:]))
+    result = subprocess.run([sys.executable, str(script), json.dumps(cases)],
+                            capture_output=True, text=True, timeout=60, env=ros_env)
+    assert result.returncode == 0, result.stderr
+    levels = json.loads(result.stdout.strip().splitlines()[-1])
+    # rcutils severities: DEBUG 10, INFO 20 (the default).
+    assert levels == [[10, 20]] * len(nodes), (cases, levels)

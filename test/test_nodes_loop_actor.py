@@ -111,7 +111,7 @@ def test_train_graph_control_actor_learns_from_loop_and_batched_chunks_together(
     config.write_text(TINY_YAML)
     runner = up('train', '--config', str(config), '--actors', '1', '--run-dir',
                 str(tmp_path / 'run'), '--control-actor', 'true', '--mode', 'lockstep',
-                '--grace-s', '20', env=ros_env, cwd=tmp_path)
+                '--grace-s', '20', '--log-level', 'debug', env=ros_env, cwd=tmp_path)
     try:
         runner.wait_line(r'^\[trainer\] .*iteration \d+: \d+ chunks from /actor_0, '
                          r'/control_loop', timeout=300)

@@ -145,6 +145,9 @@ class LatePolicy(NodeProcess):
         self._log = open(self.log_path, 'w')
         self.proc = subprocess.Popen(
             [sys.executable, '-m', 'claw_rl_ros.nodes.policy_node', '--ros-args', '-r',
-             f'__ns:={ns}', '-p', 'use_sim_time:=true'], cwd=ROOT, env=env,
+             f'__ns:={ns}', '-p', 'use_sim_time:=true',
+             # DEBUG: the "received and validated" line the test waits for.
+             '--log-level', f'{ns.strip("/").replace("/", ".")}.policy_node:=debug'],
+            cwd=ROOT, env=env,
             stdout=self._log, stderr=subprocess.STDOUT)
         _STARTED.append(self)  # stopped by ros_env's safety net if the test fails early

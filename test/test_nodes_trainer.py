@@ -13,6 +13,7 @@ import time
 
 import array
 
+from diagnostic_msgs.msg import DiagnosticArray
 import numpy as np
 import pytest
 from std_msgs.msg import Float32, String, UInt8MultiArray
@@ -76,6 +77,17 @@ def distinct_versions(probe, topic):  # noqa: F811
     return {m.data for m in probe.since(topic, 0)}
 
 
+def models_of(probe, topic):  # noqa: F811
+    """The models (12-character versions) a model_version topic reported acting with."""
+    return {v[:12] for v in distinct_versions(probe, topic)} - {'none', ''}
+
+
+def acting(msg: DiagnosticArray) -> dict[str, str]:
+    """The trainer's ``acting <target>`` fields of a /diagnostics message: target -> version."""
+    return {kv.key.removeprefix('acting '): kv.value for s in msg.status
+            if s.name == 'trainer: trainer' for kv in s.values if kv.key.startswith('acting ')}
+
+
 def test_two_actors_feed_one_trainer_and_get_its_pushes(ros_env, probe, tmp_path,  # noqa: F811
                                                         robot):
     config = tmp_path / 'tiny.yaml'
@@ -84,6 +96,7 @@ def test_two_actors_feed_one_trainer_and_get_its_pushes(ros_env, probe, tmp_path
     for ns in ('/a', '/b'):
         probe.subscribe(f'{ns}/actor/model_version', String, STATE_QOS)
     probe.subscribe('/trainer/metrics/accepted', Float32, 10)
+    probe.subscribe('/diagnostics', DiagnosticArray, 50)
     bad = {cause: UInt8MultiArray(data=array.array('B', payload))
            for cause, payload in bad_chunks(robot).items()}
     for cause in bad:
@@ -98,7 +111,7 @@ def test_two_actors_feed_one_trainer_and_get_its_pushes(ros_env, probe, tmp_path
     trainer = NodeProcess('trainer_node', ros_env, tmp_path, {
         'config': str(config), 'run_dir': str(run_dir), 'chunks_per_iteration': 2,
         'batch_timeout_s': 2.0, 'push_targets': ['/a/actor', '/b/actor', '/c/actor']},
-        name='trainer')
+        name='trainer', log_level='debug')  # the per-push lines asserted below are DEBUG
     # The probe's chunk publisher, created now so it has matched the trainer when used below.
     probe.publish('/rollout_chunks', bad['truncated'], COMMAND_QOS)
     try:
@@ -107,6 +120,11 @@ def test_two_actors_feed_one_trainer_and_get_its_pushes(ros_env, probe, tmp_path
             probe.wait_for(f'{ns}/actor/model_version',
                            lambda m, t=f'{ns}/actor/model_version':
                            len(distinct_versions(probe, t)) >= 3, timeout=240)
+        # /diagnostics names the model each target acknowledged (the per-push log lines are
+        # DEBUG): one that actor itself reported acting with; none for the one refusing all.
+        probe.wait_for('/diagnostics', lambda m: acting(m).get('/c/actor') == 'none' and all(
+            acting(m).get(f'{ns}/actor') in models_of(probe, f'{ns}/actor/model_version')
+            for ns in ('/a', '/b')), timeout=30)
         accepted = probe.wait_for('/trainer/metrics/accepted', lambda m: m.data >= 4,
                                   timeout=60)
         # Bad chunks are dropped, counted by cause, and training goes on.
@@ -204,7 +222,7 @@ def test_trainer_killed_and_restarted_resumes_while_the_policy_node_keeps_contro
         assert policy.alive() and sim.alive()
         # Restarted with resume: the iteration counter and weights of the newest checkpoint.
         restarted = NodeProcess('trainer_node', ros_env, tmp_path, {**params, 'resume': True},
-                                name='trainer2')
+                                name='trainer2', log_level='debug')
         mark = probe.count(version_topic)
         probe.wait_for(version_topic, lambda m: m.data not in (serving, 'none', ''),
                        timeout=120, start=mark)
@@ -244,17 +262,19 @@ def test_train_graph_ctrl_c_checkpoints_then_resumes_to_its_time_budget(
     checkpoint and the graph ends by itself when the time budget is spent, with student.onnx
     and its evaluation. Each latched version topic has one publisher: the actors their own
     (both actors and the policy node published on /policy/model_version, so a late joiner
-    read an arbitrary one's oldest value)."""
+    read an arbitrary one's oldest value). The terminal shows the progress line and the
+    result, not a line per push (those are DEBUG)."""
     import json
     from claw_rl_ros.core.learning import checkpoint as ckpt
     from test_graph_runner import gone, up
     config = tmp_path / 'tiny.yaml'
     config.write_text(TINY_YAML)
     run_dir = tmp_path / 'run'
+    probe.subscribe('/trainer/metrics/iteration', Float32, 10)
     common = ('--config', str(config), '--actors', '2', '--run-dir', str(run_dir))
     runner = up('train', *common, '--grace-s', '20', env=ros_env, cwd=tmp_path)
     try:
-        runner.wait_line(r'^\[trainer\] .*iteration 2:', timeout=240)
+        probe.wait_for('/trainer/metrics/iteration', lambda m: m.data >= 2, timeout=240)
         for topic, nodes in (('/actor_0/model_version', ['actor_0']),
                              ('/actor_1/model_version', ['actor_1']),
                              ('/policy/model_version', ['policy_node'])):
@@ -283,6 +303,13 @@ def test_train_graph_ctrl_c_checkpoints_then_resumes_to_its_time_budget(
     summary = json.loads((run_dir / 'summary.json').read_text())
     assert summary['stopped_by_user'] is False, summary
     assert summary['iterations'] > first['iterations']
+    # Pushes went to two actors and the policy node, silently; the progress line and the
+    # result are what the terminal shows.
+    per_push = re.compile(r'now acts with|hot swap: now serving|received and validated|'
+                          r'iteration \d+: \d+ chunks')
+    assert not [line for line in resumed.lines if per_push.search(line)], resumed.text
+    assert re.search(r'^\[trainer\] it +\d+/\d+ \| steps/s', resumed.text, re.M), resumed.text
+    assert '[trainer] evaluation at 0.5 m/s forward:' in resumed.text, resumed.text
     assert summary['wall_time_s'] >= budget
     assert summary['eval_forward_0.5']['episodes'] == 20
     assert (run_dir / 'student.onnx').is_file()
@@ -365,8 +392,9 @@ def test_train_graph_trains_sac_live_with_the_same_nodes(ros_env, tmp_path):
     config = tmp_path / 'sac.yaml'
     config.write_text(SAC_TINY_YAML)
     run_dir = tmp_path / 'run'
+    # --log-level debug: the per-push lines asserted below.
     runner = up('train', '--config', str(config), '--actors', '1', '--run-dir', str(run_dir),
-                '--time-budget', '15', env=ros_env, cwd=tmp_path)
+                '--time-budget', '15', '--log-level', 'debug', env=ros_env, cwd=tmp_path)
     try:
         assert runner.finish(timeout=300) == 0, runner.text
     finally:

@@ -22,11 +22,11 @@ def _cmd_up(args: argparse.Namespace) -> int:
     if args.print:
         for node in nodes:
             print(f'# {node.fqn}')
-            print(shlex.join(command_line(node, None)))
+            print(shlex.join(command_line(node, None, log_level=args.log_level)))
             if node.parameters:
                 print(inline_params_yaml(node), end='')
         return 0
-    return GraphRunner(nodes, grace_s=args.grace_s).run()
+    return GraphRunner(nodes, grace_s=args.grace_s, log_level=args.log_level).run()
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -44,6 +44,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                              help=f'{arg.description} (default: {arg.default!r})')
         sub.add_argument('--grace-s', type=float, default=5.0,
                          help='seconds between SIGINT, SIGTERM and SIGKILL on shutdown')
+        sub.add_argument('--log-level', choices=['debug', 'info', 'warn', 'error'],
+                         help="the nodes' log level (default: their own, info); debug also "
+                         'shows the per-push lines (models received, swapped, acknowledged) '
+                         'and one line per training iteration')
         sub.add_argument('--print', action='store_true',
                          help='print the command lines and parameters, start nothing')
         sub.set_defaults(func=_cmd_up)

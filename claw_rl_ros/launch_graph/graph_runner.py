@@ -42,8 +42,12 @@ RESPAWN_GIVE_UP = 3
 
 
 def command_line(node: ResolvedNode, params_dir: Path | None,
-                 python: str = sys.executable) -> list[str]:
-    """The process to start for ``node``; writes its inline parameter file into params_dir."""
+                 python: str = sys.executable, log_level: str | None = None) -> list[str]:
+    """The process to start for ``node``; writes its inline parameter file into params_dir.
+
+    ``log_level`` (e.g. ``debug``) sets the node's own logger only (``ns.name``, as rclpy names
+    it), not rcl's and rmw's, whose debug output would bury the node's.
+    """
     inline = None
     if node.parameters:
         if params_dir is None:
@@ -52,7 +56,10 @@ def command_line(node: ResolvedNode, params_dir: Path | None,
             path = params_dir / f'{node.fqn.strip("/").replace("/", "__")}.yaml'
             path.write_text(inline_params_yaml(node))
             inline = str(path)
-    return [python, '-m', node.module, *ros_command(node, inline)]
+    cmd = [python, '-m', node.module, *ros_command(node, inline)]
+    if log_level:
+        cmd += ['--log-level', f'{node.fqn.strip("/").replace("/", ".")}:={log_level}']
+    return cmd
 
 
 def exit_text(code: int) -> str:
@@ -83,9 +90,10 @@ class GraphRunner:
 
     def __init__(self, nodes: Sequence[ResolvedNode], *, grace_s: float = 5.0,
                  out: IO[str] | None = None, env: Mapping[str, str] | None = None,
-                 python: str = sys.executable):
+                 python: str = sys.executable, log_level: str | None = None):
         self.nodes = list(nodes)
         self.grace_s = grace_s
+        self.log_level = log_level
         self.out = out if out is not None else sys.stdout
         self.env = {**(os.environ if env is None else env), 'PYTHONUNBUFFERED': '1'}
         self.python = python
@@ -149,7 +157,7 @@ class GraphRunner:
 
     # -------------------------------------------------------------------------- processes
     def _start(self, node: ResolvedNode, params_dir: Path) -> None:
-        cmd = command_line(node, params_dir, self.python)
+        cmd = command_line(node, params_dir, self.python, self.log_level)
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, env=self.env,
                                 start_new_session=True)  # only the runner forwards Ctrl-C

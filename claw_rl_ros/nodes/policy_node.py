@@ -170,7 +170,7 @@ class PolicyNode(Node):
         if reason:
             self.get_logger().warning(f'model {sha[:12]} received and rejected: {reason}')
         else:
-            self.get_logger().info(f'model {sha[:12]} received and validated')
+            self.get_logger().debug(f'model {sha[:12]} received and validated')
 
     def on_set_parameters(self, params) -> SetParametersResult:
         for p in params:
@@ -193,7 +193,7 @@ class PolicyNode(Node):
                     f'{p.name}: {type(exc).__name__}: {exc}'
                 self.get_logger().warning(f'hot swap rejected: {reason}')
                 return SetParametersResult(successful=False, reason=reason)
-            self.get_logger().info(f'hot swap: now serving {self.ctrl.version}')
+            self.get_logger().debug(f'hot swap: now serving {self.ctrl.version}')
             self.publish_version()
         return SetParametersResult(successful=True, reason=f'serving {self.ctrl.version}')
 

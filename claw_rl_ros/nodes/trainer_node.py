@@ -141,7 +141,8 @@ class TrainerNode(Node):
             return
         actors = sorted({c.actor_id for c in self.trainer.pending})
         metrics = self.trainer.iterate()
-        self.get_logger().info(
+        # Per iteration: DEBUG (the trainer's progress line, metrics and /diagnostics say it).
+        self.get_logger().debug(
             f'iteration {self.trainer.learner.iteration}: {metrics["chunks"]} chunks from '
             f'{", ".join(actors)}, mean reward {metrics["mean_reward"]:.4f}, dropped '
             f'{metrics["dropped_fraction"]:.0%}')
@@ -166,7 +167,9 @@ class TrainerNode(Node):
         counters['iteration'] = self.trainer.learner.iteration
         self.publish_metrics(counters)
         fields = {'policy_version': self.trainer.learner.policy_version,
-                  'pending_chunks': len(self.trainer.pending), **counters}
+                  'pending_chunks': len(self.trainer.pending), **counters,
+                  **{f'acting {name}': t['acked'][:12] or 'none'
+                     for name, t in self.targets.items()}}
         level = 'warn' if counters['dropped_fraction'] > 0.5 else 'ok'
         self.pub_diag.publish(diagnostics(self, 'trainer', level, f'iteration '
                                           f'{fields["iteration"]}', fields))
@@ -213,7 +216,7 @@ class TrainerNode(Node):
         result = response.results[0]
         if result.successful:
             target['acked'] = sha
-            self.get_logger().info(f'{name} now acts with {sha[:12]}')
+            self.get_logger().debug(f'{name} now acts with {sha[:12]}')
         else:
             # Retried at the next timer tick (e.g. the bytes had not arrived yet).
             self.get_logger().warning(f'{name} refused {sha[:12]}: {result.reason}',
