@@ -85,6 +85,10 @@ def test_a_killed_node_restarts_with_a_latched_restarted_fault(ros_env, probe, r
         diag = status(probe, 'deploy_policy', lambda v: v['faults_restarted'] == '1',
                       timeout=30, start=probe.count('/diagnostics'))
         assert diag['estop_latched'] == 'True' and 'without a clean stop' in diag['last_fault']
+        # The status line says it too (what rqt_runtime_monitor shows first).
+        assert probe.wait_for('/diagnostics', lambda m: any(
+            s.name.startswith('deploy_policy') and s.level == DiagnosticStatus.ERROR and
+            'restart latched' in s.message for s in m.status), timeout=10)
         wall = probe.node.get_clock().now().nanoseconds * 1e-9
         send_pair(probe, robot, wall)
         probe.wait_subscribers('joint_states')

@@ -201,7 +201,8 @@ DEPLOY_ARGUMENTS = (
     Argument('command_topic', '/forward_position_controller/commands', 'std_msgs/'
              'Float64MultiArray position targets (forward_command_controller ~/commands)'),
     Argument('cmd_vel_topic', '/cmd_vel', 'geometry_msgs/Twist velocity command source '
-             '(teleop, republishing); none, or none for cmd_vel_timeout_s: stand in place'),
+             '(teleop, republishing); nothing published for cmd_vel_timeout_s: stand in '
+             'place'),
     Argument('gains_topic', '', 'publish [Kp x J, Kd x J] per command here, for drivers '
              'that take gains (empty: off)'),
     Argument('state_qos', 'sensor_data', 'QoS of the joint_states / imu subscriptions',

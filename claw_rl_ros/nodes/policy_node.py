@@ -211,7 +211,10 @@ class PolicyNode(Node):
         clock = self.ctrl.alerts.seen.get('clock_mismatch')
         level = 'error' if self.ctrl.safety.latched or clock else level
         message = f'serving {self.ctrl.version}' if self.ctrl.policy else 'no model: holding'
-        message = f'{self.ctrl.safety.state}, {message}' + (f'; {clock}' if clock else '')
+        safety = self.ctrl.safety
+        state = f'{safety.state} ({safety.latch_cause} latched: reset to clear)' \
+            if safety.latched else safety.state
+        message = f'{state}, {message}' + (f'; {clock}' if clock else '')
         self.pub_diag.publish(diagnostics(self, 'policy', level, message, fields))
 
     def destroy_node(self) -> None:
