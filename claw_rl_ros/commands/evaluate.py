@@ -65,7 +65,7 @@ def _load_model(args: argparse.Namespace, config_robot: str | None, policy):
 
 def _write_report(path: str | None, report: dict) -> None:
     if path:
-        from ..core.learning.checkpoint import atomic_write_bytes
+        from ..core.io import atomic_write_bytes
         atomic_write_bytes(path, (json.dumps(report, indent=2) + '\n').encode())
         print(f'wrote {path}')
 

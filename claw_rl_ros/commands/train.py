@@ -24,6 +24,7 @@ import yaml
 
 from ..core.learning import checkpoint as ckpt
 from ..core.config import ConfigError, from_dict, load_yaml, to_dict
+from ..core.io import atomic_write_bytes
 from ..core.learning.train_config import load_train_config, TrainConfig
 
 
@@ -107,8 +108,8 @@ def run_train(args: argparse.Namespace) -> int:
     from ..core.learning.runner import OnPolicyRunner
     cfg, run_dir, resume_from = resolve_config(args)
     run_dir.mkdir(parents=True, exist_ok=True)
-    ckpt.atomic_write_bytes(run_dir / 'config.yaml',
-                            yaml.safe_dump(to_dict(cfg), sort_keys=False).encode())
+    atomic_write_bytes(run_dir / 'config.yaml',
+                       yaml.safe_dump(to_dict(cfg), sort_keys=False).encode())
     runner = _make_runner(OnPolicyRunner, cfg, run_dir)
     if resume_from is not None:
         runner.load(resume_from)
@@ -143,7 +144,7 @@ def run_train(args: argparse.Namespace) -> int:
     if not args.no_export and not summary['stopped']:
         result.update(_export_and_evaluate(runner, run_dir))
     runner.close()
-    ckpt.atomic_write_bytes(run_dir / 'summary.json', json.dumps(result, indent=2).encode())
+    atomic_write_bytes(run_dir / 'summary.json', json.dumps(result, indent=2).encode())
     print(json.dumps(result, indent=2))
     return 0
 

@@ -29,8 +29,8 @@ import onnxruntime as ort
 import torch
 from torch import nn
 
-from ..learning.checkpoint import atomic_write_bytes
 from ..config import ConfigError
+from ..io import atomic_write_bytes
 from ..learning.networks import ActorCritic
 from .onnx_policy import INPUT_NAME, OUTPUT_NAME, session_options
 from ..sim.env_config import EnvConfig

@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..learning.checkpoint import atomic_write_bytes
+from ..io import atomic_write_bytes
 from .onnx_policy import OnnxPolicy
 from .verification import read_verification
 

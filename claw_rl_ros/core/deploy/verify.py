@@ -33,7 +33,7 @@ from typing import Any, Optional
 import numpy as np
 
 from ..config import param
-from ..learning.checkpoint import atomic_write_bytes
+from ..io import atomic_write_bytes
 from ..sim.robot import RobotSpec
 from .verification import verification_path
 

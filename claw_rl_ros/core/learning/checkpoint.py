@@ -1,9 +1,9 @@
-"""Atomic checkpoint files: temp file + fsync + rename, loaded with ``weights_only=True``."""
+"""Atomic checkpoint files (:func:`~claw_rl_ros.core.io.atomic_write_bytes`), loaded with
+``weights_only=True``."""
 
 from __future__ import annotations
 
 import io
-import os
 from pathlib import Path
 import re
 from typing import Any
@@ -12,31 +12,10 @@ import numpy as np
 import torch
 
 from ..config import ConfigError
+from ..io import atomic_write_bytes
 
 CHECKPOINT_FORMAT = 1
 _NAME = re.compile(r'^model_(\d+)\.pt$')
-
-
-def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    """Write ``data`` so that ``path`` is either the old file or the complete new one."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f'.{path.name}.tmp-{os.getpid()}')
-    try:
-        with open(tmp, 'wb') as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    # Persist the rename itself.
-    fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def to_torch(tree: Any) -> Any:

@@ -37,6 +37,7 @@ import yaml
 
 from . import checkpoint as ckpt
 from ..config import ConfigError, to_dict
+from ..io import atomic_write_bytes
 from ..sim.observations import POLICY, POLICY_NOISE_FREE, PRIVILEGED
 from .chunk_filter import ChunkGate, PolicyLagFilter
 from .chunk_learner import ChunkLearner
@@ -106,7 +107,7 @@ class LiveTrainer:
         latest = ckpt.latest_checkpoint(self.run_dir)
         if latest is None:
             self.run_dir.mkdir(parents=True, exist_ok=True)
-            ckpt.atomic_write_bytes(self.run_dir / 'config.yaml', yaml.safe_dump(
+            atomic_write_bytes(self.run_dir / 'config.yaml', yaml.safe_dump(
                 to_dict(self.cfg), sort_keys=False).encode())
             return None
         if not resume:
@@ -220,7 +221,7 @@ class LiveTrainer:
                                                    'iteration': learner.iteration,
                                                    'total_steps': learner.total_steps,
                                                    'algorithm': self.cfg.algorithm}))
-        ckpt.atomic_write_bytes(self.run_dir / 'summary.json',
-                                json.dumps(summary, indent=2).encode())
+        atomic_write_bytes(self.run_dir / 'summary.json',
+                           json.dumps(summary, indent=2).encode())
         self.summary = summary
         return summary
