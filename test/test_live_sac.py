@@ -11,11 +11,11 @@ import onnx
 import pytest
 import torch
 
+from claw_rl_ros.core.deploy.loop_record import GaussianSampler
 from claw_rl_ros.core.deploy.onnx_policy import OnnxPolicy
 from claw_rl_ros.core.learning.batched_actor import BatchedActor, OnnxBehaviour
 from claw_rl_ros.core.learning.chunk_learner import ChunkLearner
 from claw_rl_ros.core.learning.live_trainer import LiveTrainer
-from claw_rl_ros.core.learning.loop_record import GaussianSampler
 from claw_rl_ros.core.learning.ppo import PPO
 from claw_rl_ros.core.learning.rollout_chunk import decode_chunk, encode_chunk
 from claw_rl_ros.core.learning.sac import SAC

@@ -2,7 +2,7 @@
 
 policy_node (``training: true``) publishes one record per RL tick on ``policy/training_step``
 (``std_msgs/Float64MultiArray``, fields labelled in ``layout.dim``: see
-:mod:`~claw_rl_ros.core.learning.loop_record`), just before the command it belongs to.
+:mod:`~claw_rl_ros.core.deploy.loop_record`), just before the command it belongs to.
 
 sim_node (``training: true``) runs :class:`~claw_rl_ros.core.sim.training_session.
 TrainingSession` (a 1-world env of the train config's ``env:``) through :class:`LoopActorIO`:
@@ -25,7 +25,7 @@ from std_msgs.msg import (Float64MultiArray, MultiArrayDimension, MultiArrayLayo
                           UInt8MultiArray)
 
 from ..core.learning.loop_actor import ControlLoopActor
-from ..core.learning.loop_record import pack_record, PolicyRecord, unpack_record
+from ..core.deploy.loop_record import pack_record, PolicyRecord, unpack_record
 from ..core.learning.rollout_chunk import encode_chunk
 from ..core.learning.train_config import load_train_config
 from ..core.sim.robot import RobotSpec

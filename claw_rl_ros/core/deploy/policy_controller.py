@@ -37,7 +37,7 @@ Contract (what the node publishes on ``joint_commands``):
 * in ``training`` mode (the control loop as an actor; never on a robot) the policy acts with
   ``a ~ N(mu, sigma)`` around the model's mean (``sigma``: its ``action_std`` metadata, so only
   trainer exports are accepted), through the same safety and shaping path, and every RL tick
-  leaves a :class:`~..learning.loop_record.PolicyRecord` for :meth:`take_record`.
+  leaves a :class:`~.loop_record.PolicyRecord` for :meth:`take_record`.
 
 Models are swapped with :meth:`offer` (validate bytes as they arrive) and :meth:`activate`
 (by sha256); the swap replaces one reference, so it is atomic between two ticks as long as the
@@ -54,9 +54,9 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from ..learning.loop_record import GaussianSampler, PolicyRecord
 from .command_shaping import CommandShaper
 from .control_stats import Counters
+from .loop_record import GaussianSampler, PolicyRecord
 from .model_swap import (DEFAULT_MAX_MODEL_BYTES, ModelCache, ModelRejected, policy_clip,
                          read_model_file, version_of)
 from .onnx_policy import OnnxPolicy

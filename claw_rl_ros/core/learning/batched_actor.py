@@ -15,7 +15,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from .loop_record import behaviour_metadata, behaviour_squash
+from ..deploy.loop_record import behaviour_metadata, behaviour_squash
 from .networks import ActorCritic, gaussian_log_prob
 from .ppo import sample_transition
 from .rollout_chunk import episode_arrays, rollout_stats, RolloutChunk, stack_rows

@@ -3,13 +3,13 @@
 sim_node in training mode runs a :class:`~..sim.training_session.TrainingSession`. For every
 control step it gives :meth:`ControlLoopActor.step` the stamp of the state the applied command
 answered and the joint targets (spec order); the actor pairs them with the policy node's
-:class:`~.loop_record.PolicyRecord` of that state, makes the env adopt the policy's memory (last
-action, gait clock), takes the env's noise-free and privileged observation of the state, steps
-the env (reward, terminated, truncated with its final observation, episode logs: the env's own
-code) and appends the step to a :class:`ChunkBuilder`. A chunk of ``num_steps`` x 1 world is
-emitted, with the same layout as the batched actors' (``actor_id`` names the loop), when the
-step after its last one is paired: that step's observation is the chunk's bootstrap
-``last_obs``, and the step starts the next chunk.
+:class:`~..deploy.loop_record.PolicyRecord` of that state, makes the env adopt the policy's
+memory (last action, gait clock), takes the env's noise-free and privileged observation of the
+state, steps the env (reward, terminated, truncated with its final observation, episode logs:
+the env's own code) and appends the step to a :class:`ChunkBuilder`. A chunk of ``num_steps``
+x 1 world is emitted, with the same layout as the batched actors' (``actor_id`` names the
+loop), when the step after its last one is paired: that step's observation is the chunk's
+bootstrap ``last_obs``, and the step starts the next chunk.
 
 A step is used only if its pairing is exact; otherwise the chunk in progress is discarded and
 counted by cause (:data:`CAUSES`), and collection starts again at the next paired step:
@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from ..sim.observations import POLICY, POLICY_NOISE_FREE
-from .loop_record import PolicyRecord
+from ..deploy.loop_record import PolicyRecord
 from .rollout_chunk import episode_arrays, rollout_stats, RolloutChunk, stack_rows
 
 CAUSES = ('missing_record', 'command_mismatch', 'obs_mismatch', 'reset', 'model_changed')

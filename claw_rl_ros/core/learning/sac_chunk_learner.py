@@ -37,7 +37,7 @@ import torch
 
 from ..deploy.export import export_onnx
 from .chunk_learner import ChunkLearner
-from .loop_record import BEHAVIOUR_KIND
+from ..deploy.loop_record import BEHAVIOUR_KIND
 from .rollout_chunk import RolloutChunk
 from .sac import SAC
 
