@@ -79,6 +79,8 @@ WATCHDOG_POLLS = 4
 # Under use_sim_time a paced or lockstep simulator may take this long in wall time between
 # two states (wall_stale_after_s = 0 then means this) [s].
 SIM_WALL_STALE_S = 1.0
+# A clock mismatch is named (logged, diagnostics ERROR) once it lasted this long [s].
+CLOCK_ALERT_AFTER_S = 1.0
 # Keep this many IMU readings to pair with the joint state of their tick.
 IMU_READINGS = 8
 Targets = np.ndarray
@@ -174,6 +176,7 @@ class PolicyController:
         self._last_cmd_mono: float | None = None
         self.cmd_vel_timeouts = 0
         self.command_timed_out = False
+        self._mismatch_since: float | None = None  # receive time a clock mismatch began
         # Stamps of accepted states and valid IMU readings (the self-check's rates), and
         # whether each of the last joint states was usable (accepted into a tick).
         self._stamps = {'joint_states': deque(maxlen=21), 'imu': deque(maxlen=21)}
@@ -334,7 +337,13 @@ class PolicyController:
                           f'back to {now:.3f} s; stamps before it are forgotten')
 
     def _alert(self, exc: BadInput) -> None:
-        if exc.cause == 'clock_mismatch':
+        """A clock mismatch that persists CLOCK_ALERT_AFTER_S is raised once (a sim-time node
+        may get a state before its first /clock: that start-up race is no mismatch)."""
+        if exc.cause != 'clock_mismatch':
+            return
+        if self._mismatch_since is None:
+            self._mismatch_since = self._mono
+        if self._mono - self._mismatch_since >= CLOCK_ALERT_AFTER_S:
             self.alerts.once('clock_mismatch', str(exc))
 
     # ------------------------------------------------------------------------------- ticks
@@ -383,6 +392,7 @@ class PolicyController:
             self.safety.fault(gyro[0], now, gyro[1])
             return self._hold(now)
         self._stamps['joint_states'].append(stamp)
+        self._mismatch_since = None
         self.alerts.clear('clock_mismatch')
         if self.safety.state == PASSIVE:
             self.shaper.restart(pos)  # leaving PASSIVE starts from the measured pose
