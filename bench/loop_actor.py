@@ -33,7 +33,7 @@ runner: {num_steps_per_env: 24, seed: 1}
 def in_process(cfg, robot, model: bytes, steps: int, training: bool) -> float:
     """Control steps/s of the loop without ROS (deploy: SimSession, training: the actor)."""
     from claw_rl_ros.core.deploy.policy_controller import PolicyController
-    from claw_rl_ros.core.learning.loop_actor import ControlLoopActor
+    from claw_rl_ros.core.live.loop_actor import ControlLoopActor
     from claw_rl_ros.core.sim.sim_session import SimSession
     from claw_rl_ros.core.sim.training_session import TrainingSession
     kind = TrainingSession if training else SimSession
@@ -101,8 +101,8 @@ def main() -> None:
     parser.add_argument('--seconds', type=float, default=20.0)
     parser.add_argument('--steps', type=int, default=2000)
     args = parser.parse_args()
-    from claw_rl_ros.core.learning.live_trainer import LiveTrainer
     from claw_rl_ros.core.learning.train_config import load_train_config
+    from claw_rl_ros.core.live.live_trainer import LiveTrainer
     from claw_rl_ros.core.sim.robot import load_robot
     from ros_control import Bench
     work = Path(tempfile.mkdtemp(prefix='bench_loop_actor_'))

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 import torch
 
-from claw_rl_ros.core.learning.batched_actor import BatchedActor
-from claw_rl_ros.core.learning.chunk_filter import ChunkGate, PolicyLagFilter
-from claw_rl_ros.core.learning.chunk_learner import ChunkLearner, state_sha
-from claw_rl_ros.core.learning.rollout_chunk import decode_chunk, encode_chunk
 from claw_rl_ros.core.learning.runner import OnPolicyRunner
+from claw_rl_ros.core.live.batched_actor import BatchedActor
+from claw_rl_ros.core.live.chunk_filter import ChunkGate, PolicyLagFilter
+from claw_rl_ros.core.live.chunk_learner import ChunkLearner, state_sha
+from claw_rl_ros.core.live.rollout_chunk import decode_chunk, encode_chunk
 from claw_rl_ros.core.sim.env import VecLocomotionEnv
 from test_training import params_of, tiny_config
 
@@ -123,7 +123,7 @@ def test_actor_without_critic_gets_values_from_the_learner():
 
 def test_onnx_actor_acts_with_the_exported_student(tmp_path):
     from claw_rl_ros.core.deploy.model_swap import validate_model
-    from claw_rl_ros.core.learning.batched_actor import OnnxBehaviour
+    from claw_rl_ros.core.live.batched_actor import OnnxBehaviour
     live = LocalActorLearner(tiny_config(**SHORT))
     live.iteration()
     learner, actor = live.learner, live.actors[0]

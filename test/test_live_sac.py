@@ -13,13 +13,13 @@ import torch
 
 from claw_rl_ros.core.deploy.loop_record import GaussianSampler
 from claw_rl_ros.core.deploy.onnx_policy import OnnxPolicy
-from claw_rl_ros.core.learning.batched_actor import BatchedActor, OnnxBehaviour
-from claw_rl_ros.core.learning.chunk_learner import ChunkLearner
-from claw_rl_ros.core.learning.live_trainer import LiveTrainer
 from claw_rl_ros.core.learning.ppo import PPO
-from claw_rl_ros.core.learning.rollout_chunk import decode_chunk, encode_chunk
 from claw_rl_ros.core.learning.sac import SAC
-from claw_rl_ros.core.learning.sac_chunk_learner import SACChunkLearner
+from claw_rl_ros.core.live.batched_actor import BatchedActor, OnnxBehaviour
+from claw_rl_ros.core.live.chunk_learner import ChunkLearner
+from claw_rl_ros.core.live.live_trainer import LiveTrainer
+from claw_rl_ros.core.live.rollout_chunk import decode_chunk, encode_chunk
+from claw_rl_ros.core.live.sac_chunk_learner import SACChunkLearner
 from claw_rl_ros.core.sim.env import VecLocomotionEnv
 from test_training import tiny_config
 

@@ -13,9 +13,9 @@ import torch
 
 from claw_rl_ros.core.config import ConfigError
 from claw_rl_ros.core.learning import checkpoint as ckpt
-from claw_rl_ros.core.learning.batched_actor import BatchedActor
-from claw_rl_ros.core.learning.live_trainer import LiveTrainer
-from claw_rl_ros.core.learning.rollout_chunk import encode_chunk
+from claw_rl_ros.core.live.batched_actor import BatchedActor
+from claw_rl_ros.core.live.live_trainer import LiveTrainer
+from claw_rl_ros.core.live.rollout_chunk import encode_chunk
 from claw_rl_ros.core.sim.env import VecLocomotionEnv
 from test_training import tiny_config
 

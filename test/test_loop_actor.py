@@ -12,11 +12,11 @@ import torch
 
 from claw_rl_ros.core.deploy.loop_record import pack_record, PolicyRecord, unpack_record
 from claw_rl_ros.core.deploy.policy_controller import PolicyController
-from claw_rl_ros.core.learning.batched_actor import BatchedActor
-from claw_rl_ros.core.learning.live_trainer import LiveTrainer
-from claw_rl_ros.core.learning.loop_actor import CAUSES, ControlLoopActor
 from claw_rl_ros.core.learning.networks import gaussian_log_prob
-from claw_rl_ros.core.learning.rollout_chunk import encode_chunk
+from claw_rl_ros.core.live.batched_actor import BatchedActor
+from claw_rl_ros.core.live.live_trainer import LiveTrainer
+from claw_rl_ros.core.live.loop_actor import CAUSES, ControlLoopActor
+from claw_rl_ros.core.live.rollout_chunk import encode_chunk
 from claw_rl_ros.core.sim.env import VecLocomotionEnv
 from claw_rl_ros.core.sim.training_session import TrainingSession
 from test_training import tiny_config

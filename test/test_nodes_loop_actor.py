@@ -12,10 +12,10 @@ import time
 import numpy as np
 from std_msgs.msg import UInt8MultiArray
 
-from claw_rl_ros.core.learning.batched_actor import BatchedActor
-from claw_rl_ros.core.learning.live_trainer import LiveTrainer
-from claw_rl_ros.core.learning.rollout_chunk import encode_chunk
 from claw_rl_ros.core.learning.train_config import load_train_config
+from claw_rl_ros.core.live.batched_actor import BatchedActor
+from claw_rl_ros.core.live.live_trainer import LiveTrainer
+from claw_rl_ros.core.live.rollout_chunk import encode_chunk
 from claw_rl_ros.core.sim.env import VecLocomotionEnv
 from claw_rl_ros.nodes.ros_io import COMMAND_QOS, LATCHED_QOS
 from ros_helpers import NodeProcess, probe, ros_env, stop_all  # noqa: F401 - fixtures

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from std_msgs.msg import Float32, String, UInt8MultiArray
 
-from claw_rl_ros.core.learning.rollout_chunk import encode_chunk, RolloutChunk
+from claw_rl_ros.core.live.rollout_chunk import encode_chunk, RolloutChunk
 from claw_rl_ros.nodes.ros_io import COMMAND_QOS, LATCHED_QOS, STATE_QOS
 from ros_helpers import NodeProcess, probe, ros_env, ros_value, ROOT  # noqa: F401 - fixtures
 
@@ -321,8 +321,8 @@ def test_actor_collects_only_once_a_trainer_listens_and_makes_up_for_a_lost_chun
     actor's credit: trainer and actor then waited for each other forever (seen in CI). The
     actor now collects only while its chunk topic has a subscriber, and gives itself one credit
     back after credit_timeout_s without a new model."""
-    from claw_rl_ros.core.learning.live_trainer import LiveTrainer
     from claw_rl_ros.core.learning.train_config import load_train_config
+    from claw_rl_ros.core.live.live_trainer import LiveTrainer
     import hashlib
     config = tmp_path / 'tiny.yaml'
     config.write_text(TINY_YAML)

@@ -7,10 +7,10 @@ import struct
 import numpy as np
 import pytest
 
-from claw_rl_ros.core.learning import rollout_chunk as rc
-from claw_rl_ros.core.learning.chunk_filter import ChunkGate, PolicyLagFilter
-from claw_rl_ros.core.learning.rollout_chunk import (ChunkError, ChunkSpec, decode_chunk,
-                                                     encode_chunk, RolloutChunk)
+from claw_rl_ros.core.live import rollout_chunk as rc
+from claw_rl_ros.core.live.chunk_filter import ChunkGate, PolicyLagFilter
+from claw_rl_ros.core.live.rollout_chunk import (ChunkError, ChunkSpec, decode_chunk,
+                                                 encode_chunk, RolloutChunk)
 
 DIMS = {'policy': 5, 'policy_noise_free': 5, 'privileged': 3}
 T, N, A = 4, 3, 2

@@ -1,8 +1,8 @@
 """actor_node: N MuJoCo worlds + the pushed student -> rollout chunks (thin ROS glue).
 
-Acts with :class:`~claw_rl_ros.core.learning.batched_actor.BatchedActor` (stochastic actions
+Acts with :class:`~claw_rl_ros.core.live.batched_actor.BatchedActor` (stochastic actions
 around the ONNX student's mean, std from the model's metadata) and publishes one encoded
-:mod:`rollout chunk <claw_rl_ros.core.learning.rollout_chunk>` per ``num_steps_per_env`` steps
+:mod:`rollout chunk <claw_rl_ros.core.live.rollout_chunk>` per ``num_steps_per_env`` steps
 on ``chunk_topic`` (``std_msgs/UInt8MultiArray``, reliable). Models arrive exactly as at the
 policy node: bytes on ``policy/model`` (validated on arrival by the same ModelCache), activated
 by setting parameter ``model_sha256``; the reply says success or the exact reason. The active
@@ -32,9 +32,9 @@ from rclpy.node import Node
 from std_msgs.msg import String, UInt8MultiArray
 
 from ..core.deploy.model_swap import DEFAULT_MAX_MODEL_BYTES, ModelCache, ModelRejected
-from ..core.learning.batched_actor import BatchedActor, OnnxBehaviour
-from ..core.learning.rollout_chunk import encode_chunk
 from ..core.learning.train_config import load_train_config
+from ..core.live.batched_actor import BatchedActor, OnnxBehaviour
+from ..core.live.rollout_chunk import encode_chunk
 from ..core.sim.env import VecLocomotionEnv
 from .ros_io import COMMAND_QOS, exit_without_teardown, spin, STATE_QOS
 

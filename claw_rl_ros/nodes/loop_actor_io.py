@@ -8,7 +8,7 @@ sim_node (``training: true``) runs :class:`~claw_rl_ros.core.sim.training_sessio
 TrainingSession` (a 1-world env of the train config's ``env:``) through :class:`LoopActorIO`:
 before every state it publishes the env's velocity command on ``cmd_vel`` (so the policy node
 observes the command the env rewards), it pairs each control step with the policy's record
-(:class:`~claw_rl_ros.core.learning.loop_actor.ControlLoopActor`) and publishes every
+(:class:`~claw_rl_ros.core.live.loop_actor.ControlLoopActor`) and publishes every
 ``runner.num_steps_per_env``-step chunk on ``chunk_topic`` (actor id
 ``<namespace>/control_loop``), like the batched actors. Discarded chunks are counted by cause
 in its ``/diagnostics``.
@@ -24,10 +24,10 @@ from rclpy.node import Node
 from std_msgs.msg import (Float64MultiArray, MultiArrayDimension, MultiArrayLayout,
                           UInt8MultiArray)
 
-from ..core.learning.loop_actor import ControlLoopActor
 from ..core.deploy.loop_record import pack_record, PolicyRecord, unpack_record
-from ..core.learning.rollout_chunk import encode_chunk
 from ..core.learning.train_config import load_train_config
+from ..core.live.loop_actor import ControlLoopActor
+from ..core.live.rollout_chunk import encode_chunk
 from ..core.sim.robot import RobotSpec
 from ..core.sim.training_session import TrainingSession
 from .ros_io import COMMAND_QOS, doubles, publisher

@@ -1,7 +1,7 @@
 """trainer_node: rollout chunks in, PPO (+ OPD) updates, the new student pushed out (thin glue).
 
 Chunks arrive on ``chunk_topic`` (``std_msgs/UInt8MultiArray``, any number of actors in any
-namespace). :class:`~claw_rl_ros.core.learning.live_trainer.LiveTrainer` decodes, validates and
+namespace). :class:`~claw_rl_ros.core.live.live_trainer.LiveTrainer` decodes, validates and
 lag-filters them (``max_policy_lag`` older versions allowed, drops counted per cause), learns
 every ``chunks_per_iteration`` chunks (or when the oldest pending chunk waited
 ``batch_timeout_s``: an actor died), logs metrics.csv / TensorBoard and checkpoints atomically.
@@ -43,8 +43,8 @@ import rclpy
 from rclpy.node import Node
 from std_msgs.msg import Float32, String, UInt8MultiArray
 
-from ..core.learning.live_trainer import LiveTrainer
 from ..core.learning.train_config import load_train_config
+from ..core.live.live_trainer import LiveTrainer
 from ..core.sim.robot import load_robot
 from .ros_io import (COMMAND_QOS, diagnostics, exit_without_teardown, spin, STATE_QOS,
                      steady_timer)

@@ -3,7 +3,7 @@
 The same interface as :class:`~.chunk_learner.ChunkLearner` (``learn(chunks)``, export,
 checkpoints), so :class:`~.live_trainer.LiveTrainer`, trainer_node and the actors are unchanged.
 ``learn`` writes every transition of the chunks into SAC's replay buffer and then runs the very
-same :meth:`SAC.learn <.algorithm.Algorithm.learn>` as the offline runner: ``utd_ratio``
+same :meth:`SAC.learn <..learning.algorithm.Algorithm.learn>` as the offline runner: ``utd_ratio``
 gradient steps per new transition once ``learning_starts`` transitions are stored, combined_loss
 = SAC actor loss + alpha * KL(teacher || student) through the registry, the normaliser update
 and the EMA teacher.
@@ -39,7 +39,7 @@ from ..deploy.export import export_onnx
 from .chunk_learner import ChunkLearner
 from ..deploy.loop_record import BEHAVIOUR_KIND
 from .rollout_chunk import RolloutChunk
-from .sac import SAC
+from ..learning.sac import SAC
 
 
 class SACChunkLearner(ChunkLearner):

@@ -1,6 +1,6 @@
 """The batched actor: N worlds of a vec env plus a local copy of the student -> rollout chunks.
 
-It runs exactly the runner's ``collect_experience`` (same sampler, :func:`~.ppo.
+It runs exactly the runner's ``collect_experience`` (same sampler, :func:`~..learning.ppo.
 sample_transition`, same time-out bootstrap inputs), but writes what it saw into a
 :class:`~.rollout_chunk.RolloutChunk` tagged with the model version that acted, instead of
 into the learner's storage. With the learner's generator and policy it reproduces the offline
@@ -16,11 +16,11 @@ import numpy as np
 import torch
 
 from ..deploy.loop_record import behaviour_metadata, behaviour_squash
-from .networks import ActorCritic, gaussian_log_prob
-from .ppo import sample_transition
+from ..learning.networks import ActorCritic, gaussian_log_prob
+from ..learning.ppo import sample_transition
 from .rollout_chunk import episode_arrays, rollout_stats, RolloutChunk, stack_rows
-from .runner import obs_to_torch
-from .sac_networks import squashed_log_prob
+from ..learning.runner import obs_to_torch
+from ..learning.sac_networks import squashed_log_prob
 
 
 class OnnxBehaviour:
@@ -47,7 +47,7 @@ class OnnxBehaviour:
 
     def sample(self, obs: dict[str, torch.Tensor],
                generator: torch.Generator | None) -> dict[str, torch.Tensor]:
-        """Like :func:`~.ppo.sample_transition` without ``values``."""
+        """Like :func:`~..learning.ppo.sample_transition` without ``values``."""
         mean = torch.from_numpy(np.asarray(self.onnx(obs['policy'].numpy()), np.float32))
         std = self.std.expand_as(mean)
         if self.squash is None:

@@ -3,9 +3,10 @@
 ``learn(chunks)`` stacks the chunks' worlds side by side into a :class:`RolloutStorage`
 ``[T, sum of N, ...]`` (time-outs bootstrapped with ``gamma * V(final_obs)``, values recomputed
 by the learner's critic for actors without one), then runs the very same
-:meth:`PPO.learn <.ppo.PPO.learn>` as :class:`~.runner.OnPolicyRunner`: GAE, mini-batch epochs
-of combined_loss = PPO + alpha * KL(teacher || student) with gradient clipping, the normaliser
-update and the EMA teacher. Built from the same seed, it starts from the runner's exact weights.
+:meth:`PPO.learn <..learning.ppo.PPO.learn>` as :class:`~..learning.runner.OnPolicyRunner`:
+GAE, mini-batch epochs of combined_loss = PPO + alpha * KL(teacher || student) with gradient
+clipping, the normaliser update and the EMA teacher. Built from the same seed, it starts from
+the runner's exact weights.
 
 Chunks acted by an older model (``max_policy_lag`` > 0, actors collecting while the trainer
 learns) are corrected as in decoupled PPO (Hilton et al. 2021, "Batch size-invariance for
@@ -27,16 +28,16 @@ from typing import Any
 import numpy as np
 import torch
 
-from . import checkpoint as ckpt
+from ..learning import checkpoint as ckpt
 from ..config import to_dict
 from ..deploy.export import export_onnx
-from .networks import ActorCritic, gaussian_log_prob
-from .opd import alpha_at
-from .ppo import PPO
+from ..learning.networks import ActorCritic, gaussian_log_prob
+from ..learning.opd import alpha_at
+from ..learning.ppo import PPO
 from .rollout_chunk import ChunkSpec, RolloutChunk
-from .runner import _mean, build_policy, load_teacher, record_episodes
-from .storage import RolloutStorage
-from .train_config import TrainConfig
+from ..learning.runner import _mean, build_policy, load_teacher, record_episodes
+from ..learning.storage import RolloutStorage
+from ..learning.train_config import TrainConfig
 
 
 def state_sha(policy: ActorCritic) -> str:

@@ -13,7 +13,7 @@ offline (``algorithm`` picks :class:`~.chunk_learner.ChunkLearner` or
   never start an iteration ahead of the batched actors, but are learnt from with them;
 - :meth:`iterate`: :meth:`ChunkLearner.learn <.chunk_learner.ChunkLearner.learn>` on the
   pending chunks, one row in ``metrics.csv`` and TensorBoard (the offline
-  :class:`~.logger.MetricsLogger`), an atomic checkpoint;
+  :class:`~..learning.logger.MetricsLogger`), an atomic checkpoint;
 - :meth:`export`: the student as ONNX bytes for the push; the lag filter learns (version, sha);
 - :meth:`done`: ``runner.max_iterations`` or ``runner.time_budget_s`` reached;
 - :meth:`finish`: ``learning_curve.png``, ``summary.json`` and, when training ran to its end,
@@ -35,16 +35,16 @@ from typing import Any, Callable, TextIO
 
 import yaml
 
-from . import checkpoint as ckpt
+from ..learning import checkpoint as ckpt
 from ..config import ConfigError, to_dict
 from ..io import atomic_write_bytes
 from ..sim.observations import POLICY, POLICY_NOISE_FREE, PRIVILEGED
 from .chunk_filter import ChunkGate, PolicyLagFilter
 from .chunk_learner import ChunkLearner
-from .logger import MetricsLogger, plot_learning_curve
+from ..learning.logger import MetricsLogger, plot_learning_curve
 from .rollout_chunk import ChunkError
 from .sac_chunk_learner import SACChunkLearner
-from .train_config import TrainConfig
+from ..learning.train_config import TrainConfig
 
 # The checkpoint entry holding the chunk counters (LiveTrainer's addition to the learner's).
 COUNTERS = 'chunk_counters'
