@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from ..sim.robot import _same, RobotSpec
+from ..sim.robot import metadata_match, RobotSpec
 
 # A measured message rate may differ from the control rate by this fraction.
 RATE_TOLERANCE = 0.1
@@ -50,7 +50,7 @@ def model_lines(robot: RobotSpec, spec: dict[str, Any]) -> list[str]:
         have = spec.get(key)
         if key == 'observation' and isinstance(have, list):
             out += _observation_lines(have, expected)
-        elif not _same(expected, have, 1e-6):
+        elif not metadata_match(expected, have, 1e-6):
             out.append(f'{kinds.get(key, key)}: model has {key} = {have!r}, robot '
                        f'{robot.name!r} has {expected!r}')
     return out
@@ -63,7 +63,7 @@ def _observation_lines(have: list, want: list) -> list[str]:
                 f'{[t["name"] for t in want]}']
     return [f'observation scales: {w["name"]} model {h.get("scale")} (size {h.get("size")}), '
             f'robot {w["scale"]} (size {w["size"]})'
-            for h, w in zip(have, want) if not _same(w, h, 1e-6)]
+            for h, w in zip(have, want) if not metadata_match(w, h, 1e-6)]
 
 
 def _rate_line(topic: str, period: float | None, dt: float, at_least: bool) -> list[str]:

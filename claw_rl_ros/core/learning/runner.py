@@ -25,7 +25,8 @@ from .train_config import TrainConfig
 ALGORITHMS = {'ppo': PPO, 'sac': SAC}
 
 
-def _mean(values) -> float:
+def mean_or_nan(values) -> float:
+    """The mean of ``values``; NaN when there are none (an iteration with no finished episode)."""
     return float(np.mean(values)) if len(values) else float('nan')
 
 
@@ -193,10 +194,10 @@ class OnPolicyRunner:
             metrics['kl_to_teacher'] = kl_teacher
         # The same columns every iteration (NaN until the first episodes end), so metrics.csv
         # keeps them all.
-        metrics['mean_episode_return'] = _mean(self.returns)
-        metrics['mean_episode_length_s'] = _mean(self.lengths)
+        metrics['mean_episode_return'] = mean_or_nan(self.returns)
+        metrics['mean_episode_length_s'] = mean_or_nan(self.lengths)
         for key in self._reward_terms():
-            metrics[key] = _mean(self._episode_sums.get(key, ()))
+            metrics[key] = mean_or_nan(self._episode_sums.get(key, ()))
         return metrics
 
     def _reward_terms(self) -> list[str]:

@@ -35,7 +35,7 @@ from ..learning.networks import ActorCritic, gaussian_log_prob
 from ..learning.opd import alpha_at
 from ..learning.ppo import PPO
 from .rollout_chunk import ChunkSpec, RolloutChunk
-from ..learning.runner import _mean, build_policy, load_teacher, record_episodes
+from ..learning.runner import build_policy, load_teacher, mean_or_nan, record_episodes
 from ..learning.storage import RolloutStorage
 from ..learning.train_config import TrainConfig
 
@@ -176,10 +176,10 @@ class ChunkLearner:
                    **rollout, **losses}
         if kl_teacher is not None:
             metrics['kl_to_teacher'] = kl_teacher
-        metrics['mean_episode_return'] = _mean(self.returns)
-        metrics['mean_episode_length_s'] = _mean(self.lengths)
+        metrics['mean_episode_return'] = mean_or_nan(self.returns)
+        metrics['mean_episode_length_s'] = mean_or_nan(self.lengths)
         for key in sorted(set(self.reward_terms) | set(self._episode_sums)):
-            metrics[key] = _mean(self._episode_sums.get(key, ()))
+            metrics[key] = mean_or_nan(self._episode_sums.get(key, ()))
         return metrics
 
     @staticmethod

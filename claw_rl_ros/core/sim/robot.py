@@ -176,16 +176,18 @@ def spec_mismatches(expected: dict[str, Any], metadata: dict[str, Any], tol: flo
     for key, value in expected.items():
         if key not in metadata:
             problems.append(f'{key}: missing from the model ({owner} has {value!r})')
-        elif not _same(value, metadata[key], tol):
+        elif not metadata_match(value, metadata[key], tol):
             problems.append(f'{key}: model has {metadata[key]!r}, {owner} has {value!r}')
     return problems
 
 
-def _same(a: Any, b: Any, tol: float) -> bool:
+def metadata_match(a: Any, b: Any, tol: float) -> bool:
+    """Two metadata values agree: dicts with the same keys and lists of the same length agree
+    item by item, numbers differ by at most ``tol * max(1, |a|)``, the rest (bools) are equal."""
     if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(_same(a[k], b[k], tol) for k in a)
+        return a.keys() == b.keys() and all(metadata_match(a[k], b[k], tol) for k in a)
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        return len(a) == len(b) and all(_same(x, y, tol) for x, y in zip(a, b))
+        return len(a) == len(b) and all(metadata_match(x, y, tol) for x, y in zip(a, b))
     if isinstance(a, (int, float)) and isinstance(b, (int, float)) \
             and not isinstance(a, bool) and not isinstance(b, bool):
         return abs(float(a) - float(b)) <= tol * max(1.0, abs(float(a)))
