@@ -89,7 +89,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from ..learning.checkpoint import atomic_write_bytes
+from ..io import atomic_write_bytes
 from ..sim.env_config import EnvConfig
 from ..sim.robot import RobotSpec
 from ..sim.sim_session import SimSession
