@@ -75,6 +75,12 @@ command, so the rule is:
 trunk from ``odom`` when recorded, else the IMU orientation at the standing height), the
 recorded commands drive a nominal MuJoCo world one control period each; the simulated and
 recorded joint trajectories are plotted side by side (PNG) with their RMS difference.
+
+**Code.** :func:`recording_events` turns a :class:`Recording` into typed events
+(:class:`StateEvent`, :class:`ImuEvent`, :class:`CmdVelEvent`, :class:`SafetyEvent`,
+:class:`CommandEvent`) in publish order; :class:`Replayer` holds what the node holds and takes
+them one method per kind (``on_state`` ... ``on_command``); each command is one tick, tried
+under the stories above (``_Story``: observation, velocity bookkeeping, rate-limit origin).
 """
 
 from __future__ import annotations
@@ -82,10 +88,11 @@ from __future__ import annotations
 from collections import deque
 import copy
 from dataclasses import dataclass, field
+from enum import Enum
 import io
 import json
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional, Sequence, Union
 
 import numpy as np
 
@@ -257,12 +264,65 @@ class ActionReplay:
         return line
 
 
-def _events(rec: Recording) -> list[tuple[int, int, Any]]:
-    """(publish time, kind, payload) of every input and command, in publish order."""
-    events = [(e[0], 0, e) for e in rec.states] + [(e[0], 1, e) for e in rec.imus]
-    events += [(e[0], 2, e) for e in rec.cmd_vel] + [(e[0], 3, e) for e in rec.safety]
-    events += [(e[0], 4, e) for e in rec.commands]
-    return sorted(events, key=lambda e: (e[0], e[1]))
+@dataclass(frozen=True)
+class StateEvent:
+    """A recorded ``joint_states``: publish time ``t`` [ns], header ``stamp`` [s], the joint
+    ``names`` and their ``position`` and ``velocity`` as published."""
+
+    t: int
+    stamp: float
+    names: list[str]
+    position: np.ndarray
+    velocity: np.ndarray
+
+
+@dataclass(frozen=True)
+class ImuEvent:
+    """A recorded ``imu``: publish time ``t`` [ns], header ``stamp`` [s], ``orientation``
+    (x, y, z, w) and ``angular_velocity`` [3] as published."""
+
+    t: int
+    stamp: float
+    orientation: Sequence[float]
+    angular_velocity: Sequence[float]
+
+
+@dataclass(frozen=True)
+class CmdVelEvent:
+    """A ``cmd_vel``: publish time ``t`` [ns], ``command`` [3] (vx, vy, yaw rate)."""
+
+    t: int
+    command: np.ndarray
+
+
+@dataclass(frozen=True)
+class SafetyEvent:
+    """A recorded ``safety/state``: publish time ``t`` [ns], the ``state``'s name (RL...)."""
+
+    t: int
+    state: str
+
+
+@dataclass(frozen=True)
+class CommandEvent:
+    """A recorded ``joint_commands``: publish time ``t`` [ns], ``targets`` [J] in the
+    recording's joint order."""
+
+    t: int
+    targets: np.ndarray
+
+
+Event = Union[StateEvent, ImuEvent, CmdVelEvent, SafetyEvent, CommandEvent]
+# At equal publish times the inputs come first and the command they may have caused last.
+EVENT_ORDER = (StateEvent, ImuEvent, CmdVelEvent, SafetyEvent, CommandEvent)
+
+
+def recording_events(rec: Recording) -> list[Event]:
+    """Every input and command of ``rec`` as a typed event, in publish order."""
+    out: list[Event] = [StateEvent(*e) for e in rec.states] + [ImuEvent(*e) for e in rec.imus]
+    out += [CmdVelEvent(*e) for e in rec.cmd_vel] + [SafetyEvent(*e) for e in rec.safety]
+    out += [CommandEvent(*e) for e in rec.commands]
+    return sorted(out, key=lambda e: (e.t, EVENT_ORDER.index(type(e))))
 
 
 def _is_rl(safety: Optional[str]) -> bool:
@@ -277,25 +337,6 @@ def _shaped(robot: RobotSpec, sent: np.ndarray, last_sent: Optional[np.ndarray])
     if last_sent is not None:
         bound |= np.abs(sent - last_sent) >= CommandShaper(robot).max_delta - eps
     return bool(bound.any())
-
-
-def _act(asm: ObservationAssembler, robot: RobotSpec, policy, order: JointOrder, state, imu,
-         command: np.ndarray, last_sent: Optional[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """(action [J], target [J] in command order) for one tick under velocity ``command``;
-    ``last_sent`` is the previous command sent ([J] spec order), the rate limit's origin."""
-    saved = asm.commands.copy()
-    asm.set_command(command)
-    # obs -> action clipped to the model's action_clip -> target = q0 + scale * a, shaped
-    # (joint limits, maximum change per tick) exactly as PolicyController does in RL (after
-    # the fade-in).
-    clip = asm.action_clip
-    action = np.clip(policy(asm.observe(state[1], state[2], imu[1], imu[2])), -clip, clip)
-    asm.commands[:] = saved
-    shaper = CommandShaper(robot)
-    if last_sent is not None:
-        shaper.restart(last_sent)
-    target, _ = shaper.shape(robot.default_joint_pos + robot.action_scale * action)
-    return action, order.to_output(target)
 
 
 def _clone(asm: ObservationAssembler) -> ObservationAssembler:
@@ -320,261 +361,440 @@ class _Velocity:
         return None if self.since is None or self.timed_out else (t - self.since) * NS
 
 
-def _imu_of(readings, stamp: float, sync: float):
-    """The IMU reading the node pairs with the joint state stamped ``stamp`` (as
-    ``PolicyController._imu_for``): of ``readings`` (stamp, [4] quat or None for a bad one, [3]
-    gyro), oldest first, the newest stamped within +-``sync`` (a later one of equal stamp
-    wins); None when none stamped after ``stamp - sync`` came yet (the node waits for it);
-    False when none of this tick came although newer ones did (the node faults)."""
-    if not readings or max(r[0] for r in readings) < stamp - sync:
-        return None
-    best = None
-    for reading in readings:
-        if abs(reading[0] - stamp) <= sync and (best is None or reading[0] >= best[0]):
-            best = reading
-    return False if best is None else best
+@dataclass(frozen=True)
+class _Measured:
+    """A joint state as the node takes it: header ``stamp`` [s], ``position`` and ``velocity``
+    [J] in spec order, publish time ``t`` [ns]."""
+
+    stamp: float
+    position: np.ndarray
+    velocity: np.ndarray
+    t: int
 
 
-def _answered(asm: ObservationAssembler, vel: _Velocity, robot: RobotSpec, policy,
-              order: JointOrder, run: list, last_sent: Optional[np.ndarray], command,
-              zero_from: Optional[int]
-              ) -> tuple[ObservationAssembler, _Velocity, Optional[np.ndarray]]:
-    """The story in which the node answered every (state, imu) of ``run`` and the recording
-    lost those commands: a copy of ``asm`` (its velocity command ``command``, (publish time,
-    [3]), from the run's first state on; None: the one in effect; zero by the cmd_vel timeout
-    from the run's state ``zero_from`` on, None: not) moved on one tick per state with its
-    recomputed action (0 when its IMU reading was not recorded), its velocity bookkeeping, and
-    the last of those targets (the rate limit's origin; None: unknown)."""
-    asm = _clone(asm)
-    if command is not None:
-        asm.set_command(command[1])
-        vel = _Velocity(command[0])
-    for k, (state, imu) in enumerate(run):
-        if k == zero_from:
-            asm.set_command(np.zeros(3))
-            vel = _Velocity(vel.since, True)
-        tried = None if imu is None else \
-            _act(asm, robot, policy, order, state, imu, asm.commands[0], last_sent)
-        asm.advance(None if tried is None else tried[0])
-        last_sent = None if tried is None else order.from_output(tried[1])
-    return asm, vel, last_sent
+@dataclass(frozen=True)
+class _Reading:
+    """An IMU reading as the node keeps it: ``stamp`` [s], ``quat`` [4] wxyz and ``gyro`` [3];
+    both None for a bad reading (the node keeps it: its tick faults)."""
+
+    stamp: float
+    quat: Optional[np.ndarray]
+    gyro: Optional[np.ndarray]
 
 
-def _zero_froms(run: list, start: _Velocity, timeout: float) -> list[Optional[int]]:
+class Pairing(Enum):
+    """A joint state without an IMU reading of its tick to pair with."""
+
+    WAITING = 'waiting'  # no new state, or no reading stamped near it came yet (the node waits)
+    MISSED = 'missed'  # newer readings came, none of its tick (the node faults)
+
+
+def _valid(reading: _Reading | Pairing) -> Optional[_Reading]:
+    """``reading`` if it is a good one (None: none, or a bad one)."""
+    return reading if isinstance(reading, _Reading) and reading.quat is not None else None
+
+
+@dataclass(frozen=True)
+class _Unanswered:
+    """A recorded state that got no recorded command (superseded, or answered by a command the
+    recording lost) and the valid IMU reading the node pairs with it (None: none)."""
+
+    state: _Measured
+    imu: Optional[_Reading]
+
+
+@dataclass(frozen=True)
+class _Option:
+    """A velocity ``command`` [3] a tick may have seen, by ``label``: 'new' (a cmd_vel not yet
+    seen in effect), 'held' (the one in effect) or 'zero' (gone zero by the timeout)."""
+
+    label: str
+    command: np.ndarray
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    """What the model does on a tick: ``action`` [J] and ``target`` [J] in command order."""
+
+    action: np.ndarray
+    target: np.ndarray
+
+
+@dataclass
+class _Story:
+    """One account of the node before a tick: its observation (velocity command, last action,
+    gait clock), its velocity bookkeeping, the cmd_vel published but not yet seen in effect
+    (None: none), and the rate limit's ``origin`` ([J] spec order, None: unknown)."""
+
+    asm: ObservationAssembler
+    vel: _Velocity
+    pending: Optional[CmdVelEvent]
+    origin: Optional[np.ndarray]
+
+
+@dataclass(frozen=True)
+class _Trial:
+    """A story tried on a tick: the velocity ``options`` (the node's own story first), the
+    outcome under each, and the indices of those that reproduce the recorded command."""
+
+    options: list[_Option]
+    outcomes: list[_Outcome]
+    hits: list[int]
+
+    @property
+    def pick(self) -> int:
+        """The option the tick shows (or, when nothing matches, the node's own)."""
+        return self.hits[0] if self.hits else 0
+
+
+@dataclass
+class _Ticks:
+    """Per tick ``kind``, ``stamp`` [s] of its state and ``diff`` [J]; and the counts (see
+    :class:`ActionReplay`)."""
+
+    num_joints: int
+    kind: list[str] = field(default_factory=list)
+    stamp: list[float] = field(default_factory=list)
+    diff: list[np.ndarray] = field(default_factory=list)
+    superseded: int = 0
+    timeouts: int = 0
+    held_past_timeout: int = 0
+
+    def add(self, kind: str, stamp: float, diff: Optional[np.ndarray] = None) -> None:
+        self.kind.append(kind)
+        self.stamp.append(stamp)
+        self.diff.append(np.full(self.num_joints, np.nan) if diff is None else diff)
+
+    def diffs(self) -> np.ndarray:
+        """[N, J] |recomputed - recorded| (NaN where not compared)."""
+        return np.array(self.diff).reshape(-1, self.num_joints)
+
+
+def _zero_froms(run: list[_Unanswered], start: _Velocity, timeout: float
+                ) -> list[Optional[int]]:
     """Where in ``run`` (states published with the cmd_vel ``start`` in effect) the command may
     have gone zero by the timeout: the node's story first (the first state past it), then
     none (held), then each other state within TIMEOUT_SLACK_S of it or past it."""
-    ages = [start.age(state[3]) for state, _ in run]
+    ages = [start.age(u.state.t) for u in run]
     near = [k for k, age in enumerate(ages) if timeout > 0 and age is not None and
             age > timeout - TIMEOUT_SLACK_S]
     past = [k for k in near if ages[k] > timeout][:1]
     return past + [None] + [k for k in near if k not in past]
 
 
-def _run(rec: Recording, robot: RobotSpec, policy, order: JointOrder, phase_offset: int,
-         tolerance: float = 1e-6, max_ticks: Optional[int] = None,
-         clip: float = CLIP_ACTIONS, timeout: float = 0.5
-         ) -> tuple[list[str], list[float], np.ndarray, dict[str, int]]:
-    """Replay the ticks (actions clipped to ``clip``, cmd_vel ``timeout`` [s], 0: off);
-    returns (kind, stamp, [N, J] diff) per tick and the counts ``superseded`` (states taken as
-    superseded), ``timeouts`` and ``held_past_timeout`` (see the module docstring)."""
-    asm = ObservationAssembler(robot, clip)
-    if robot.gait_period > 0:
-        asm.gait_phase[:] = (phase_offset * robot.control_dt / robot.gait_period) % 1.0
-    hold = order.to_output(robot.default_joint_pos)
-    sync = IMU_SYNC_PERIODS * robot.control_dt
-    # Recorded state stamps, to see a state the recording lost (a gap of > 1.5 periods).
-    recorded_stamps = np.sort(np.array([e[1] for e in rec.states], dtype=np.float64))
-    state = None  # (stamp, [J] pos, [J] vel, publish time [ns]) of the last recorded state
-    used_stamp, safety = None, None
-    # (publish time [ns], [3]) a cmd_vel published but not yet seen in effect (asm.commands:
-    # in effect, published at vel.since).
-    pending = None
-    vel = _Velocity()
-    # The last IMU readings published, as the node keeps them to pair with a state.
-    recent_imus: deque = deque(maxlen=IMU_READINGS)
-    last_sent: Optional[np.ndarray] = None
-    # [J] the pose of the last state the node accepted (its PASSIVE hold), None: unknown; and
-    # whether the last tick was a fault hold (the node leaves PASSIVE from the measured pose).
-    accepted, faulted = None, False
-    # Whether the last action fed to the observation is the policy's own (not before the first
-    # recorded tick: the recording may have started after the policy).
-    known = False
-    # The recording does not say whether the node faded in (deploy) or started at once
-    # (autostart): up to fade_in_s after entering RL, a tick that differs is not compared.
-    rl_since, fade_in_s = -np.inf, SafetyConfig().fade_in_s
-    # (state, imu) of the states recorded since the last command that got none: superseded
-    # (a backlog worked off at its newest) or answered by commands the recording lost.
-    unanswered: list = []
-    kinds, stamps, diffs = [], [], []
-    counts = {'superseded': 0, 'timeouts': 0, 'held_past_timeout': 0}
+class Replayer:
+    """The policy node replayed on a recording's events (the rules: the module docstring), one
+    method per event kind; :meth:`run` returns the ticks. Actions clipped to ``clip``, the
+    cmd_vel ``timeout`` [s] (0: off), the gait clock started ``phase_offset`` ticks in."""
 
-    def options(story: ObservationAssembler, story_vel: _Velocity, new) -> list:
-        """[(label, [3])] the velocity commands the tick may have seen, the node's own story
-        first: ``new`` (a cmd_vel not yet seen in effect), then the one in effect, with zero
-        from TIMEOUT_SLACK_S before the timeout on (first once it has passed)."""
-        out = [] if new is None else [('new', new[1])]
-        held = ('held', story.commands[0].copy())
-        age = story_vel.age(state[3])
-        if timeout > 0 and age is not None and age > timeout - TIMEOUT_SLACK_S:
-            zero = ('zero', np.zeros(3))
-            return out + ([zero, held] if age > timeout else [held, zero])
+    def __init__(self, rec: Recording, robot: RobotSpec, policy, order: JointOrder,
+                 phase_offset: int = 0, tolerance: float = 1e-6, clip: float = CLIP_ACTIONS,
+                 timeout: float = 0.5):
+        self.rec, self.robot, self.policy, self.order = rec, robot, policy, order
+        self.tolerance, self.timeout = tolerance, timeout
+        self.hold = order.to_output(robot.default_joint_pos)
+        self.sync = IMU_SYNC_PERIODS * robot.control_dt
+        # Recorded state stamps, to see a state the recording lost (a gap of > 1.5 periods).
+        self.recorded_stamps = np.sort(np.array([e[1] for e in rec.states], dtype=np.float64))
+        # The node's story: observation, velocity bookkeeping (``asm.commands``: the cmd_vel in
+        # effect, published at ``vel.since``) and a cmd_vel published, not yet seen in effect.
+        self.asm = ObservationAssembler(robot, clip)
+        if robot.gait_period > 0:
+            self.asm.gait_phase[:] = (phase_offset * robot.control_dt / robot.gait_period) % 1.0
+        self.vel, self.pending = _Velocity(), None
+        self.state: Optional[_Measured] = None  # the last recorded state (None: a bad one)
+        self.used_stamp: Optional[float] = None  # the stamp of the state the last tick acted on
+        self.safety: Optional[str] = None
+        # The last IMU readings published, as the node keeps them to pair with a state.
+        self.recent_imus: deque[_Reading] = deque(maxlen=IMU_READINGS)
+        self.last_sent: Optional[np.ndarray] = None  # [J] the last command sent (spec order)
+        # [J] the pose of the last state the node accepted (its PASSIVE hold), None: unknown;
+        # and whether the last tick was a fault hold (the node leaves PASSIVE from the pose).
+        self.accepted: Optional[np.ndarray] = None
+        self.faulted = False
+        # Whether the last action fed to the observation is the policy's own (not before the
+        # first recorded tick: the recording may have started after the policy).
+        self.known = False
+        # The recording does not say whether the node faded in (deploy) or started at once
+        # (autostart): up to fade_in_s after entering RL, a tick that differs is not compared.
+        self.rl_since, self.fade_in_s = -np.inf, SafetyConfig().fade_in_s
+        # The states recorded since the last command that got none: superseded (a backlog
+        # worked off at its newest) or answered by commands the recording lost.
+        self.unanswered: list[_Unanswered] = []
+        self.ticks = _Ticks(robot.num_joints)
+
+    def run(self, max_ticks: Optional[int] = None) -> _Ticks:
+        """Replay the recording's events (stop after ``max_ticks`` ticks; None: all)."""
+        handlers = {StateEvent: self.on_state, ImuEvent: self.on_imu,
+                    CmdVelEvent: self.on_cmd_vel, SafetyEvent: self.on_safety,
+                    CommandEvent: self.on_command}
+        for event in recording_events(self.rec):
+            handlers[type(event)](event)
+            if isinstance(event, CommandEvent) and max_ticks is not None and \
+                    len(self.ticks.kind) >= max_ticks:
+                break
+        return self.ticks
+
+    def on_state(self, event: StateEvent) -> None:
+        """A joint state: the node's next input (None when the node drops it as bad)."""
+        last = self.state
+        if self.ticks.kind and last is not None and last.stamp != self.used_stamp and \
+                event.stamp > last.stamp:
+            # A newer state came and the last one got no recorded command: which story holds
+            # is decided at the next command.
+            self.unanswered.append(_Unanswered(last, _valid(self._imu_of(last.stamp))))
+        try:
+            pos, vel = self.order.joint_arrays(event.names, event.position, event.velocity)
+            self.state = _Measured(event.stamp, pos, vel, event.t)
+        except BadInput:
+            self.state = None
+
+    def on_imu(self, event: ImuEvent) -> None:
+        """An IMU reading, kept to pair with a state (a bad one too: its tick faults)."""
+        try:
+            reading = _Reading(event.stamp, *imu_arrays(event.orientation,
+                                                        event.angular_velocity))
+        except BadInput:
+            reading = _Reading(event.stamp, None, None)
+        if reading.quat is None or np.isfinite(event.stamp):  # a bad stamp alone: not kept
+            self.recent_imus.append(reading)
+
+    def on_cmd_vel(self, event: CmdVelEvent) -> None:
+        """A cmd_vel: pending until a tick shows it in effect."""
+        self.pending = CmdVelEvent(event.t, np.array(event.command, dtype=np.float64))
+
+    def on_safety(self, event: SafetyEvent) -> None:
+        """A safety state: only ticks in RL are the model's own."""
+        if event.state.strip().upper().startswith('RL') and not _is_rl(self.safety):
+            self.rl_since = event.t  # the command fades in from here (autostart: no fade)
+        self.safety = event.state
+
+    def on_command(self, event: CommandEvent) -> None:
+        """A recorded command: one tick of the node, told by the story it shows, and logged."""
+        recorded, state = event.targets, self.state
+        run, self.unanswered = self.unanswered, []
+        # The policy node acts on a state and the IMU reading of its tick.
+        new_state = state is not None and state.stamp != self.used_stamp
+        reading = self._imu_of(state.stamp) if new_state else Pairing.WAITING
+        imu = _valid(reading)
+        # What the robot was sent, as an action (the next tick's last action).
+        robot = self.robot
+        sent = (self.order.from_output(recorded) - robot.default_joint_pos) / robot.action_scale
+        # Without an IMU reading of its tick (or with a bad one) the node faults and holds
+        # the last accepted pose: this state's with a bad reading, the one before without.
+        fault_pose = state.position if isinstance(reading, _Reading) else \
+            self.accepted if reading is Pairing.MISSED else None
+        diff, lost = None, False
+        if np.array_equal(recorded, self.hold):
+            kind = self._hold()
+        elif imu is None and fault_pose is not None and \
+                self._close(self.order.to_output(fault_pose), recorded):
+            kind = self._fault_hold(fault_pose)
+        elif imu is None:
+            kind = self._unanswerable(recorded, sent, reading)
+        else:
+            kind, diff, lost = self._answer(event, imu, sent, run)
+        self.faulted = kind == 'no_imu'
+        self._log(kind, diff, run, lost)
+        if state is not None:
+            self.used_stamp = state.stamp
+        self.last_sent = self.order.from_output(recorded)
+
+    def _hold(self) -> str:
+        """A recorded default-pose hold: no command from the model."""
+        self.asm.advance(None)
+        self.known = True  # after a hold the policy's last action is 0, as here
+        return 'hold'
+
+    def _fault_hold(self, pose: np.ndarray) -> str:
+        """A fault hold (damping) at ``pose``: no command from the model."""
+        self.asm.advance(None)
+        self.known = True
+        self.accepted = pose
+        return 'no_imu'
+
+    def _unanswerable(self, recorded: np.ndarray, sent: np.ndarray,
+                      reading: _Reading | Pairing) -> str:
+        """A command that answered a state or reading the recording lost."""
+        self.asm.advance(sent)
+        self.known = not _shaped(self.robot, self.order.from_output(recorded), self.last_sent)
+        self.accepted = self.state.position if reading is not Pairing.WAITING else None
+        return 'skipped'
+
+    def _answer(self, event: CommandEvent, imu: _Reading, sent: np.ndarray,
+                run: list[_Unanswered]) -> tuple[str, Optional[np.ndarray], bool]:
+        """A tick the model answered: (kind, diff or None, whether the run's commands were lost)
+        under the story that reproduces the command (the node's own, else one in which the
+        recording lost the run's commands; when none does, the node's own)."""
+        recorded, state = event.targets, self.state
+        # Leaving PASSIVE (the first command, after a fault), the rate limit starts from the
+        # measured pose (PolicyController restarts its shaper there), else from the last sent.
+        passive = self.faulted or (self.safety or '').strip().upper().startswith('PASSIVE')
+        pose = np.clip(state.position, self.robot.joint_lower, self.robot.joint_upper)
+        origin = pose if self.last_sent is None or passive else self.last_sent
+        was_timed_out = self.vel.timed_out
+        story = _Story(self.asm, self.vel, self.pending, origin)
+        trial = self._trial(story, imu, recorded)
+        found = None if trial.hits or not run else \
+            self._lost_commands(story, run, imu, recorded, pose, passive)
+        if found is not None:
+            story, trial = found
+        self.asm, self.vel, self.pending = story.asm, story.vel, story.pending
+        matched, outcome = bool(trial.hits), trial.outcomes[trial.pick]
+        self._velocity_seen(trial.options[trial.pick].label, matched, state.t)
+        self.ticks.timeouts += self.vel.timed_out and not was_timed_out
+        kind, diff = self._judge(event, outcome.target, matched)
+        # A matching tick continues with its own action (exact, even when clamped), a
+        # differing one with what was sent, so one difference does not propagate.
+        self.asm.advance(outcome.action if matched else sent)
+        self.known = matched or not _shaped(self.robot, self.order.from_output(recorded),
+                                            story.origin)
+        self.accepted = state.position
+        return kind, diff, found is not None
+
+    def _lost_commands(self, own: _Story, run: list[_Unanswered], imu: _Reading,
+                       recorded: np.ndarray, pose: np.ndarray, passive: bool
+                       ) -> Optional[tuple[_Story, _Trial]]:
+        """Not as superseded: as answered (the recording lost the run's commands), the first
+        such story that reproduces this command and its trial (None: none does). A pending
+        cmd_vel may have been in effect from the run's start, and a run past the cmd_vel
+        timeout may have seen zero or the command held."""
+        for effect in [None] if own.pending is None else [None, own.pending]:
+            start = own.vel if effect is None else _Velocity(effect.t)
+            for zero_from in _zero_froms(run, start, self.timeout):
+                story = self._answered(own, run, effect, zero_from)
+                story.origin = pose if story.origin is None or passive else story.origin
+                trial = self._trial(story, imu, recorded)
+                if trial.hits:
+                    return story, trial
+        return None
+
+    def _answered(self, own: _Story, run: list[_Unanswered], command: Optional[CmdVelEvent],
+                  zero_from: Optional[int]) -> _Story:
+        """The story in which the node answered every state of ``run`` and the recording lost
+        those commands: ``own`` copied (its velocity command ``command`` from the run's first
+        state on, None: the one in effect; zero by the cmd_vel timeout from the run's state
+        ``zero_from`` on, None: not) moved on one tick per state with its recomputed action (0
+        when its IMU reading was not recorded); its origin the last of those targets (None:
+        unknown)."""
+        asm, vel, origin = _clone(own.asm), own.vel, own.origin
+        if command is not None:
+            asm.set_command(command.command)
+            vel = _Velocity(command.t)
+        for k, unanswered in enumerate(run):
+            if k == zero_from:
+                asm.set_command(np.zeros(3))
+                vel = _Velocity(vel.since, True)
+            tried = None if unanswered.imu is None else \
+                self._act(asm, unanswered.state, unanswered.imu, asm.commands[0], origin)
+            asm.advance(None if tried is None else tried.action)
+            origin = None if tried is None else self.order.from_output(tried.target)
+        return _Story(asm, vel, own.pending if command is None else None, origin)
+
+    def _trial(self, story: _Story, imu: _Reading, recorded: np.ndarray) -> _Trial:
+        """``story`` tried on this tick under each velocity command it may have seen."""
+        options = self._options(story)
+        outcomes = [self._act(story.asm, self.state, imu, option.command, story.origin)
+                    for option in options]
+        hits = [k for k, out in enumerate(outcomes) if self._close(out.target, recorded)]
+        return _Trial(options, outcomes, hits)
+
+    def _options(self, story: _Story) -> list[_Option]:
+        """The velocity commands this tick may have seen under ``story``, the node's own story
+        first: the pending cmd_vel (a reliable message may wait for a repair), then the one in
+        effect, with zero from TIMEOUT_SLACK_S before the timeout on (first once it passed)."""
+        out = [] if story.pending is None else [_Option('new', story.pending.command)]
+        held = _Option('held', story.asm.commands[0].copy())
+        age = story.vel.age(self.state.t)
+        if self.timeout > 0 and age is not None and age > self.timeout - TIMEOUT_SLACK_S:
+            zero = _Option('zero', np.zeros(3))
+            return out + ([zero, held] if age > self.timeout else [held, zero])
         return out + [held]
 
-    def tries_under(story: ObservationAssembler, opts: list, origin):
-        """[(action, target)] under each of ``opts``, and the indices of those matching the
-        recorded command."""
-        out = [_act(story, robot, policy, order, state, imu, c, origin) for _, c in opts]
-        return out, [k for k, (_, tgt) in enumerate(out)
-                     if np.abs(tgt - recorded).max() <= tolerance]
+    def _act(self, asm: ObservationAssembler, state: _Measured, imu: _Reading,
+             command: np.ndarray, origin: Optional[np.ndarray]) -> _Outcome:
+        """The model on one tick under velocity ``command``; ``origin`` the previous command
+        sent ([J] spec order, None: unknown), the rate limit's origin."""
+        saved = asm.commands.copy()
+        asm.set_command(command)
+        # obs -> action clipped to the model's action_clip -> target = q0 + scale * a, shaped
+        # (joint limits, maximum change per tick) exactly as PolicyController does in RL
+        # (after the fade-in).
+        clip = asm.action_clip
+        obs = asm.observe(state.position, state.velocity, imu.quat, imu.gyro)
+        action = np.clip(self.policy(obs), -clip, clip)
+        asm.commands[:] = saved
+        shaper = CommandShaper(self.robot)
+        if origin is not None:
+            shaper.restart(origin)
+        target, _ = shaper.shape(self.robot.default_joint_pos + self.robot.action_scale * action)
+        return _Outcome(action, self.order.to_output(target))
 
-    def paired(s) -> Optional[tuple]:
-        """The valid IMU reading the node pairs with state ``s`` (None: none or a bad one)."""
-        reading = _imu_of(recent_imus, s[0], sync)
-        return reading if isinstance(reading, tuple) and reading[1] is not None else None
+    def _velocity_seen(self, label: str, matched: bool, t: int) -> None:
+        """Move the velocity bookkeeping on by the option the tick shows (``label``), at the
+        state's publish time ``t`` [ns]."""
+        age = self.vel.age(t)
+        if label == 'new':
+            self.asm.set_command(self.pending.command)  # seen in effect (or nothing matches)
+            self.vel, self.pending = _Velocity(self.pending.t), None
+        elif label == 'zero' and matched:
+            # Timed out: zero until the next cmd_vel (on evidence only: a tick that differs
+            # for another reason must not end the command for good).
+            self.asm.set_command(np.zeros(3))
+            self.vel = _Velocity(self.vel.since, True)
+        elif matched and self.timeout > 0 and age is not None and \
+                age > self.timeout + TIMEOUT_SLACK_S:
+            self.ticks.held_past_timeout += 1
 
-    for t, kind, e in _events(rec):
-        if kind == 0:
-            if kinds and state is not None and state[0] != used_stamp and e[1] > state[0]:
-                # A newer state came and the last one got no recorded command: which story
-                # holds is decided at the next command.
-                unanswered.append((state, paired(state)))
-            try:
-                state = (e[1], *order.joint_arrays(e[2], e[3], e[4]), t)
-            except BadInput:
-                state = None
-        elif kind == 1:
-            try:
-                reading = (e[1], *imu_arrays(e[2], e[3]))
-            except BadInput:
-                reading = (e[1], None, None)  # the node keeps it: its tick faults
-            if reading[1] is None or np.isfinite(e[1]):  # a bad stamp alone: not kept
-                recent_imus.append(reading)
-        elif kind == 2:
-            pending = (t, np.array(e[1], dtype=np.float64))
-        elif kind == 3:
-            if e[1].strip().upper().startswith('RL') and not _is_rl(safety):
-                rl_since = t  # the command fades in from here (autostart: no fade)
-            safety = e[1]
+    def _judge(self, event: CommandEvent, target: np.ndarray, matched: bool
+               ) -> tuple[str, Optional[np.ndarray]]:
+        """(kind, diff or None) of an answered tick whose model target is ``target``."""
+        stamp = self.state.stamp
+        # In the fade-in window a tick counts only if it matches unfaded (autostart).
+        fading = event.t - self.rl_since < self.fade_in_s and not matched
+        rl = self.safety is None or (_is_rl(self.safety) and not fading)
+        # A recorded state more than 1.5 periods after this one: the recording lost the
+        # state(s) between, and a command that does not match may answer one.
+        later = self.recorded_stamps[np.searchsorted(self.recorded_stamps, stamp, 'right'):]
+        gap = later.size > 0 and later[0] - stamp > 1.5 * self.robot.control_dt
+        if not matched and (not self.known or gap):
+            # The last action is not the policy's own (the first recorded tick, one after a
+            # command the shaping had cut) or the command may answer a state the recording
+            # lost: this tick cannot be judged.
+            return 'skipped', None
+        if not rl:
+            return 'not_rl', None
+        return 'compared', np.abs(target - event.targets)
+
+    def _log(self, kind: str, diff: Optional[np.ndarray], run: list[_Unanswered],
+             lost: bool) -> None:
+        """The tick, after the run before it: ticks whose command was lost, or superseded."""
+        if lost:
+            for unanswered in run:
+                self.ticks.add('missing', unanswered.state.stamp)
         else:
-            recorded, run, unanswered = e[1], unanswered, []
-            diff = np.full(robot.num_joints, np.nan)
-            lost = False  # whether the run's commands were lost (else it was superseded)
-            # The policy node acts on a state and the IMU reading of its tick.
-            new_state = state is not None and state[0] != used_stamp
-            reading = _imu_of(recent_imus, state[0], sync) if new_state else None
-            imu = reading if isinstance(reading, tuple) and reading[1] is not None else None
-            # What the robot was sent, as an action (the next tick's last action).
-            sent = (order.from_output(recorded) - robot.default_joint_pos) / robot.action_scale
-            # Without an IMU reading of its tick (or with a bad one) the node faults and holds
-            # the last accepted pose: this state's with a bad reading, the one before without.
-            fault_pose = state[1] if isinstance(reading, tuple) else \
-                accepted if reading is False else None
-            if np.array_equal(recorded, hold):
-                tick = 'hold'
-                asm.advance(None)
-                known = True  # after a hold the policy's last action is 0, as here
-            elif imu is None and fault_pose is not None and \
-                    np.abs(order.to_output(fault_pose) - recorded).max() <= tolerance:
-                tick = 'no_imu'  # a fault hold (damping): no command from the model
-                asm.advance(None)
-                known = True
-                accepted = fault_pose
-            elif imu is None:
-                tick = 'skipped'  # the state or reading this command answered was not recorded
-                asm.advance(sent)
-                known = not _shaped(robot, order.from_output(recorded), last_sent)
-                accepted = state[1] if new_state and reading is not None else None
-            else:
-                # Leaving PASSIVE (the first command, after a fault), the rate limit starts
-                # from the measured pose (PolicyController restarts its shaper there), else
-                # from the last sent.
-                passive = faulted or (safety or '').strip().upper().startswith('PASSIVE')
-                pose = np.clip(state[1], robot.joint_lower, robot.joint_upper)
-                if last_sent is None or passive:
-                    last_sent = pose
-                # A published cmd_vel reaches the policy node some time later (a reliable
-                # message may wait for a repair): until a tick shows the new command in
-                # effect, each tick is tried with the new one, then the one before it (and
-                # around the cmd_vel timeout with zero).
-                was_timed_out = vel.timed_out
-                opts = options(asm, vel, pending)
-                tries, hits = tries_under(asm, opts, last_sent)
-                # Not as superseded: as answered (commands lost), if that reproduces this
-                # command; a pending cmd_vel may have been in effect from the run's start, and
-                # a run past the cmd_vel timeout may have seen zero or the command held.
-                for effect in ([] if hits or not run else [None] if pending is None
-                               else [None, pending]):
-                    start = vel if effect is None else _Velocity(effect[0])
-                    for zero_from in _zero_froms(run, start, timeout):
-                        other, other_vel, origin = _answered(asm, vel, robot, policy, order,
-                                                             run, last_sent, effect, zero_from)
-                        origin = pose if origin is None or passive else origin
-                        new = pending if effect is None else None
-                        other_opts = options(other, other_vel, new)
-                        other_tries, other_hits = tries_under(other, other_opts, origin)
-                        if other_hits:
-                            lost, asm, vel, last_sent = True, other, other_vel, origin
-                            pending, opts, tries, hits = new, other_opts, other_tries, other_hits
-                            break
-                    if lost:
-                        break
-                matched = bool(hits)
-                # The story the tick shows (or, when nothing matches, the node's own).
-                pick = hits[0] if hits else 0
-                action, target = tries[pick]
-                label = opts[pick][0]
-                age = vel.age(state[3])
-                if label == 'new':
-                    asm.set_command(pending[1])  # seen in effect (or nothing matches anyway)
-                    vel, pending = _Velocity(pending[0]), None
-                elif label == 'zero' and matched:
-                    # Timed out: zero until the next cmd_vel (on evidence only: a tick that
-                    # differs for another reason must not end the command for good).
-                    asm.set_command(np.zeros(3))
-                    vel = _Velocity(vel.since, True)
-                elif matched and timeout > 0 and age is not None and \
-                        age > timeout + TIMEOUT_SLACK_S:
-                    counts['held_past_timeout'] += 1
-                counts['timeouts'] += vel.timed_out and not was_timed_out
-                # In the fade-in window a tick counts only if it matches unfaded (autostart).
-                fading = t - rl_since < fade_in_s and not matched
-                rl = safety is None or (_is_rl(safety) and not fading)
-                # A recorded state more than 1.5 periods after this one: the recording lost
-                # the state(s) between, and a command that does not match may answer one.
-                later = recorded_stamps[np.searchsorted(recorded_stamps, state[0], 'right'):]
-                gap = later.size > 0 and later[0] - state[0] > 1.5 * robot.control_dt
-                if not matched and (not known or gap):
-                    # The last action is not the policy's own (the first recorded tick, one
-                    # after a command the shaping had cut) or the command may answer a state
-                    # the recording lost: this tick cannot be judged.
-                    tick = 'skipped'
-                else:
-                    tick = 'compared' if rl else 'not_rl'
-                    if rl:
-                        diff = np.abs(target - recorded)
-                # A matching tick continues with its own action (exact, even when clamped),
-                # a differing one with what was sent, so one difference does not propagate.
-                asm.advance(action if matched else sent)
-                known = matched or not _shaped(robot, order.from_output(recorded), last_sent)
-                accepted = state[1]
-            faulted = tick == 'no_imu'
-            # The run before this command: ticks whose command was lost, or superseded states.
-            if lost:
-                kinds += ['missing'] * len(run)
-                stamps += [s[0] for s, _ in run]
-                diffs += [np.full(robot.num_joints, np.nan)] * len(run)
-            else:
-                counts['superseded'] += len(run)
-            kinds.append(tick)
-            stamps.append(state[0] if state is not None else float('nan'))
-            diffs.append(diff)
-            if state is not None:
-                used_stamp = state[0]
-            last_sent = order.from_output(recorded)
-            if max_ticks is not None and len(kinds) >= max_ticks:
-                break
-    return kinds, stamps, np.array(diffs).reshape(-1, robot.num_joints), counts
+            self.ticks.superseded += len(run)
+        self.ticks.add(kind, self.state.stamp if self.state is not None else float('nan'), diff)
+
+    def _imu_of(self, stamp: float) -> _Reading | Pairing:
+        """The IMU reading the node pairs with the joint state stamped ``stamp`` (as
+        ``PolicyController._imu_for``): of the recent readings, oldest first, the newest
+        stamped within +-sync (a later one of equal stamp wins); WAITING when none stamped
+        after ``stamp - sync`` came yet; MISSED when none of this tick came although newer
+        ones did (the node faults)."""
+        readings = self.recent_imus
+        if not readings or max(r.stamp for r in readings) < stamp - self.sync:
+            return Pairing.WAITING
+        best = None
+        for reading in readings:
+            if abs(reading.stamp - stamp) <= self.sync and \
+                    (best is None or reading.stamp >= best.stamp):
+                best = reading
+        return Pairing.MISSED if best is None else best
+
+    def _close(self, target: np.ndarray, recorded: np.ndarray) -> bool:
+        """Whether [J] ``target`` reproduces the recorded command within the tolerance."""
+        return bool(np.abs(target - recorded).max() <= self.tolerance)
 
 
 def action_clip_of(policy) -> float:
@@ -599,27 +819,29 @@ def replay_actions(rec: Recording, robot: RobotSpec, policy, model_version: str 
                          'cmd_vel_timeout_s, a finite number >= 0 [s] (0: off)')
     order = JointOrder(robot, rec.joints or None)
     clip = action_clip_of(policy)
+
+    def replayer(phase_offset: int) -> Replayer:
+        return Replayer(rec, robot, policy, order, phase_offset, tolerance, clip,
+                        cmd_vel_timeout_s)
     offset = 0
     if robot.gait_period > 0:
         # The gait clock offset whose first ticks match the recording best (0 when the
         # recording holds the policy's first output).
         period = max(1, round(robot.gait_period / robot.control_dt))
-        probe = 2 * period
 
         def matches(k: int) -> int:
-            d = np.nan_to_num(_run(rec, robot, policy, order, k, tolerance, probe, clip,
-                                   cmd_vel_timeout_s)[2], nan=1.0)
+            d = np.nan_to_num(replayer(k).run(2 * period).diffs(), nan=1.0)
             return int((d.max(axis=1) <= tolerance).sum())
         # Most matching ticks wins; 0 unless another offset matches strictly better (a model
         # that never matches, e.g. another one, keeps the recording's own start).
         scores = [matches(k) for k in range(period)]
         offset = int(np.argmax(scores))
-    kinds, stamps, diffs, counts = _run(rec, robot, policy, order, offset, tolerance, None,
-                                        clip, cmd_vel_timeout_s)
+    ticks = replayer(offset).run()
     versions = list(dict.fromkeys(v for _, v in rec.versions))
-    return ActionReplay(kinds, np.asarray(stamps), diffs, order.output, offset, tolerance,
-                        versions, model_version, counts['superseded'], cmd_vel_timeout_s,
-                        counts['timeouts'], counts['held_past_timeout'])
+    return ActionReplay(ticks.kind, np.asarray(ticks.stamp), ticks.diffs(), order.output, offset,
+                        tolerance, versions, model_version, superseded=ticks.superseded,
+                        cmd_vel_timeout=cmd_vel_timeout_s, timeouts=ticks.timeouts,
+                        held_past_timeout=ticks.held_past_timeout)
 
 
 @dataclass
@@ -643,24 +865,26 @@ class SimComparison:
                 f'({self.joints[worst]})')
 
 
-def _initial_state(sim: SimSession, rec: Recording, order: JointOrder, first) -> None:
+def _initial_state(sim: SimSession, rec: Recording, order: JointOrder, first: StateEvent
+                   ) -> None:
     """Write the recorded state ``first`` (and the odom/IMU trunk state) into the sim world."""
     p = sim.physics
-    pos, vel = order.joint_arrays(first[2], first[3], first[4])
+    pos, vel = order.joint_arrays(first.names, first.position, first.velocity)
     qpos = p.standing_qpos.copy()
     qvel = np.zeros(p.qvel.shape[1])
-    odom = [o for o in rec.odom if o[1] == first[1]]
-    imu = [i for i in rec.imus if i[1] == first[1]]
+    odom = [o for o in rec.odom if o[1] == first.stamp]
+    imu = [ImuEvent(*i) for i in rec.imus if i[1] == first.stamp]
     if odom:
-        qpos[0:3], qpos[3:7] = odom[0][2], odom[0][3]
+        _, _, position, quat, linear, angular = odom[0]
+        qpos[0:3], qpos[3:7] = position, quat
         # Free joint: world-frame linear velocity (rotate the body-frame one), body angular.
-        w, x, y, z = odom[0][3]
+        w, x, y, z = quat
         rot = np.array([[1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)],
                         [2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)],
                         [2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)]])
-        qvel[0:3], qvel[3:6] = rot @ odom[0][4], odom[0][5]
+        qvel[0:3], qvel[3:6] = rot @ linear, angular
     elif imu:
-        qpos[3:7] = imu_arrays(imu[0][2], imu[0][3])[0]
+        qpos[3:7] = imu_arrays(imu[0].orientation, imu[0].angular_velocity)[0]
     qpos[p.qadr], qvel[p.vadr] = pos, vel
     sim.set_state(qpos, qvel)
 
@@ -669,9 +893,9 @@ def compare_sim(rec: Recording, robot: RobotSpec, seconds: Optional[float] = Non
                 ) -> SimComparison:
     """Drive a nominal MuJoCo world with the recorded commands from the first recorded state."""
     order = JointOrder(robot, rec.joints or None)
-    events = _events(rec)
-    first_cmd = next(i for i, e in enumerate(events) if e[1] == 4)
-    first = [e[2] for e in events[:first_cmd] if e[1] == 0]
+    events = recording_events(rec)
+    first_cmd = next(i for i, e in enumerate(events) if isinstance(e, CommandEvent))
+    first = [e for e in events[:first_cmd] if isinstance(e, StateEvent)]
     if not first:
         raise ValueError('no joint_states recorded before the first command: nothing to start '
                          'the simulation from')
@@ -679,22 +903,22 @@ def compare_sim(rec: Recording, robot: RobotSpec, seconds: Optional[float] = Non
     sim = SimSession(robot, EnvConfig(num_envs=1))
     try:
         _initial_state(sim, rec, order, start)
-        t, recorded, simulated = [start[1]], [order.joint_arrays(*start[2:5])[0]], \
+        t, recorded, simulated = [start.stamp], [_joint_pos(order, start)], \
             [sim.readings().joint_pos]
         sent: list[np.ndarray] = []
-        last = order.from_output(events[first_cmd][2][1])
-        for _, kind, e in events[first_cmd:]:
-            if kind == 4:
-                sent.append(order.from_output(e[1]))
-            elif kind == 0 and e[1] > t[-1] + 0.5 * robot.control_dt:
+        last = order.from_output(events[first_cmd].targets)
+        for e in events[first_cmd:]:
+            if isinstance(e, CommandEvent):
+                sent.append(order.from_output(e.targets))
+            elif isinstance(e, StateEvent) and e.stamp > t[-1] + 0.5 * robot.control_dt:
                 # The next recorded state, n control periods later: n steps, each with the
                 # next command sent meanwhile (the last one again if commands were lost).
-                for k in range(max(1, round((e[1] - t[-1]) / robot.control_dt))):
+                for k in range(max(1, round((e.stamp - t[-1]) / robot.control_dt))):
                     last = sent[k] if k < len(sent) else last
                     sim.step(np.clip(last, robot.joint_lower, robot.joint_upper))
                 sent = []
-                t.append(e[1])
-                recorded.append(order.joint_arrays(e[2], e[3], e[4])[0])
+                t.append(e.stamp)
+                recorded.append(_joint_pos(order, e))
                 simulated.append(sim.readings().joint_pos)
                 if seconds is not None and t[-1] - t[0] >= seconds:
                     break
@@ -702,6 +926,11 @@ def compare_sim(rec: Recording, robot: RobotSpec, seconds: Optional[float] = Non
         sim.close()
     return SimComparison(np.asarray(t), np.asarray(recorded), np.asarray(simulated),
                          list(robot.joint_names))
+
+
+def _joint_pos(order: JointOrder, state: StateEvent) -> np.ndarray:
+    """[J] joint positions (spec order) of a recorded state."""
+    return order.joint_arrays(state.names, state.position, state.velocity)[0]
 
 
 def plot_comparison(cmp: SimComparison, path: str | Path, title: str = '') -> Path:
