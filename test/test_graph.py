@@ -262,7 +262,8 @@ def test_train_graph_is_a_trainer_pushing_to_n_actors_and_the_control_loop():
     assert trainer.parameters['push_targets'] == ['actor_0', 'actor_1', 'actor_2',
                                                   'policy_node']
     assert trainer.parameters['chunks_per_iteration'] == 3
-    assert [a.parameters['seed'] for a in actors] == [0, 1, 2]
+    # Actor seeds follow the config's runner.seed (train_ppo.yaml: 1), distinct per actor.
+    assert [a.parameters['seed'] for a in actors] == [1000, 1001, 1002]
     assert {a.parameters['num_envs'] for a in actors} == {64}
     # The control loop: realtime sim on the training env, the policy node on its clock; the
     # robot is the config's unless the robot argument names another.
@@ -289,6 +290,18 @@ def test_train_graph_is_a_trainer_pushing_to_n_actors_and_the_control_loop():
     for bad in ('-1', 'soon', 'nan'):
         with pytest.raises(ConfigError, match='time_budget.*not a number of seconds >= 0'):
             resolve(GRAPHS['train'], {'time_budget': bad})
+
+
+def test_train_graph_actor_seeds_follow_the_configs_runner_seed(tmp_path):
+    """Three seeds of the live job must not share their actors' env randomness."""
+    seeds = {}
+    for run_seed in (1, 2, 3):
+        config = tmp_path / f'seed{run_seed}.yaml'
+        config.write_text(f'runner:\n  seed: {run_seed}\n')
+        _, *actors, _, _ = resolve(GRAPHS['train'], {'actors': '2', 'config': str(config)})
+        seeds[run_seed] = [a.parameters['seed'] for a in actors]
+    flat = [s for v in seeds.values() for s in v]
+    assert len(set(flat)) == len(flat), seeds
 
 
 def test_train_graph_control_actor_makes_the_loop_an_actor():

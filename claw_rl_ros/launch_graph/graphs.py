@@ -154,7 +154,8 @@ def _train(values: Mapping[str, str]) -> list[NodeEntry]:
         'resume': to_bool(values, 'resume', source),
         'teacher': existing_path(values, 'teacher', source)})
     nodes = [trainer] + [NodeEntry('actor_node', name, parameters={
-        'config': values['config'], 'robot': robot, 'num_envs': worlds, 'seed': i,
+        'config': values['config'], 'robot': robot, 'num_envs': worlds,
+        'seed': actor_seed(train_cfg.runner.seed, i),
         'chunks_in_flight': in_flight}) for i, name in enumerate(names)]
     if loop:
         # The control loop as in deployment, on the training env (randomisation and noise as
@@ -189,6 +190,16 @@ def _control_actor(values: Mapping[str, str], source: str, loop: bool, worlds: i
                           f'(worlds {worlds}): their chunks start iterations, the loop\'s '
                           '1-world chunks only join them')
     return actor_loop
+
+
+def actor_seed(run_seed: int, index: int) -> int:
+    """The env seed of actor ``index`` in a run seeded ``run_seed`` (the config's
+    ``runner.seed``): distinct per actor, and per run seed for up to ACTOR_SEED_STRIDE actors,
+    so runs of different seeds never share an actor's env randomness."""
+    return run_seed * ACTOR_SEED_STRIDE + index
+
+
+ACTOR_SEED_STRIDE = 1000
 
 
 # The deploy graph: the policy node alone on a real robot's ros2_control controllers.
