@@ -111,7 +111,7 @@ def test_partial_mappings_merge_into_the_defaults(tmp_path):
 
 
 def test_set_override_of_one_reward_scale_keeps_the_others():
-    from claw_rl_ros.commands.train import parse_overrides
+    from claw_rl_ros.core.learning.train_config import parse_overrides
     from claw_rl_ros.core.learning.train_config import load_train_config
     cfg = load_train_config('train_ppo.yaml',
                             parse_overrides(['env.rewards.scales.termination=-5']))

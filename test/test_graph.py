@@ -14,6 +14,8 @@ import yaml
 
 from claw_rl_ros.core import paths
 from claw_rl_ros.core.config import ConfigError
+from claw_rl_ros.core.learning.train_config import load_train_config, split_overrides
+from claw_rl_ros.core.sim.sim_session import env_section
 from claw_rl_ros.launch_graph import EXECUTABLES, Graph, GRAPHS, NodeEntry, resolve, ros_command
 from claw_rl_ros.launch_graph.description import (Argument, inline_params_yaml,
                                                   node_pattern_matches, normalize_namespace)
@@ -302,6 +304,26 @@ def test_train_graph_actor_seeds_follow_the_configs_runner_seed(tmp_path):
         seeds[run_seed] = [a.parameters['seed'] for a in actors]
     flat = [s for v in seeds.values() for s in v]
     assert len(set(flat)) == len(flat), seeds
+
+
+def test_train_graph_set_is_checked_once_and_reaches_every_node(tmp_path):
+    """`set` (claw-rl train --set) is parsed once, refused by key, and given to the trainer,
+    the actors and the control loop, so all of them train and act on the same config."""
+    text = "runner.seed=7 env.num_envs=32 'env.commands.lin_vel_x=[0.5, 0.5]'"
+    trainer, *actors, sim, policy = resolve(GRAPHS['train'], {'actors': '2', 'set': text})
+    assert trainer.parameters['overrides'] == text and sim.parameters['overrides'] == text
+    assert [a.parameters['overrides'] for a in actors] == [text, text]
+    assert [a.parameters['seed'] for a in actors] == [7000, 7001]  # the graph read them too
+    assert split_overrides(text) == {'runner': {'seed': 7}, 'env': {
+        'num_envs': 32, 'commands': {'lin_vel_x': [0.5, 0.5]}}}
+    for bad, words in (('runner.no_such_key=1', 'no_such_key'), ('runner.seed', 'KEY=VALUE'),
+                       ("'unclosed", 'KEY=VALUE')):
+        with pytest.raises(ConfigError, match=words):
+            resolve(GRAPHS['train'], {'set': bad})
+    # The nodes apply it with the same function the graph used.
+    assert load_train_config('train_ppo.yaml', split_overrides(text)).env.num_envs == 32
+    assert env_section(str(paths.config_path('train_ppo.yaml')),
+                       split_overrides(text)).commands.lin_vel_x == (0.5, 0.5)
 
 
 def test_train_graph_control_actor_makes_the_loop_an_actor():

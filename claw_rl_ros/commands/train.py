@@ -25,7 +25,7 @@ import yaml
 from ..core.learning import checkpoint as ckpt
 from ..core.config import ConfigError, from_dict, load_yaml, to_dict
 from ..core.io import atomic_write_bytes
-from ..core.learning.train_config import load_train_config, TrainConfig
+from ..core.learning.train_config import load_train_config, parse_overrides, TrainConfig
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -46,21 +46,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         '(VALUE is YAML)')
     p.add_argument('--no-export', action='store_true', help='skip the ONNX export at the end')
     p.set_defaults(func=run_train)
-
-
-def parse_overrides(items: list[str]) -> dict[str, Any]:
-    """``['a.b=1', 'c=[1, 2]']`` -> ``{'a': {'b': 1}, 'c': [1, 2]}`` (values parsed as YAML)."""
-    out: dict[str, Any] = {}
-    for item in items:
-        key, sep, value = item.partition('=')
-        if not sep or not key:
-            raise ConfigError('--set', item, 'expected KEY=VALUE, e.g. runner.max_iterations=10')
-        node = out
-        parts = key.split('.')
-        for part in parts[:-1]:
-            node = node.setdefault(part, {})
-        node[parts[-1]] = yaml.safe_load(value)
-    return out
 
 
 def resolve_config(args: argparse.Namespace) -> tuple[TrainConfig, Path, Path | None]:

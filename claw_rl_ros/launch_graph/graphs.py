@@ -21,7 +21,7 @@ from typing import Mapping
 
 from ..core import paths
 from ..core.config import ConfigError
-from ..core.learning.train_config import load_train_config
+from ..core.learning.train_config import load_train_config, split_overrides
 from .description import (Argument, existing_path, Graph, NodeEntry, robot_argument, to_bool)
 
 ROBOT = Argument('robot', 'claw_quadruped',
@@ -77,6 +77,10 @@ RESUME = Argument('resume', 'false', "continue run_dir's newest checkpoint (fals
                   'run_dir that has one)', ('true', 'false'))
 TEACHER = Argument('teacher', '', 'checkpoint of a frozen OPD teacher (empty: the config\'s '
                    'distillation settings)')
+SET = Argument('set', '', 'config overrides as `claw-rl train --set` takes them, KEY=VALUE '
+               'separated by spaces (e.g. runner.seed=2 env.num_envs=64, shell quotes for a '
+               'value with spaces); checked once here, applied by the trainer, the actors and '
+               'the control loop alike')
 TIME_BUDGET = Argument('time_budget', '0', "training wall time in seconds (0 = the config's "
                        'runner.time_budget_s)')
 TRAIN_ROBOT = Argument('robot', '', 'robot name or robot YAML path for trainer, actors and the '
@@ -137,7 +141,8 @@ def _train(values: Mapping[str, str]) -> list[NodeEntry]:
     names = [f'actor_{i}' for i in range(actors)]
     config = paths.config_path(values['config'])
     loop = to_bool(values, 'control_loop', source)
-    train_cfg = load_train_config(config)
+    overrides = values['set'].strip()
+    train_cfg = load_train_config(config, split_overrides(overrides))  # refused here, by key
     robot = robot_argument(values['robot']) if values['robot'] else train_cfg.env.robot
     actor_loop = _control_actor(values, source, loop, worlds or train_cfg.env.num_envs,
                                 train_cfg.algorithm)
@@ -152,10 +157,10 @@ def _train(values: Mapping[str, str]) -> list[NodeEntry]:
         'min_chunk_envs': 2 if actor_loop else 1,
         'loop_chunk_topic': LOOP_CHUNK_TOPIC if actor_loop else '',
         'resume': to_bool(values, 'resume', source),
-        'teacher': existing_path(values, 'teacher', source)})
+        'teacher': existing_path(values, 'teacher', source), 'overrides': overrides})
     nodes = [trainer] + [NodeEntry('actor_node', name, parameters={
         'config': values['config'], 'robot': robot, 'num_envs': worlds,
-        'seed': actor_seed(train_cfg.runner.seed, i),
+        'seed': actor_seed(train_cfg.runner.seed, i), 'overrides': overrides,
         'chunks_in_flight': in_flight}) for i, name in enumerate(names)]
     if loop:
         # The control loop as in deployment, on the training env (randomisation and noise as
@@ -163,7 +168,8 @@ def _train(values: Mapping[str, str]) -> list[NodeEntry]:
         # As an actor (training mode) it also pushes, as the env does, and samples actions.
         nodes += [NodeEntry('sim_node', 'sim_node', param_files=('sim_node.yaml',), parameters={
             'robot': robot, 'mode': values['mode'], 'publish_clock': True,
-            'env_config': str(config.resolve()), 'randomization': True, 'noise': True,
+            'env_config': str(config.resolve()), 'overrides': overrides,
+            'randomization': True, 'noise': True,
             'training': actor_loop, 'pushes': actor_loop, 'chunk_topic': LOOP_CHUNK_TOPIC,
             'real_time_factor': _number(
                 values, 'real_time_factor', source, lambda v: v > 0,
@@ -293,6 +299,6 @@ GRAPHS: dict[str, Graph] = {graph.name: graph for graph in (
           'each new student back to them and to the realtime control loop (sim_node + '
           'policy_node)', (CONFIG, ACTORS, WORLDS, RUN_DIR, RESUME, TEACHER, TIME_BUDGET,
                            OVERLAP, TRAIN_ROBOT, CONTROL_LOOP, LOOP_SPEED, CONTROL_ACTOR, MODE,
-                           NAMESPACE),
+                           NAMESPACE, SET),
           _train),
 )}

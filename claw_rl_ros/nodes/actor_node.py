@@ -32,7 +32,7 @@ from rclpy.node import Node
 from std_msgs.msg import String, UInt8MultiArray
 
 from ..core.deploy.model_swap import DEFAULT_MAX_MODEL_BYTES, ModelCache, ModelRejected
-from ..core.learning.train_config import load_train_config
+from ..core.learning.train_config import load_train_config, split_overrides
 from ..core.live.batched_actor import BatchedActor, OnnxBehaviour
 from ..core.live.rollout_chunk import encode_chunk
 from ..core.sim.env import VecLocomotionEnv
@@ -46,7 +46,9 @@ class ActorNode(Node):
 
     def __init__(self):
         super().__init__('actor')
-        cfg = load_train_config(self.declare_parameter('config', 'train_ppo.yaml').value)
+        config = self.declare_parameter('config', 'train_ppo.yaml').value
+        overrides = self.declare_parameter('overrides', '').value  # the train graph's `set`
+        cfg = load_train_config(config, split_overrides(overrides, 'overrides'))
         robot = self.declare_parameter('robot', '').value
         num_envs = self.declare_parameter('num_envs', 0).value
         seed = self.declare_parameter('seed', 0).value
@@ -94,7 +96,7 @@ class ActorNode(Node):
                     return SetParametersResult(successful=False, reason=str(exc))
                 self.actor.use_behaviour(behaviour)
                 self.pub_version.publish(String(data=behaviour.model_sha))
-            elif p.name in ('config', 'robot', 'num_envs', 'seed', 'chunk_topic',
+            elif p.name in ('config', 'overrides', 'robot', 'num_envs', 'seed', 'chunk_topic',
                             'max_model_bytes', 'physics_threads', 'chunks_in_flight',
                             'credit_timeout_s'):
                 return SetParametersResult(successful=False,

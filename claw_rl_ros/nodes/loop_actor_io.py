@@ -25,7 +25,7 @@ from std_msgs.msg import (Float64MultiArray, MultiArrayDimension, MultiArrayLayo
                           UInt8MultiArray)
 
 from ..core.deploy.loop_record import pack_record, PolicyRecord, unpack_record
-from ..core.learning.train_config import load_train_config
+from ..core.learning.train_config import load_train_config, split_overrides
 from ..core.live.loop_actor import ControlLoopActor
 from ..core.live.rollout_chunk import encode_chunk
 from ..core.sim.robot import RobotSpec
@@ -58,7 +58,8 @@ class LoopActorIO:
     """
 
     def __init__(self, node: Node, robot: RobotSpec, p: dict):
-        cfg = load_train_config(p['env_config'] or 'train_ppo.yaml')
+        cfg = load_train_config(p['env_config'] or 'train_ppo.yaml',
+                                split_overrides(p['overrides'], 'overrides'))
         self.node, self.robot = node, robot
         self.session = TrainingSession(robot, cfg.env, randomization=p['randomization'],
                                        pushes=p['pushes'], noise=p['noise'], seed=p['seed'],

@@ -31,6 +31,7 @@ from std_srvs.srv import SetBool, Trigger
 
 from ..core.deploy.control_stats import Counters, LatencyStats, RateMeter, TickMonitor
 from ..core.deploy.state_input import JointOrder
+from ..core.learning.train_config import split_overrides
 from ..core.sim.robot import load_robot
 from ..core.sim.sim_session import env_section, SimSession
 from .loop_actor_io import LoopActorIO
@@ -43,7 +44,7 @@ STATE_PUBLISH_QOS = {'reliable': RELIABLE_STATE_QOS, 'sensor_data': SENSOR_QOS}
 
 class SimNode(Node):
     """Parameters: robot, mode, randomization, pushes, noise, command_timeout_s,
-    publish_clock, seed, env_config, joints, reset_on_fall, training, chunk_topic,
+    publish_clock, seed, env_config, overrides, joints, reset_on_fall, training, chunk_topic,
     real_time_factor (realtime mode: sim seconds per wall second), state_qos."""
 
     def __init__(self):
@@ -53,7 +54,7 @@ class SimNode(Node):
             ('pushes', False), ('noise', False), ('command_timeout_s', 0.25),
             ('publish_clock', True), ('seed', 0), ('env_config', ''), ('reset_on_fall', True),
             ('training', False), ('chunk_topic', '/rollout_chunks'), ('real_time_factor', 1.0),
-            ('state_qos', 'reliable'))}
+            ('state_qos', 'reliable'), ('overrides', ''))}
         if p['mode'] not in MODES:
             raise ValueError(f'parameter mode = {p["mode"]!r}; use one of {MODES}')
         if not p['real_time_factor'] > 0:
@@ -67,7 +68,8 @@ class SimNode(Node):
         self.order = JointOrder(robot, self.declare_parameter('joints', robot.joint_names).value)
         self.loop = LoopActorIO(self, robot, p) if p['training'] else None
         self.sim = self.loop.session if self.loop else SimSession(
-            robot, env_section(p['env_config']), randomization=p['randomization'],
+            robot, env_section(p['env_config'], split_overrides(p['overrides'], 'overrides')),
+            randomization=p['randomization'],
             pushes=p['pushes'], noise=p['noise'], seed=p['seed'],
             command_timeout_s=p['command_timeout_s'])
         self.lockstep = p['mode'] == 'lockstep'

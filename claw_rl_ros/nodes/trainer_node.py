@@ -43,7 +43,8 @@ import rclpy
 from rclpy.node import Node
 from std_msgs.msg import Float32, String, UInt8MultiArray
 
-from ..core.learning.train_config import load_train_config
+from ..core.config import merge
+from ..core.learning.train_config import load_train_config, split_overrides
 from ..core.live.live_trainer import LiveTrainer
 from ..core.sim.robot import load_robot
 from .ros_io import (COMMAND_QOS, diagnostics, exit_without_teardown, spin, STATE_QOS,
@@ -73,12 +74,14 @@ class TrainerNode(Node):
             ('torch_threads', 1), ('push_targets', ['policy_node']),
             ('chunk_topic', '/rollout_chunks'), ('loop_chunk_topic', ''),
             ('chunks_per_iteration', 1),
-            ('max_policy_lag', 0), ('batch_timeout_s', 10.0), ('min_chunk_envs', 1))}
+            ('max_policy_lag', 0), ('batch_timeout_s', 10.0), ('min_chunk_envs', 1),
+            ('overrides', ''))}
         runner = {'torch_threads': p['torch_threads']}
         runner.update({k: p[k] for k in ('time_budget_s', 'max_iterations') if p[k]})
-        overrides = {'runner': runner}
+        # The graph's `set` first, then what this node's own parameters say.
+        overrides = merge(split_overrides(p['overrides'], 'overrides'), {'runner': runner})
         if p['robot']:
-            overrides['env'] = {'robot': p['robot']}
+            overrides.setdefault('env', {})['robot'] = p['robot']
         if p['teacher']:
             overrides['distillation'] = {'teacher_mode': 'frozen',
                                          'teacher_checkpoint': str(Path(p['teacher']).resolve())}

@@ -176,6 +176,36 @@ class TrainConfig:
                               'student) or policy_noise_free (a privileged teacher)')
 
 
+def parse_overrides(items: list[str], source: str = '--set') -> dict:
+    """``['a.b=1', 'c=[1, 2]']`` -> ``{'a': {'b': 1}, 'c': [1, 2]}`` (values parsed as YAML):
+    ``claw-rl train --set``, the train graph's ``set`` and the nodes it starts share it."""
+    import yaml
+    out: dict = {}
+    for item in items:
+        key, sep, value = item.partition('=')
+        if not sep or not key:
+            raise ConfigError(source, item, 'expected KEY=VALUE, e.g. runner.max_iterations=10')
+        node = out
+        parts = key.split('.')
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(source, item, f'{part} is set to a value above; give each '
+                                  'key once')
+        node[parts[-1]] = yaml.safe_load(value)
+    return out
+
+
+def split_overrides(text: str, source: str = 'set') -> dict:
+    """The train graph's ``set`` argument (``KEY=VALUE`` items separated by spaces, shell
+    quoting for values with spaces) as an overrides dict."""
+    import shlex
+    try:
+        return parse_overrides(shlex.split(text or ''), source)
+    except ValueError as exc:
+        raise ConfigError(source, text, f'not a list of KEY=VALUE items ({exc})') from None
+
+
 def load_train_config(path: str | Path, overrides: dict | None = None) -> TrainConfig:
     """Read a train YAML (optionally patched by ``overrides``) into a TrainConfig."""
     from ..config import merge

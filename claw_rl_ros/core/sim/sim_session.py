@@ -21,18 +21,20 @@ import math
 import mujoco
 import numpy as np
 
-from ..config import from_dict, load_yaml
+from ..config import from_dict, load_yaml, merge
 from .env_config import EnvConfig, robot_sized
 from ..math_utils import quat_mul
 from .physics import BatchedPhysics, STATE_SPEC
 from .robot import RobotSpec
 
 
-def env_section(path: str) -> EnvConfig:
-    """The ``env:`` section of a train YAML (empty path: the defaults) for one world."""
+def env_section(path: str, overrides: dict | None = None) -> EnvConfig:
+    """The ``env:`` section of a train YAML (empty path: the defaults) for one world, patched
+    by the ``env`` part of ``overrides`` (the train graph's ``set``)."""
     if not path:
         return EnvConfig(num_envs=1)
-    return from_dict(EnvConfig, load_yaml(path).get('env', {}), source=path, prefix='env')
+    section = merge(load_yaml(path).get('env', {}), (overrides or {}).get('env', {}))
+    return from_dict(EnvConfig, section, source=path, prefix='env')
 
 
 @dataclass
