@@ -121,12 +121,17 @@ def test_a_late_policy_node_gets_the_newest_model_bytes_only(
     oldest, newest = (hashlib.sha256(b).hexdigest() for b in blobs)
     policy = LatePolicy(ros_env, graph['logs'], ns)
     try:
+        # Activate the newest by hash, paced by the node's replies: "no model with sha256"
+        # until its bytes have arrived (the late joiner's latched delivery), then success.
         deadline = time.monotonic() + 90
-        while f'model {newest[:12]} received and validated' not in policy.log:
-            assert time.monotonic() < deadline and policy.alive(), policy.log
-            time.sleep(0.05)
-        result = probe.set_parameter(f'{ns}/policy_node', 'model_sha256', newest, timeout=30)
-        assert result.successful, result.reason
+        while True:
+            result = probe.set_parameter(f'{ns}/policy_node', 'model_sha256', newest,
+                                         timeout=30)
+            if result.successful or time.monotonic() > deadline or not policy.alive():
+                break
+            assert 'no model with sha256' in result.reason, result.reason
+        assert result.successful, (result.reason, policy.log)
+        assert f'model {newest[:12]} received and validated' in policy.log
         # The older bytes, published before the newest, would have arrived before them.
         result = probe.set_parameter(f'{ns}/policy_node', 'model_sha256', oldest)
         assert not result.successful and 'no model with sha256' in result.reason, result
