@@ -228,3 +228,16 @@ def test_a_restart_after_a_crash_is_a_latched_fault_under_the_operator(robot, mo
     auto = PolicyController(robot)  # autostart (simulation): counted, not latched
     auto.restarted(detail)
     assert not auto.safety.latched and auto.safety.faults['restarted'] == 1
+
+
+@pytest.mark.parametrize('kwargs, words', [
+    ({'stale_after_periods': 1e39}, r'stale_after_periods = 1e\+39; must be in \[1.5, 100\]'),
+    ({'stale_after_periods': float('nan')}, 'stale_after_periods = nan'),
+    ({'cmd_vel_timeout_s': float('nan')}, 'cmd_vel_timeout_s = nan'),
+    ({'cmd_vel_timeout_s': -1.0}, 'cmd_vel_timeout_s = -1.0'),
+    ({'wall_stale_after_s': float('inf')}, 'wall_stale_after_s = inf'),
+])
+def test_timing_parameters_refuse_their_worst_values_by_name(robot, kwargs, words):
+    """A watchdog limit of 1e39 periods would leave a dead robot undamped: refused."""
+    with pytest.raises(ValueError, match=words):
+        PolicyController(robot, **kwargs)

@@ -74,6 +74,8 @@ FAULT_OF = {'non_finite': 'non_finite', 'out_of_range': 'bad_input',
             'missing_joint': 'bad_input', 'unknown_joint': 'bad_input',
             'wrong_length': 'bad_input', 'bad_imu': 'bad_input', 'bad_stamp': 'bad_input',
             'future_stamp': 'future_stamp', 'clock_mismatch': 'clock_mismatch'}
+# The longest stale_after_periods accepted (at 50 Hz: 2 s without a state before damping).
+MAX_STALE_PERIODS = 100.0
 # The watchdog is polled this many times per control period (policy_node's timer).
 WATCHDOG_POLLS = 4
 # Under use_sim_time a paced or lockstep simulator may take this long in wall time between
@@ -120,9 +122,10 @@ class PolicyController:
         """``clock``: the node's (``sim`` under use_sim_time, ``wall``, ``unknown``), to name
         the fix of a clock mismatch; ``monotonic``: the receive clock of the watchdog and the
         cmd_vel timeout (None: the node's clock stands in for it, as in tests and replays)."""
-        if not stale_after_periods >= 1.5:
-            raise ValueError(f'stale_after_periods = {stale_after_periods!r}; must be >= 1.5 '
-                             'control periods (a healthy state arrives every period)')
+        if not 1.5 <= stale_after_periods <= MAX_STALE_PERIODS:
+            raise ValueError(f'stale_after_periods = {stale_after_periods!r}; must be in '
+                             f'[1.5, {MAX_STALE_PERIODS:g}] control periods (a healthy state '
+                             'arrives every period; more would leave a dead robot undamped)')
         for name, value in (('cmd_vel_timeout_s', cmd_vel_timeout_s),
                             ('wall_stale_after_s', wall_stale_after_s)):
             if not (np.isfinite(value) and value >= 0):

@@ -122,7 +122,8 @@ class RunnerConfig:
     time_budget_s: float = param(0.0, 'stop after this wall time (0 = no limit)', ge=0)
     save_interval: int = param(50, 'iterations between checkpoints', ge=1)
     keep_checkpoints: int = param(3, 'newest checkpoints kept, the last one included', ge=1)
-    seed: int = param(1, 'seed of torch, numpy and the env', ge=0)
+    seed: int = param(1, 'seed of torch, numpy and the env (actor i of the train graph: '
+                      'seed x 1000 + i)', ge=0, le=2**31 - 1)
     torch_threads: int = param(0, 'torch intra-op threads (0 = cores)', ge=0)
     run_dir: str = param('runs', 'parent folder of run directories')
     run_name: str = param('', 'run directory name (empty = time stamp)')
@@ -201,9 +202,10 @@ def split_overrides(text: str, source: str = 'set') -> dict:
     quoting for values with spaces) as an overrides dict."""
     import shlex
     try:
-        return parse_overrides(shlex.split(text or ''), source)
-    except ValueError as exc:
+        items = shlex.split(text or '')
+    except ValueError as exc:  # unbalanced quotes
         raise ConfigError(source, text, f'not a list of KEY=VALUE items ({exc})') from None
+    return parse_overrides(items, source)
 
 
 def load_train_config(path: str | Path, overrides: dict | None = None) -> TrainConfig:
