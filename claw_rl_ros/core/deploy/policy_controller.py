@@ -425,8 +425,9 @@ class PolicyController:
         self.guard.stage = 'observation'
         self._command_timeout()
         obs = self.assembler.observe(pos, vel, quat, gyro)
-        if not np.isfinite(obs.astype(np.float32)).all():
-            i = int(np.flatnonzero(~np.isfinite(obs.astype(np.float32)))[0])
+        finite = np.isfinite(obs.astype(np.float32))  # as the model will see it
+        if not finite.all():
+            i = int(np.flatnonzero(~finite)[0])
             self.safety.fault('non_finite', now, f'observation[{i}] = {obs[i]!r} is not a '
                               'finite float32')
             return None
