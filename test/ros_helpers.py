@@ -243,3 +243,21 @@ def probe(ros_env):
     p = Probe()
     yield p
     p.close()
+
+
+def publish_state(probe: 'Probe', joint_names, stamp: float, position, velocity,
+                  quat=(0.0, 0.0, 0.0, 1.0), gyro=(0.0, 0.0, 0.0)) -> None:
+    """One robot tick as a driver publishes it: an ``Imu`` (ROS x, y, z, w) and a
+    ``JointState`` with the same header stamp, on ``imu`` and ``joint_states`` (best effort)."""
+    from sensor_msgs.msg import Imu, JointState
+    from claw_rl_ros.nodes.ros_io import SENSOR_QOS, to_stamp
+    imu = Imu()
+    imu.header.stamp = to_stamp(stamp)
+    imu.orientation.x, imu.orientation.y, imu.orientation.z, imu.orientation.w = quat
+    imu.angular_velocity.x, imu.angular_velocity.y, imu.angular_velocity.z = gyro
+    js = JointState(name=list(joint_names))
+    js.header.stamp = imu.header.stamp
+    js.position = [float(v) for v in position]
+    js.velocity = [float(v) for v in velocity]
+    probe.publish('imu', imu, SENSOR_QOS)
+    probe.publish('joint_states', js, SENSOR_QOS)

@@ -10,27 +10,18 @@ import signal
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 import pytest
 from rosgraph_msgs.msg import Clock
-from sensor_msgs.msg import Imu, JointState
 from std_srvs.srv import Trigger
 
 from claw_rl_ros.nodes.ros_io import SENSOR_QOS, to_stamp
 from control_models import good_model
-from ros_helpers import NodeProcess, probe, ros_env  # noqa: F401 - pytest fixtures
+from ros_helpers import NodeProcess, probe, publish_state, ros_env  # noqa: F401
 from test_nodes_loop import status
 
 FIX = 'set use_sim_time false on this node'
 
 
 def send_pair(probe, robot, stamp: float) -> None:  # noqa: F811
-    imu = Imu()
-    imu.header.stamp = to_stamp(stamp)
-    imu.orientation.w = 1.0
-    js = JointState(name=list(robot.joint_names))
-    js.header.stamp = imu.header.stamp
-    js.position = [float(v) for v in robot.default_joint_pos]
-    js.velocity = [0.0] * 12
-    probe.publish('imu', imu, SENSOR_QOS)
-    probe.publish('joint_states', js, SENSOR_QOS)
+    publish_state(probe, robot.joint_names, stamp, robot.default_joint_pos, [0.0] * 12)
 
 
 @pytest.fixture(scope='module')

@@ -11,13 +11,12 @@ from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import Twist
 import numpy as np
 import pytest
-from sensor_msgs.msg import Imu, JointState
 from std_msgs.msg import Float64MultiArray
 
 from claw_rl_ros.core.deploy.safety import FAULTS
-from claw_rl_ros.nodes.ros_io import COMMAND_QOS, SENSOR_QOS, to_stamp
+from claw_rl_ros.nodes.ros_io import COMMAND_QOS
 from control_models import good_model
-from ros_helpers import NodeProcess, probe, ros_env  # noqa: F401 - pytest fixtures
+from ros_helpers import NodeProcess, probe, publish_state, ros_env  # noqa: F401
 from test_nodes_loop import status
 
 HOSTILE = [math.nan, math.inf, -math.inf, 1e39, -1e39, 5e-324, 1e308, -1e308, 3.5e38]
@@ -39,20 +38,13 @@ class Fuzzer:
     def pair(self, stamp=None, pos=None, vel=None, names=None, quat=(0.0, 0.0, 0.0, 1.0),
              gyro=(0.0, 0.0, 0.0)) -> None:
         stamp = self.now() if stamp is None else stamp
-        imu = Imu()
-        imu.header.stamp = to_stamp(stamp)
-        imu.orientation.x, imu.orientation.y, imu.orientation.z, imu.orientation.w = quat
-        imu.angular_velocity.x, imu.angular_velocity.y, imu.angular_velocity.z = gyro
         r = self.robot
-        js = JointState(name=list(r.joint_names) if names is None else names)
-        js.header.stamp = imu.header.stamp
-        js.position = [float(v) for v in (r.default_joint_pos + self.rng.uniform(
+        position = [float(v) for v in (r.default_joint_pos + self.rng.uniform(
             -0.05, 0.05, 12) if pos is None else pos)]
-        if len(js.position) == 12:
-            self.poses.add(tuple(js.position))
-        js.velocity = [float(v) for v in (np.zeros(12) if vel is None else vel)]
-        self.probe.publish('imu', imu, SENSOR_QOS)
-        self.probe.publish('joint_states', js, SENSOR_QOS)
+        if len(position) == 12:
+            self.poses.add(tuple(position))
+        publish_state(self.probe, r.joint_names if names is None else names, stamp, position,
+                      np.zeros(12) if vel is None else vel, quat, gyro)
         self.sent += 2
 
     def bad(self) -> None:
