@@ -122,7 +122,7 @@ def live(cfg: Path, tmp: Path, mode: str, actors: int, worlds: int, env: dict,
 def record_chunks(cfg: Path, count: int) -> list:
     """``count`` real 256 x 24 chunks acted by a fresh student (version 10**6: never
     published by the trainer)."""
-    from claw_rl_ros.core.learning.runner import build_policy
+    from claw_rl_ros.core.learning.learner import build_policy
     from claw_rl_ros.core.learning.train_config import load_train_config
     from claw_rl_ros.core.live.batched_actor import BatchedActor
     from claw_rl_ros.core.live.rollout_chunk import encode_chunk

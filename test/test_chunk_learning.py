@@ -89,7 +89,7 @@ def test_actor_and_learner_reproduce_the_offline_runner(tmp_path, distillation, 
         assert on['total_steps'] == off['total_steps']
     # The rollouts did contain time-outs (so the bootstrap from final observations was used),
     # and with FALLS terminations too (episodes shorter than 0.2 s).
-    lengths = np.asarray(live.learner.lengths)
+    lengths = np.asarray(live.learner.episodes.lengths)
     assert lengths.size and np.isclose(lengths, 0.2).any()
     assert (lengths < 0.2 - 1e-6).sum() >= (5 if env is FALLS else 0)
     assert live.gate.counters.accepted == 3 and live.gate.counters.total_dropped == 0

@@ -162,7 +162,7 @@ def test_the_ppo_parity_table_measures_the_gymnasium_default_trainer():
 def test_gymnasium_ppo_runs_sb3s_init_normaliser_and_adam_eps_and_the_claw_keeps_its_own():
     """Issue 11 parity: config/train_gym_ppo.yaml selects the SB3 / CleanRL choices in the core;
     the claw's main job keeps the defaults it walks with (PyTorch init, rsl_rl normaliser)."""
-    from claw_rl_ros.core.learning.runner import build_policy
+    from claw_rl_ros.core.learning.learner import build_policy
     from claw_rl_ros.core.learning.train_config import load_train_config
     gym_cfg = load_train_config('train_gym_ppo.yaml')
     assert (gym_cfg.policy.init, gym_cfg.policy.obs_normalizer, gym_cfg.ppo.adam_eps) == \

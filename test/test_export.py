@@ -19,7 +19,7 @@ from claw_rl_ros.core.learning.networks import ActorCritic
 from claw_rl_ros.core.sim.observations import ObservationLayout
 from claw_rl_ros.core.deploy.onnx_policy import ModelError, OnnxPolicy, SpecMismatchError
 from claw_rl_ros.core.sim.robot import METADATA_KEY
-from claw_rl_ros.core.learning.runner import build_policy
+from claw_rl_ros.core.learning.learner import build_policy
 from claw_rl_ros.core.learning.train_config import TrainConfig
 
 

@@ -52,7 +52,7 @@ def test_switching_algorithm_changes_the_live_learner_and_nothing_else(tmp_path,
     sac = sac_trainer(tmp_path, robot)
     assert type(ppo.learner) is ChunkLearner and isinstance(ppo.learner.alg, PPO)
     assert type(sac.learner) is SACChunkLearner and isinstance(sac.learner.alg, SAC)
-    for name in ('gate', 'logger'):
+    for name in ('gate', 'artifacts'):
         assert type(getattr(ppo, name)) is type(getattr(sac, name))
     assert ppo.learner.spec == sac.learner.spec  # the same chunks are accepted by both
     assert type(ppo.gate.lag_filter) is type(sac.gate.lag_filter)

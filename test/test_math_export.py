@@ -14,7 +14,7 @@ from claw_rl_ros.core.config import ConfigError, from_dict, to_dict
 from claw_rl_ros.core.deploy import export as E
 from claw_rl_ros.core.learning.checkpoint import save_checkpoint
 from claw_rl_ros.core.learning.networks import ActorCritic
-from claw_rl_ros.core.learning.runner import build_policy
+from claw_rl_ros.core.learning.learner import build_policy
 from claw_rl_ros.core.learning.train_config import TrainConfig
 from claw_rl_ros.core.sim.robot import METADATA_KEY
 

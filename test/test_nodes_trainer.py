@@ -188,7 +188,7 @@ def test_trainer_killed_and_restarted_resumes_while_the_policy_node_keeps_contro
     from claw_rl_ros.core.deploy.export import deployed_action, random_observations
     from claw_rl_ros.core.deploy.onnx_policy import OnnxPolicy
     from claw_rl_ros.core.learning import checkpoint as ckpt
-    from claw_rl_ros.core.learning.runner import load_policy
+    from claw_rl_ros.core.learning.learner import load_policy
     import torch
     config = tmp_path / 'tiny.yaml'
     config.write_text(TINY_YAML)

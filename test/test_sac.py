@@ -406,7 +406,7 @@ def test_sac_return_rises_on_a_reach_task(tmp_path):
                       'gamma': 0.9}, max_iterations=14)
     runner = OnPolicyRunner(cfg, tmp_path, env=reach_env(8))
     runner.learn()
-    returns = list(runner.returns)
+    returns = list(runner.learner.episodes.returns)
     # The first 16 episodes act uniformly at random (learning_starts), the last 16 learnt.
     first, last = float(np.mean(returns[:16])), float(np.mean(returns[-16:]))
     assert last > first + 5.0, (first, last)

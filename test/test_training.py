@@ -11,6 +11,7 @@ import torch
 from claw_rl_ros.cli import main
 from claw_rl_ros.core.learning import checkpoint as ckpt
 from claw_rl_ros.core.config import ConfigError, from_dict, merge
+from claw_rl_ros.core.learning.learner import load_teacher
 from claw_rl_ros.core.learning.runner import OnPolicyRunner
 from claw_rl_ros.core.learning.train_config import TrainConfig
 
@@ -71,8 +72,8 @@ def test_frozen_teacher_pulls_the_student_towards_it(tmp_path):
     assert kls[-1] < 0.5 * kls[0]
     teacher_params = torch.cat([p.flatten() for p in student.alg.teacher.parameters()])
     student.close()
-    reloaded = torch.cat([p.flatten() for p in
-                          OnPolicyRunner.__dict__['_load_teacher'](student).parameters()])
+    teacher = load_teacher(student.cfg, student.obs_dims, student.env.num_actions)
+    reloaded = torch.cat([p.flatten() for p in teacher.parameters()])
     assert torch.equal(teacher_params, reloaded)  # the frozen teacher never changed
 
 
@@ -188,8 +189,10 @@ def test_privileged_teacher_distils_into_a_deployable_student(tmp_path):
     student.close()
 
 
-def test_checkpoint_of_an_env_without_state_cannot_resume(tmp_path):
-    runner, _ = run_iterations(tiny_config(), tmp_path, 1)
+def test_checkpoint_without_env_state_resumes_the_learner_and_resets_the_worlds(tmp_path):
+    # The live trainer's checkpoints (and those of envs that cannot snapshot themselves) hold
+    # no env state: the learner continues exactly, the worlds start from a reset.
+    runner, _ = run_iterations(tiny_config(), tmp_path / 'a', 2)
 
     def no_state():
         raise NotImplementedError('this env cannot save its state')
@@ -197,9 +200,18 @@ def test_checkpoint_of_an_env_without_state_cannot_resume(tmp_path):
     runner.env.get_state = no_state
     path = runner.save()
     assert ckpt.load_checkpoint(path)['env'] is None
-    with pytest.raises(ConfigError, match='cannot resume exactly'):
-        runner.load(path)
+    resumed = OnPolicyRunner(tiny_config(), tmp_path / 'b')
+    reset_obs = {k: v.clone() for k, v in resumed.obs.items()}
+    resumed.load(path)
+    assert not resumed.env_resumed
+    assert resumed.iteration == 2 and resumed.total_steps == runner.total_steps
+    assert torch.equal(params_of(resumed), params_of(runner))
+    for group, value in reset_obs.items():
+        assert torch.equal(resumed.obs[group], value)  # not the checkpoint's observations
+    assert not torch.equal(resumed.obs['policy'], runner.obs['policy'])
+    assert resumed.train_one_epoch()['total_steps'] == runner.total_steps + 16 * 8
     runner.close()
+    resumed.close()
 
 
 def test_linear_schedule_anneals_the_learning_rate_to_zero_over_max_iterations(tmp_path):

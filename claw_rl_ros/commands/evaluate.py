@@ -103,7 +103,7 @@ def _cmd_eval_run(args: argparse.Namespace) -> int:
     """A Gymnasium run's newest checkpoint on its env: mean return of the deterministic policy."""
     from ..core.deploy.evaluate_gym import evaluate_policy
     from ..core.learning import checkpoint as ckpt
-    from ..core.learning.runner import load_policy
+    from ..core.learning.learner import load_policy
     path = ckpt.latest_checkpoint(args.run_dir)
     if path is None:
         raise ConfigError('--run-dir', str(args.run_dir), 'no checkpoints/model_<it>.pt in it; '

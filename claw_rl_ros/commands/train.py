@@ -15,16 +15,12 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-import resource
 import signal
 import time
 from typing import Any
 
-import yaml
-
+from ..core.config import ConfigError, from_dict, load_yaml
 from ..core.learning import checkpoint as ckpt
-from ..core.config import ConfigError, from_dict, load_yaml, to_dict
-from ..core.io import atomic_write_bytes
 from ..core.learning.train_config import load_train_config, parse_overrides, TrainConfig
 
 
@@ -89,17 +85,17 @@ def resolve_config(args: argparse.Namespace) -> tuple[TrainConfig, Path, Path | 
 
 
 def run_train(args: argparse.Namespace) -> int:
-    from ..core.learning.logger import MetricsLogger, plot_learning_curve
+    from ..core.learning.run_artifacts import RunArtifacts, write_config
     from ..core.learning.runner import OnPolicyRunner
     cfg, run_dir, resume_from = resolve_config(args)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(run_dir / 'config.yaml',
-                       yaml.safe_dump(to_dict(cfg), sort_keys=False).encode())
+    write_config(run_dir, cfg)
     runner = _make_runner(OnPolicyRunner, cfg, run_dir)
     if resume_from is not None:
         runner.load(resume_from)
-        print(f'resumed {run_dir} at iteration {runner.iteration} ({resume_from.name})')
-    logger = MetricsLogger(run_dir, resume_iteration=runner.iteration)
+        print(f'resumed {run_dir} at iteration {runner.iteration} ({resume_from.name})'
+              + ('' if runner.env_resumed else '; the checkpoint holds no env state (the live '
+                 "trainer's, or an env that cannot save it): the worlds start from a reset"))
+    artifacts = RunArtifacts(run_dir, cfg, resume_iteration=runner.iteration)
     print(f'training {cfg.gym_env or cfg.env.robot} with {cfg.algorithm}: '
           f'{cfg.env.num_envs} worlds x '
           f'{cfg.runner.num_steps_per_env} steps per iteration, up to '
@@ -109,7 +105,7 @@ def run_train(args: argparse.Namespace) -> int:
     previous = signal.getsignal(signal.SIGINT)
 
     def on_sigint(signum, frame):
-        if runner._stop:
+        if runner.stop_requested:
             raise KeyboardInterrupt
         print('\nCtrl-C: finishing this iteration, then saving (Ctrl-C again to abort)',
               flush=True)
@@ -117,19 +113,14 @@ def run_train(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGINT, on_sigint)
     try:
-        summary = runner.learn(lambda it, m: _log_iteration(runner, logger, it, m))
+        summary = runner.learn(lambda it, m: artifacts.log(it, m, runner.elapsed_s))
     finally:
         signal.signal(signal.SIGINT, previous)
-        logger.close()
+        artifacts.close()
     print(f'saved checkpoint {ckpt.latest_checkpoint(run_dir)}')
-    plot_learning_curve(run_dir / 'metrics.csv', run_dir / 'learning_curve.png')
-    result = {'iterations': runner.iteration, 'total_steps': runner.total_steps,
-              'wall_time_s': round(runner.elapsed_s, 1), 'stopped_by_user': summary['stopped'],
-              'peak_rss_mib': round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}
-    if not args.no_export and not summary['stopped']:
-        result.update(_export_and_evaluate(runner, run_dir))
+    evaluate = None if args.no_export else (lambda: _export_and_evaluate(runner, run_dir))
+    result = artifacts.finish(runner.learner, summary['stopped'], evaluate)
     runner.close()
-    atomic_write_bytes(run_dir / 'summary.json', json.dumps(result, indent=2).encode())
     print(json.dumps(result, indent=2))
     return 0
 
@@ -146,25 +137,12 @@ def _make_runner(runner_cls, cfg: TrainConfig, run_dir: Path):
                           'Gymnasium id with a Box action space)') from None
 
 
-def _log_iteration(runner, logger, iteration: int, metrics: dict) -> None:
-    logger.log(iteration, metrics)
-    r = runner.cfg.runner
-    if iteration % r.log_interval == 0 or iteration == r.max_iterations:
-        per_it = runner.elapsed_s / max(1, iteration)
-        left = (r.max_iterations - iteration) * per_it
-        if r.time_budget_s:
-            left = min(left, max(0.0, r.time_budget_s - runner.elapsed_s))
-        logger.progress(iteration, r.max_iterations, metrics, runner.elapsed_s, left)
-
-
 def _export_and_evaluate(runner, run_dir: Path) -> dict[str, Any]:
     """student.onnx (if the actor is deployable) and an evaluation of it."""
     if runner.cfg.gym_env:
         return _evaluate_gym(runner, run_dir)
     from ..core.deploy.evaluate import export_and_evaluate
-    return export_and_evaluate(runner.policy, runner.cfg, runner.env.robot, run_dir, {
-        'iteration': runner.iteration, 'total_steps': runner.total_steps,
-        'algorithm': runner.cfg.algorithm})
+    return export_and_evaluate(runner.learner, runner.env.robot, run_dir)
 
 
 def _evaluate_gym(runner, run_dir: Path) -> dict[str, Any]:

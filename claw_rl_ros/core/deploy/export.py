@@ -35,7 +35,7 @@ from ..learning.networks import ActorCritic
 from .onnx_policy import INPUT_NAME, OUTPUT_NAME, session_options
 from ..sim.env_config import EnvConfig
 from ..sim.robot import load_robot, METADATA_KEY, RobotSpec
-from ..learning.runner import load_policy
+from ..learning.learner import load_policy
 
 if TYPE_CHECKING:  # gymnasium is imported only to export a Gymnasium run
     from ..sim.gym_spec import GymTaskSpec

@@ -1,11 +1,10 @@
 """The batched actor: N worlds of a vec env plus a local copy of the student -> rollout chunks.
 
-It runs exactly the runner's ``collect_experience`` (same sampler, :func:`~..learning.ppo.
-sample_transition`, same time-out bootstrap inputs), but writes what it saw into a
-:class:`~.rollout_chunk.RolloutChunk` tagged with the model version that acted, instead of
-into the learner's storage. With the learner's generator and policy it reproduces the offline
-runner (test_chunk_learning.py).
-"""
+It runs the runner's own rollout loop (:func:`~..learning.rollout.collect_rollout`) with the
+same sampler (:func:`~..learning.ppo.sample_transition`) and time-out bootstrap inputs, but
+writes what it saw into a :class:`~.rollout_chunk.RolloutChunk` tagged with the model version
+that acted, instead of into the learner's storage. With the learner's generator and policy it
+reproduces the offline runner (test_chunk_learning.py)."""
 
 from __future__ import annotations
 
@@ -18,8 +17,8 @@ import torch
 from ..deploy.loop_record import behaviour_metadata, behaviour_squash
 from ..learning.networks import ActorCritic, gaussian_log_prob
 from ..learning.ppo import sample_transition
-from .rollout_chunk import episode_arrays, rollout_stats, RolloutChunk, stack_rows
-from ..learning.runner import obs_to_torch
+from ..learning.rollout import collect_rollout, episode_arrays, obs_to_torch, rollout_stats
+from .rollout_chunk import RolloutChunk, stack_rows
 from ..learning.sac_networks import squashed_log_prob
 
 
@@ -106,7 +105,7 @@ class BatchedActor:
         self.waiting_since = clock()  # last chunk or model; the credit timeout counts from it
         self.regrants = 0
         obs, _ = env.reset()
-        self.obs = obs
+        self.obs = obs_to_torch(obs)
 
     def load_policy(self, state_dict: dict[str, torch.Tensor], version: int, sha: str) -> None:
         """Act from now on with these weights, tagging chunks with (version, sha)."""
@@ -142,28 +141,31 @@ class BatchedActor:
             return sample_transition(self.policy, obs, self.generator)
         return self.policy.sample(obs, self.generator)
 
-    @torch.no_grad()
     def collect(self) -> RolloutChunk:
-        """``num_steps`` steps in every world -> one chunk (float32 arrays, [T, N, ...])."""
+        """``num_steps`` steps in every world -> one chunk (float32 arrays, [T, N, ...]), through
+        the runner's own rollout loop."""
         t_max, n, a = self.num_steps, self.env.num_envs, self.env.num_actions
         dims = self.env.obs_dims
-        obs = {g: np.empty((t_max, n, d), np.float32) for g, d in dims.items()}
+        obs_buf = {g: np.empty((t_max, n, d), np.float32) for g, d in dims.items()}
         buf = {k: np.empty((t_max, n, a), np.float32) for k in ('actions', 'mu', 'sigma')}
         buf.update({k: np.empty((t_max, n), np.float32)
                     for k in ('log_probs', 'values', 'rewards')})
         flags = {k: np.empty((t_max, n), bool) for k in ('terminated', 'truncated')}
         final_obs: dict[str, list] = {g: [] for g in dims}
-        final_values, episodes, errors = [], [], []
-        diverged = 0
+        final_values = []
         critic = isinstance(self.policy, ActorCritic)
-        for t in range(t_max):
-            step = self._sample(obs_to_torch(self.obs))
+        keys = ('actions', 'mu', 'sigma', 'log_probs', 'values')[:5 if critic else 4]
+        sampled: dict[str, torch.Tensor] = {}
+
+        def act(obs):
+            sampled.update(self._sample(obs))
+            return sampled['actions']
+
+        def record(t, obs, actions, reward, terminated, truncated, extras, next_obs):
             for g in dims:
-                obs[g][t] = self.obs[g]
-            for k in ('actions', 'mu', 'sigma', 'log_probs', 'values')[:5 if critic else 4]:
-                buf[k][t] = step[k].numpy()
-            self.obs, reward, terminated, truncated, extras = self.env.step(
-                step['actions'].numpy())
+                obs_buf[g][t] = obs[g].numpy()
+            for k in keys:
+                buf[k][t] = sampled[k].numpy()
             buf['rewards'][t] = reward
             flags['terminated'][t], flags['truncated'][t] = terminated, truncated
             if truncated.any() and critic:
@@ -174,16 +176,14 @@ class BatchedActor:
             if truncated.any():
                 for g in dims:
                     final_obs[g].append(extras['final_obs'][g][truncated])
-            if 'episode' in extras:
-                episodes.append(extras['episode'])
-            errors.append(extras.get('tracking_error', {}))
-            diverged += extras.get('diverged', 0)
+
+        self.obs, summary = collect_rollout(self.env, self.obs, t_max, act, record)
         self.seq += 1
         self.credit -= 1
         self.waiting_since = self.clock()
         return RolloutChunk(
             model_sha=self.model_sha, policy_version=self.policy_version,
-            actor_id=self.actor_id, seq=self.seq, obs=obs, log_probs=buf['log_probs'],
+            actor_id=self.actor_id, seq=self.seq, obs=obs_buf, log_probs=buf['log_probs'],
             actions=buf['actions'], mu=buf['mu'], sigma=buf['sigma'],
             values=buf['values'] if critic else None,
             rewards=buf['rewards'], terminated=flags['terminated'],
@@ -191,5 +191,6 @@ class BatchedActor:
             final_obs={g: stack_rows(final_obs[g], dims[g]) for g in dims},
             final_values=None if not critic else np.concatenate(final_values)
             if final_values else np.zeros(0, np.float32),
-            last_obs={g: np.array(self.obs[g], np.float32) for g in dims},
-            episodes=episode_arrays(episodes), stats=rollout_stats(errors, diverged))
+            last_obs={g: self.obs[g].numpy().copy() for g in dims},
+            episodes=episode_arrays(summary.episodes),
+            stats=rollout_stats(summary.errors, summary.diverged))

@@ -1,12 +1,13 @@
 """The learning half of ``train_one_epoch`` fed by rollout chunks (the trainer's core).
 
-``learn(chunks)`` stacks the chunks' worlds side by side into a :class:`RolloutStorage`
-``[T, sum of N, ...]`` (time-outs bootstrapped with ``gamma * V(final_obs)``, values recomputed
-by the learner's critic for actors without one), then runs the very same
-:meth:`PPO.learn <..learning.ppo.PPO.learn>` as :class:`~..learning.runner.OnPolicyRunner`:
-GAE, mini-batch epochs of combined_loss = PPO + alpha * KL(teacher || student) with gradient
-clipping, the normaliser update and the EMA teacher. Built from the same seed, it starts from
-the runner's exact weights.
+``learn(chunks)`` stacks the chunks' worlds side by side into a :class:`RolloutStorage` ``[T,
+sum of N, ...]`` (time-outs bootstrapped with ``gamma * V(final_obs)``, values recomputed by
+the learner's critic for actors without one), then runs the very same :meth:`Learner.update
+<..learning.learner.Learner.update>` as the offline :class:`~..learning.runner.OnPolicyRunner`
+(it *is* a :class:`~..learning.learner.Learner`, so the two write one checkpoint layout and
+resume each other's): GAE, mini-batch epochs of combined_loss = PPO + alpha * KL(teacher ||
+student) with gradient clipping, the normaliser update and the EMA teacher. Built from the same
+seed, it starts from the runner's exact weights.
 
 Chunks acted by an older model (``max_policy_lag`` > 0, actors collecting while the trainer
 learns) are corrected as in decoupled PPO (Hilton et al. 2021, "Batch size-invariance for
@@ -19,7 +20,6 @@ own rollout (weights 1, behaviour = proximal policy).
 
 from __future__ import annotations
 
-from collections import deque
 import hashlib
 from pathlib import Path
 import time
@@ -28,16 +28,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..learning import checkpoint as ckpt
-from ..config import to_dict
 from ..deploy.export import export_onnx
+from ..learning.learner import Learner
 from ..learning.networks import ActorCritic, gaussian_log_prob
-from ..learning.opd import alpha_at
-from ..learning.ppo import PPO
-from .rollout_chunk import ChunkSpec, RolloutChunk
-from ..learning.runner import build_policy, load_teacher, mean_or_nan, record_episodes
 from ..learning.storage import RolloutStorage
 from ..learning.train_config import TrainConfig
+from .rollout_chunk import ChunkSpec, RolloutChunk
 
 
 def state_sha(policy: ActorCritic) -> str:
@@ -49,37 +45,17 @@ def state_sha(policy: ActorCritic) -> str:
     return digest.hexdigest()
 
 
-class ChunkLearner:
+class ChunkLearner(Learner):
     """PPO (+ OPD) student updated from rollout chunks; ``policy_version`` counts updates."""
 
     def __init__(self, cfg: TrainConfig, obs_dims: dict[str, int], num_actions: int,
                  reward_terms: list[str] | None = None):
-        self.cfg = cfg
-        r = cfg.runner
-        # Seeded exactly as OnPolicyRunner, so both start from the same weights.
-        torch.manual_seed(r.seed)
-        if r.torch_threads:
-            torch.set_num_threads(r.torch_threads)
-        self.generator = torch.Generator().manual_seed(r.seed)
-        self.obs_dims = dict(obs_dims)
-        self.num_actions = num_actions
-        self.policy = build_policy(cfg, self.obs_dims, num_actions)
-        teacher = load_teacher(cfg, self.obs_dims, num_actions) \
-            if cfg.distillation.teacher_mode == 'frozen' else None
-        self.alg = self._make_algorithm(teacher)
-        self.spec = ChunkSpec(r.num_steps_per_env, self.obs_dims, num_actions)
-        self.reward_terms = list(reward_terms or [])
-        self.iteration = 0
-        self.policy_version = 0
-        self.total_steps = 0
-        self.elapsed_s = 0.0
-        self.returns: deque[float] = deque(maxlen=200)
-        self.lengths: deque[float] = deque(maxlen=200)
-        self._episode_sums: dict[str, deque] = {}
+        super().__init__(cfg, obs_dims, num_actions, reward_terms or ())
+        self.spec = ChunkSpec(cfg.runner.num_steps_per_env, self.obs_dims, num_actions)
+        self.init_storage()
 
-    def _make_algorithm(self, teacher: Any) -> Any:
-        """The update rule (PPO here; :class:`~.sac_chunk_learner.SACChunkLearner` makes SAC)."""
-        return PPO(self.policy, self.cfg.ppo, self.cfg.distillation, teacher, self.generator)
+    def init_storage(self) -> None:
+        """PPO's storage is sized per batch (:meth:`_storage`): nothing up front."""
 
     # -------------------------------------------------------------------------- storage
     def _storage(self, num_envs: int) -> RolloutStorage:
@@ -159,28 +135,14 @@ class ChunkLearner:
         rollout = self._rollout_stats(chunks)
         weights = getattr(self.alg.storage, 'weights', None)  # decoupled PPO's only
         rollout['importance_weight'] = float(weights.mean()) if weights is not None else 1.0
-        self.alg.progress = self.iteration / self.cfg.runner.max_iterations
-        losses = self.alg.learn(last_obs, alpha_at(self.cfg.distillation, self.iteration))
-        kl_teacher = losses.pop('kl_to_teacher', None)
+        losses = self.update(last_obs)
         elapsed = time.perf_counter() - start
-        steps = sum(c.num_steps * c.num_envs for c in chunks)
-        self.iteration += 1
-        self.policy_version += 1
-        self.total_steps += steps
         for c in chunks:
             if c.episodes:
-                record_episodes(self.returns, self.lengths, self._episode_sums, c.episodes)
-        metrics = {'total_steps': self.total_steps, 'learn_s': elapsed, 'chunks': len(chunks),
-                   'policy_lag': float(np.mean([self.policy_version - 1 - c.policy_version
-                                                for c in chunks])),
-                   **rollout, **losses}
-        if kl_teacher is not None:
-            metrics['kl_to_teacher'] = kl_teacher
-        metrics['mean_episode_return'] = mean_or_nan(self.returns)
-        metrics['mean_episode_length_s'] = mean_or_nan(self.lengths)
-        for key in sorted(set(self.reward_terms) | set(self._episode_sums)):
-            metrics[key] = mean_or_nan(self._episode_sums.get(key, ()))
-        return metrics
+                self.episodes.record(c.episodes)
+        lag = float(np.mean([self.policy_version - c.policy_version for c in chunks]))
+        return self.end_iteration(sum(c.num_steps * c.num_envs for c in chunks), {
+            'learn_s': elapsed, 'chunks': len(chunks), 'policy_lag': lag, **rollout, **losses})
 
     @staticmethod
     def _rollout_stats(chunks: list[RolloutChunk]) -> dict[str, float]:
@@ -196,7 +158,7 @@ class ChunkLearner:
                     else float(values[0])
         return stats
 
-    # ------------------------------------------------------------------ export, checkpoints
+    # ------------------------------------------------------------------------------ export
     def export_student(self, robot: Any, path: str | Path) -> bytes:
         """The student as ONNX (written atomically to ``path``) with ``policy_version`` and
         ``action_std`` [A] in its metadata (what actors sample with); returns its bytes."""
@@ -206,56 +168,3 @@ class ChunkLearner:
                                     'iteration': self.iteration, 'total_steps': self.total_steps,
                                     'algorithm': self.cfg.algorithm})
         return Path(path).read_bytes()
-
-    def state_dict(self) -> dict[str, Any]:
-        """Everything to resume: weights, teacher, optimizer, counters, RNG, episode logs."""
-        return {'iteration': self.iteration, 'policy_version': self.policy_version,
-                'total_steps': self.total_steps, 'elapsed_s': self.elapsed_s,
-                'config': to_dict(self.cfg),
-                'obs_dims': self.obs_dims, 'num_actions': self.num_actions,
-                'model': self.policy.state_dict(),
-                'teacher': self.alg.teacher.state_dict() if self.alg.teacher is not None
-                else None,
-                **self._algorithm_state(),
-                'rng': {'generator': self.generator.get_state()},
-                'episodes': {'returns': list(self.returns), 'lengths': list(self.lengths),
-                             'sums': {k: list(v) for k, v in self._episode_sums.items()}}}
-
-    def _algorithm_state(self) -> dict[str, Any]:
-        """The update rule's own state for :meth:`state_dict` (PPO: optimiser, adaptive lr)."""
-        return {'optimizer': self.alg.optimizer.state_dict(),
-                'learning_rate': self.alg.learning_rate}
-
-    def _load_algorithm_state(self, payload: dict[str, Any]) -> None:
-        self.alg.optimizer.load_state_dict(payload['optimizer'])
-        self.alg.learning_rate = payload['learning_rate']
-
-    def save(self, run_dir: str | Path, keep: int) -> Path:
-        """An atomic checkpoint ``run_dir/checkpoints/model_<iteration>.pt`` (loadable by
-        ``claw-rl export`` and as a frozen teacher)."""
-        path = ckpt.checkpoint_path(run_dir, self.iteration)
-        ckpt.save_checkpoint(path, self.state_dict())
-        ckpt.prune_checkpoints(run_dir, keep)
-        return path
-
-    def load(self, path: str | Path) -> None:
-        """Continue from a :meth:`save` checkpoint (same sizes)."""
-        payload = ckpt.load_checkpoint(path)
-        if payload['obs_dims'] != self.obs_dims or payload['num_actions'] != self.num_actions:
-            raise ValueError(f'{path}: checkpoint has obs_dims {payload["obs_dims"]} and '
-                             f'{payload["num_actions"]} actions, the trainer {self.obs_dims} '
-                             f'and {self.num_actions}')
-        self.policy.load_state_dict(payload['model'])
-        if payload['teacher'] is not None and self.alg.teacher is not None:
-            self.alg.teacher.load_state_dict(payload['teacher'])
-        self._load_algorithm_state(payload)
-        self.generator.set_state(payload['rng']['generator'])
-        self.iteration = payload['iteration']
-        self.policy_version = payload.get('policy_version', self.iteration)
-        self.total_steps = payload['total_steps']
-        self.elapsed_s = payload.get('elapsed_s', 0.0)
-        episodes = payload['episodes']
-        self.returns.extend(episodes['returns'])
-        self.lengths.extend(episodes['lengths'])
-        for k, v in episodes['sums'].items():
-            self._episode_sums.setdefault(k, deque(maxlen=200)).extend(v)

@@ -13,7 +13,8 @@ offline (``algorithm`` picks :class:`~.chunk_learner.ChunkLearner` or
   never start an iteration ahead of the batched actors, but are learnt from with them;
 - :meth:`iterate`: :meth:`ChunkLearner.learn <.chunk_learner.ChunkLearner.learn>` on the
   pending chunks, one row in ``metrics.csv`` and TensorBoard (the offline
-  :class:`~..learning.logger.MetricsLogger`), an atomic checkpoint;
+  :class:`~..learning.run_artifacts.RunArtifacts`), the learner's atomic checkpoint (the
+  layout ``claw-rl train`` writes, plus the chunk counters);
 - :meth:`export`: the student as ONNX bytes for the push; the lag filter learns (version, sha);
 - :meth:`done`: ``runner.max_iterations`` or ``runner.time_budget_s`` reached;
 - :meth:`finish`: ``learning_curve.png``, ``summary.json`` and, when training ran to its end,
@@ -26,25 +27,20 @@ continues across a resume, like the offline runner's ``elapsed_s``; so do the ch
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-import resource
 import sys
 import time
 from typing import Any, Callable, TextIO
 
-import yaml
-
+from ..config import ConfigError
 from ..learning import checkpoint as ckpt
-from ..config import ConfigError, to_dict
-from ..io import atomic_write_bytes
+from ..learning.run_artifacts import run_ended, RunArtifacts, write_config
+from ..learning.train_config import TrainConfig
 from ..sim.observations import POLICY, POLICY_NOISE_FREE, PRIVILEGED
 from .chunk_filter import ChunkGate, PolicyLagFilter
 from .chunk_learner import ChunkLearner
-from ..learning.logger import MetricsLogger, plot_learning_curve
 from .rollout_chunk import ChunkError
 from .sac_chunk_learner import SACChunkLearner
-from ..learning.train_config import TrainConfig
 
 # The checkpoint entry holding the chunk counters (LiveTrainer's addition to the learner's).
 COUNTERS = 'chunk_counters'
@@ -86,14 +82,10 @@ class LiveTrainer:
         learner = SACChunkLearner if cfg.algorithm == 'sac' else ChunkLearner
         self.learner = learner(cfg, dims, robot.num_joints,
                                [f'reward/{k}' for k in sorted(cfg.env.rewards.scales)])
-        self.resumed_from = self._start_or_resume(resume)
         self.gate = ChunkGate(self.learner.spec, PolicyLagFilter(max_policy_lag))
-        if self.resumed_from is not None:
-            counts = ckpt.checkpoint_entry(self.resumed_from, COUNTERS)
-            if counts is not None:  # (none in a checkpoint written before they were kept)
-                self.gate.counters.load_state_dict(counts)
-        self.logger = MetricsLogger(self.run_dir, resume_iteration=self.learner.iteration,
-                                    stream=self.stream, tensorboard=tensorboard)
+        self.resumed_from = self._start_or_resume(resume)
+        self.artifacts = RunArtifacts(self.run_dir, cfg, self.learner.iteration, self.stream,
+                                      tensorboard)
         self.pending: list = []
         self._counted = 0  # pending chunks of at least min_chunk_envs worlds
         self._first_pending = 0.0
@@ -104,17 +96,19 @@ class LiveTrainer:
         self.summary: dict[str, Any] = {}
 
     def _start_or_resume(self, resume: bool) -> Path | None:
+        """None for a new run (config.yaml written); else the checkpoint resumed, which may
+        be one of ``claw-rl train`` (no chunk counters: they start at 0)."""
         latest = ckpt.latest_checkpoint(self.run_dir)
         if latest is None:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
-            atomic_write_bytes(self.run_dir / 'config.yaml', yaml.safe_dump(
-                to_dict(self.cfg), sort_keys=False).encode())
+            write_config(self.run_dir, self.cfg)
             return None
         if not resume:
             raise ConfigError(str(self.run_dir), 'resume', 'run directory already has '
                               'checkpoints; set resume to true to continue it, or choose '
                               'another run_dir')
-        self.learner.load(latest)
+        counts = self.learner.load(latest).get(COUNTERS)
+        if counts is not None:
+            self.gate.counters.load_state_dict(counts)
         return latest
 
     # ---------------------------------------------------------------------------- chunks
@@ -157,24 +151,14 @@ class LiveTrainer:
         metrics.update(steps_per_s=steps / max(now - since, 1e-9),
                        wall_time_s=self.learner.elapsed_s, **self.gate.counters.as_dict())
         metrics['actors'] = len({c.actor_id for c in chunks})
-        it = self.learner.iteration
-        self.logger.log(it, metrics)
-        r = self.cfg.runner
-        if it % r.log_interval == 0 or self.done():
-            per_it = self.elapsed_s / max(1, it)
-            left = (r.max_iterations - it) * per_it
-            if r.time_budget_s:
-                left = min(left, max(0.0, r.time_budget_s - self.elapsed_s))
-            self.logger.progress(it, r.max_iterations, metrics, self.elapsed_s, left)
+        self.artifacts.log(self.learner.iteration, metrics, self.elapsed_s)
         self._save()
         return metrics
 
     def _save(self) -> None:
         """The learner's checkpoint of this iteration, with the chunk counters."""
-        path = ckpt.checkpoint_path(self.run_dir, self.learner.iteration)
-        ckpt.save_checkpoint(path, {**self.learner.state_dict(),
-                                    COUNTERS: self.gate.counters.state_dict()})
-        ckpt.prune_checkpoints(self.run_dir, self.cfg.runner.keep_checkpoints)
+        self.learner.save(self.run_dir, self.cfg.runner.keep_checkpoints, {
+            COUNTERS: self.gate.counters.state_dict(), 'robot': self.robot.to_metadata()})
 
     def export(self) -> bytes:
         """The current student as ONNX bytes (also ``models/student_v<version>.onnx``); the
@@ -188,9 +172,7 @@ class LiveTrainer:
 
     def done(self) -> bool:
         """max_iterations or the time budget reached."""
-        r = self.cfg.runner
-        return self.learner.iteration >= r.max_iterations or \
-            bool(r.time_budget_s) and self.elapsed_s >= r.time_budget_s
+        return run_ended(self.cfg.runner, self.learner.iteration, self.elapsed_s)
 
     # ---------------------------------------------------------------------------- finish
     def finish(self, stopped: bool) -> dict[str, Any]:
@@ -199,29 +181,15 @@ class LiveTrainer:
         if self._finished:
             return self.summary
         self._finished = True
-        self.logger.close()
         learner = self.learner
         if learner.iteration and ckpt.latest_checkpoint(self.run_dir) != \
                 ckpt.checkpoint_path(self.run_dir, learner.iteration):
             self._save()
-        csv_path = self.run_dir / 'metrics.csv'
-        if csv_path.exists():
-            plot_learning_curve(csv_path, self.run_dir / 'learning_curve.png')
-        summary: dict[str, Any] = {
-            'iterations': learner.iteration, 'total_steps': learner.total_steps,
-            'wall_time_s': round(self.elapsed_s, 1), 'stopped_by_user': stopped,
-            'steps_per_s': round(learner.total_steps / self.elapsed_s, 1)
-            if self.elapsed_s else 0.0,
-            'peak_rss_mib': round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
-            'chunks': self.gate.counters.as_dict()}
-        if not stopped and learner.iteration:
-            from ..deploy.evaluate import export_and_evaluate
-            summary.update(export_and_evaluate(learner.policy, self.cfg, self.robot,
-                                               self.run_dir, {
-                                                   'iteration': learner.iteration,
-                                                   'total_steps': learner.total_steps,
-                                                   'algorithm': self.cfg.algorithm}))
-        atomic_write_bytes(self.run_dir / 'summary.json',
-                           json.dumps(summary, indent=2).encode())
-        self.summary = summary
-        return summary
+
+        from ..deploy.evaluate import export_and_evaluate
+        steps_per_s = round(learner.total_steps / self.elapsed_s, 1) if self.elapsed_s else 0.0
+        self.summary = self.artifacts.finish(
+            learner, stopped, lambda: export_and_evaluate(learner, self.robot, self.run_dir),
+            {'wall_time_s': round(self.elapsed_s, 1), 'steps_per_s': steps_per_s,
+             'chunks': self.gate.counters.as_dict()})
+        return self.summary

@@ -34,7 +34,8 @@ import numpy as np
 
 from ..sim.observations import POLICY, POLICY_NOISE_FREE
 from ..deploy.loop_record import PolicyRecord
-from .rollout_chunk import episode_arrays, rollout_stats, RolloutChunk, stack_rows
+from ..learning.rollout import episode_arrays, rollout_stats
+from .rollout_chunk import RolloutChunk, stack_rows
 
 CAUSES = ('missing_record', 'command_mismatch', 'obs_mismatch', 'reset', 'model_changed')
 # A record belongs to a state when their stamps agree to this [s] (both are the same ROS time).

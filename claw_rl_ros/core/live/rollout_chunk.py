@@ -326,20 +326,3 @@ def _assemble(h: dict[str, Any], arrays: dict[str, np.ndarray],
 def stack_rows(parts: list[np.ndarray], dim: int) -> np.ndarray:
     """[K, dim] float32 rows of ``parts`` ([k_i, dim] each), or [0, dim] without any."""
     return np.concatenate(parts).astype(np.float32) if parts else np.zeros((0, dim), np.float32)
-
-
-def episode_arrays(logs: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-    """The env's per-episode logs of a chunk, [E] float32 each (``env_ids`` left out: they mean
-    nothing to the trainer)."""
-    if not logs:
-        return {}
-    keys = [k for k in logs[0] if k != 'env_ids']
-    return {k: np.concatenate([log[k] for log in logs]).astype(np.float32) for k in keys}
-
-
-def rollout_stats(errors: list[dict[str, float]], diverged: int) -> dict[str, float]:
-    """The runner's rollout statistics: diverged worlds, tracking errors averaged over steps."""
-    stats = {'diverged': float(diverged)}
-    for key in errors[0]:
-        stats[f'tracking_error/{key}'] = float(np.mean([e[key] for e in errors]))
-    return stats

@@ -1,7 +1,8 @@
 """SAC fed by rollout chunks: the live trainer's learner for ``algorithm: sac``.
 
-The same interface as :class:`~.chunk_learner.ChunkLearner` (``learn(chunks)``, export,
-checkpoints), so :class:`~.live_trainer.LiveTrainer`, trainer_node and the actors are unchanged.
+The same interface as :class:`~.chunk_learner.ChunkLearner` (``learn(chunks)``, export, the
+shared learner's checkpoints), so :class:`~.live_trainer.LiveTrainer`, trainer_node and the
+actors are unchanged.
 ``learn`` writes every transition of the chunks into SAC's replay buffer and then runs the very
 same :meth:`SAC.learn <..learning.algorithm.Algorithm.learn>` as the offline runner: ``utd_ratio``
 gradient steps per new transition once ``learning_starts`` transitions are stored, combined_loss
@@ -45,11 +46,12 @@ from ..learning.sac import SAC
 class SACChunkLearner(ChunkLearner):
     """SAC (+ OPD) student updated from rollout chunks; see the module docstring."""
 
-    def _make_algorithm(self, teacher: Any) -> SAC:
-        alg = SAC(self.policy, self.cfg.sac, self.cfg.distillation, teacher, self.generator)
-        # One column: chunks of any world count are stored world by world.
-        alg.init_storage(self.cfg.runner.num_steps_per_env, 1, self.obs_dims, self.num_actions)
-        return alg
+    alg: SAC
+
+    def init_storage(self) -> None:
+        """One replay column: chunks of any world count are stored world by world."""
+        self.alg.init_storage(self.cfg.runner.num_steps_per_env, 1, self.obs_dims,
+                              self.num_actions)
 
     # -------------------------------------------------------------------------- storage
     @torch.no_grad()
@@ -94,7 +96,7 @@ class SACChunkLearner(ChunkLearner):
                 'rewards': rows(np.asarray(c.rewards)), 'terminated': rows(term),
                 'dones': rows(cut)}
 
-    # ------------------------------------------------------------------ export, checkpoints
+    # ------------------------------------------------------------------------------ export
     @torch.no_grad()
     def behaviour_std(self, max_samples: int = 4096) -> list[float]:
         """[A] the student's pre-tanh std averaged over the newest replay observations (over
@@ -121,13 +123,3 @@ class SACChunkLearner(ChunkLearner):
                                     'iteration': self.iteration, 'total_steps': self.total_steps,
                                     'algorithm': self.cfg.algorithm})
         return Path(path).read_bytes()
-
-    def _algorithm_state(self) -> dict[str, Any]:
-        """SAC's optimisers, temperature, target critics, counters (+ replay if configured)."""
-        return {'sac': self.alg.state_dict()}
-
-    def _load_algorithm_state(self, payload: dict[str, Any]) -> None:
-        if 'sac' not in payload:
-            raise ValueError('checkpoint has no SAC state (a PPO run?): resume it with its own '
-                             'algorithm, or start a new run_dir')
-        self.alg.load_state_dict(payload['sac'])
