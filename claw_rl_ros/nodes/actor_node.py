@@ -17,9 +17,8 @@ Chunks are collected only while ``chunk_topic`` has a subscriber (a chunk publis
 trainer's subscription is matched would be lost, and with it the credit); one that is lost
 anyway is made up for after ``credit_timeout_s`` without a new model.
 
-Parameters: config (train YAML: env, num_steps_per_env), robot (empty: the config's), num_envs
-(0 = the config's), physics_threads (0 = the config's), seed, chunk_topic, chunks_in_flight,
-credit_timeout_s, max_model_bytes.
+Parameters: :class:`~.node_params.ActorParams` (``ros2 param describe``; all but
+``model_sha256`` read-only).
 """
 
 from __future__ import annotations
@@ -31,11 +30,12 @@ from rcl_interfaces.msg import SetParametersResult
 from rclpy.node import Node
 from std_msgs.msg import String, UInt8MultiArray
 
-from ..core.deploy.model_swap import DEFAULT_MAX_MODEL_BYTES, ModelCache, ModelRejected
+from ..core.deploy.model_swap import ModelCache, ModelRejected
 from ..core.learning.train_config import load_train_config, split_overrides
 from ..core.live.batched_actor import BatchedActor, OnnxBehaviour
 from ..core.live.rollout_chunk import encode_chunk
 from ..core.sim.env import VecLocomotionEnv
+from .node_params import ActorParams, declare
 from .ros_io import COMMAND_QOS, exit_without_teardown, spin, STATE_QOS
 
 
@@ -46,32 +46,22 @@ class ActorNode(Node):
 
     def __init__(self):
         super().__init__('actor')
-        config = self.declare_parameter('config', 'train_ppo.yaml').value
-        overrides = self.declare_parameter('overrides', '').value  # the train graph's `set`
-        cfg = load_train_config(config, split_overrides(overrides, 'overrides'))
-        robot = self.declare_parameter('robot', '').value
-        num_envs = self.declare_parameter('num_envs', 0).value
-        seed = self.declare_parameter('seed', 0).value
-        topic = self.declare_parameter('chunk_topic', '/rollout_chunks').value
-        cap = self.declare_parameter('max_model_bytes', DEFAULT_MAX_MODEL_BYTES).value
-        threads = self.declare_parameter('physics_threads', 1).value
-        in_flight = self.declare_parameter('chunks_in_flight', 1).value
-        credit_timeout = self.declare_parameter('credit_timeout_s', 30.0).value
-        self.declare_parameter('model_sha256', '')
-        if robot:
-            cfg.env.robot = robot
-        if num_envs:
-            cfg.env.num_envs = num_envs
-        if threads:
-            cfg.env.num_threads = threads
-        cfg.env.seed = seed
+        p = declare(self, ActorParams)
+        cfg = load_train_config(p.config, split_overrides(p.overrides, 'overrides'))
+        if p.robot:
+            cfg.env.robot = p.robot
+        if p.num_envs:
+            cfg.env.num_envs = p.num_envs
+        if p.physics_threads:
+            cfg.env.num_threads = p.physics_threads
+        cfg.env.seed = p.seed
         self.env = VecLocomotionEnv(cfg.env)
-        self.models = ModelCache(self.env.robot, cap)
+        self.models = ModelCache(self.env.robot, p.max_model_bytes)
         self.actor = BatchedActor(self.env, None, cfg.runner.num_steps_per_env,
-                                  self.get_fully_qualified_name(), seed=seed,
-                                  chunks_in_flight=in_flight,
-                                  credit_timeout_s=credit_timeout)
-        self.pub_chunk = self.create_publisher(UInt8MultiArray, topic, COMMAND_QOS)
+                                  self.get_fully_qualified_name(), seed=p.seed,
+                                  chunks_in_flight=p.chunks_in_flight,
+                                  credit_timeout_s=p.credit_timeout_s)
+        self.pub_chunk = self.create_publisher(UInt8MultiArray, p.chunk_topic, COMMAND_QOS)
         self.pub_version = self.create_publisher(String, '~/model_version', STATE_QOS)
         self.create_subscription(UInt8MultiArray, 'policy/model', self.on_model, STATE_QOS)
         self.add_on_set_parameters_callback(self.on_set_parameters)
@@ -79,7 +69,7 @@ class ActorNode(Node):
         self.create_timer(0.005, self.on_tick)
         self.pub_version.publish(String(data='none'))  # tells the trainer: no model yet
         self.get_logger().info(f'{self.env.num_envs} worlds x {self.actor.num_steps} steps per '
-                               f'chunk on {topic}; waiting for a model')
+                               f'chunk on {p.chunk_topic}; waiting for a model')
 
     def on_model(self, msg: UInt8MultiArray) -> None:
         sha, verdict = self.models.offer(bytes(msg.data))
@@ -96,11 +86,6 @@ class ActorNode(Node):
                     return SetParametersResult(successful=False, reason=str(exc))
                 self.actor.use_behaviour(behaviour)
                 self.pub_version.publish(String(data=behaviour.model_sha))
-            elif p.name in ('config', 'overrides', 'robot', 'num_envs', 'seed', 'chunk_topic',
-                            'max_model_bytes', 'physics_threads', 'chunks_in_flight',
-                            'credit_timeout_s'):
-                return SetParametersResult(successful=False,
-                                           reason=f'{p.name} is read-only after start-up')
         return SetParametersResult(successful=True, reason=f'acting with {self.actor.model_sha}')
 
     def on_tick(self) -> None:

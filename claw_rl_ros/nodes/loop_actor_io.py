@@ -30,6 +30,7 @@ from ..core.live.loop_actor import ControlLoopActor
 from ..core.live.rollout_chunk import encode_chunk
 from ..core.sim.robot import RobotSpec
 from ..core.sim.training_session import TrainingSession
+from .node_params import SimParams
 from .ros_io import COMMAND_QOS, doubles, publisher
 
 RECORD_TOPIC = 'policy/training_step'
@@ -57,21 +58,21 @@ class LoopActorIO:
     subscribes to joint_commands (subscription order).
     """
 
-    def __init__(self, node: Node, robot: RobotSpec, p: dict):
-        cfg = load_train_config(p['env_config'] or 'train_ppo.yaml',
-                                split_overrides(p['overrides'], 'overrides'))
+    def __init__(self, node: Node, robot: RobotSpec, p: SimParams):
+        cfg = load_train_config(p.env_config or 'train_ppo.yaml',
+                                split_overrides(p.overrides, 'overrides'))
         self.node, self.robot = node, robot
-        self.session = TrainingSession(robot, cfg.env, randomization=p['randomization'],
-                                       pushes=p['pushes'], noise=p['noise'], seed=p['seed'],
-                                       command_timeout_s=p['command_timeout_s'])
+        self.session = TrainingSession(robot, cfg.env, randomization=p.randomization,
+                                       pushes=p.pushes, noise=p.noise, seed=p.seed,
+                                       command_timeout_s=p.command_timeout_s)
         actor_id = f'{node.get_namespace().rstrip("/")}/control_loop'
         self.actor = ControlLoopActor(self.session, cfg.runner.num_steps_per_env, actor_id)
         self.bad_records = 0
         node.create_subscription(Float64MultiArray, RECORD_TOPIC, self.on_record, COMMAND_QOS)
         self.pub_cmd = publisher(node, Twist, 'cmd_vel', 10)
-        self.pub_chunk = publisher(node, UInt8MultiArray, p['chunk_topic'], COMMAND_QOS)
+        self.pub_chunk = publisher(node, UInt8MultiArray, p.chunk_topic, COMMAND_QOS)
         node.get_logger().info(f'training: chunks of {cfg.runner.num_steps_per_env} steps as '
-                               f'{actor_id} on {p["chunk_topic"]}')
+                               f'{actor_id} on {p.chunk_topic}')
 
     def on_record(self, msg: Float64MultiArray) -> None:
         try:

@@ -49,39 +49,35 @@ from sensor_msgs.msg import Imu, JointState
 from std_msgs.msg import Float64MultiArray, String, UInt8MultiArray
 
 from ..core.deploy.control_stats import LatencyStats, RateMeter
-from ..core.deploy.model_swap import DEFAULT_MAX_MODEL_BYTES, ModelRejected
+from ..core.deploy.model_swap import ModelRejected
 from ..core.deploy.policy_controller import PolicyController, WATCHDOG_POLLS
 from ..core.deploy.run_marker import RunMarker
 from ..core.sim.robot import load_robot
 from .loop_actor_io import record_msg, RECORD_TOPIC
+from .node_params import declare, PolicyParams
 from .ros_io import (COMMAND_QOS, diagnostics, doubles, LATCHED_QOS, now_sec, publisher, spin,
                      steady_timer, take_queued, to_sec)
-from .safety_io import declare_safety, READ_ONLY, SafetyIO, state_qos
+from .safety_io import QOS, safety_kwargs, SafetyIO
 
 
 class PolicyNode(Node):
-    """Parameters: robot, model_path, model_sha256, stale_after_periods, joints,
-    max_model_bytes, state_qos, training, seed, the safety ones (safety_io.py), use_sim_time."""
+    """Parameters: :class:`~.node_params.PolicyParams` (``ros2 param describe``; all but
+    ``model_path`` and ``model_sha256`` read-only), use_sim_time."""
 
     def __init__(self):
         super().__init__('policy_node')
         self.marker = None
-        robot = load_robot(self.declare_parameter('robot', 'claw_quadruped').value)
-        stale = self.declare_parameter('stale_after_periods', 3.0).value
-        joints = self.declare_parameter('joints', list(robot.joint_names)).value
-        cap = self.declare_parameter('max_model_bytes', DEFAULT_MAX_MODEL_BYTES).value
-        model_path = self.declare_parameter('model_path', '').value
-        training = self.declare_parameter('training', False).value
-        seed = self.declare_parameter('seed', 0).value
-        self.declare_parameter('model_sha256', '')
-        qos = state_qos(self)
+        p = declare(self, PolicyParams)
+        robot, training = load_robot(p.robot), p.training
+        qos = QOS[p.state_qos]
         sim_time = self.get_parameter('use_sim_time').value
-        self.ctrl = PolicyController(robot, stale_after_periods=stale, output_joints=joints,
-                                     max_model_bytes=cap, training=training, seed=seed,
+        self.ctrl = PolicyController(robot, stale_after_periods=p.stale_after_periods,
+                                     output_joints=p.joints, max_model_bytes=p.max_model_bytes,
+                                     training=training, seed=p.seed,
                                      clock='sim' if sim_time else 'wall',
-                                     monotonic=time.monotonic, **declare_safety(self))
-        if model_path:
-            self.ctrl.load_path(model_path)  # refuses to start with the exact reason
+                                     monotonic=time.monotonic, **safety_kwargs(p))
+        if p.model_path:
+            self.ctrl.load_path(p.model_path)  # refuses to start with the exact reason
         self.marker = RunMarker(self.get_fully_qualified_name())
         crashed = self.marker.claim()
         if crashed:
@@ -182,11 +178,7 @@ class PolicyNode(Node):
                     self.ctrl.activate(p.value)
                 elif p.name == 'model_path' and p.value:
                     self.ctrl.load_path(p.value)
-                elif p.name in ('robot', 'joints', 'stale_after_periods', 'max_model_bytes',
-                                'training', 'seed', *READ_ONLY):
-                    return SetParametersResult(successful=False,
-                                               reason=f'{p.name} is read-only after start-up')
-                else:
+                else:  # the others are read-only (refused by rclpy) or use_sim_time
                     continue
             except Exception as exc:  # noqa: BLE001 - ModelRejected, a timeout, anything
                 reason = str(exc) if isinstance(exc, ModelRejected) else \
@@ -224,7 +216,7 @@ class PolicyNode(Node):
 
 
 def main(args=None) -> int:
-    return spin(PolicyNode, args, executor='events')
+    return spin(PolicyNode, args)
 
 
 if __name__ == '__main__':

@@ -6,11 +6,11 @@ serialised CDR bytes as DDS delivered them, never re-encoded) to ``joint_states`
 (relative names: a namespace or remapping moves them; a topic nobody publishes just stays
 empty). The QoS matches each publisher's (sensor data best effort; commands reliable; the
 model version latched). ``publish_time`` is the publisher's source timestamp, so replay can
-order states and commands causally. Parameters: ``path`` (required), ``topics`` (a subset of
-the above), ``robot``, ``joints`` (the command order, stored as metadata). The file is complete
-after Ctrl-C (written as ``<path>.part``, renamed on shutdown). Diagnostics count the
-messages written and the publishers matched per topic (``publishers /joint_commands``: a graph
-can wait for the recorder to hear a node before letting it act).
+order states and commands causally. Parameters: :class:`~.node_params.RecorderParams`
+(``path`` is required). The file is complete after Ctrl-C (written as ``<path>.part``, renamed
+on shutdown). Diagnostics count the messages written and the publishers matched per topic
+(``publishers /joint_commands``: a graph can wait for the recorder to hear a node before
+letting it act).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from std_msgs.msg import Float64MultiArray, String
 
 from ..core.deploy.recording import Recorder
 from ..core.sim.robot import load_robot
+from .node_params import declare, RecorderParams
 from .ros_io import diagnostics, SENSOR_QOS, spin, steady_timer
 
 # Deep queues: a recorder that falls behind for a moment (a loaded machine) catches up
@@ -50,16 +51,16 @@ def type_name(msg_type) -> str:
 
 
 class RecorderNode(Node):
-    """Parameters: path, topics, robot, joints."""
+    """Parameters: :class:`~.node_params.RecorderParams` (``ros2 param describe``)."""
 
     rec: Recorder | None = None  # None: __init__ refused before it was built
 
     def __init__(self):
         super().__init__('recorder_node')
-        path = self.declare_parameter('path', '').value
-        topics = self.declare_parameter('topics', list(TOPICS)).value
-        robot = load_robot(self.declare_parameter('robot', 'claw_quadruped').value)
-        joints = self.declare_parameter('joints', list(robot.joint_names)).value
+        p = declare(self, RecorderParams)
+        path, topics = p.path, p.topics or list(TOPICS)
+        robot = load_robot(p.robot)
+        joints = p.joints or list(robot.joint_names)
         if not path:
             raise ValueError('parameter path is empty; give the MCAP file to write, e.g. '
                              '-p path:=run.mcap (graphs: record:=run.mcap)')

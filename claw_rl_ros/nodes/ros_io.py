@@ -117,11 +117,11 @@ def diagnostics(node: Node, name: str, level: str, message: str,
     return DiagnosticArray(header=Header(stamp=WALL_CLOCK.now().to_msg()), status=[status])
 
 
-def spin(make_node: Callable[[], Node], args: list[str] | None = None,
-         executor: str = 'single_threaded') -> int:
+def spin(make_node: Callable[[], Node], args: list[str] | None = None) -> int:
     """``rclpy.init(args)``, spin the node, clean shutdown on Ctrl-C; exit code 1 on refusal.
 
-    The node's ``executor`` parameter (default ``executor``) picks one of :data:`EXECUTORS`.
+    The node's ``executor`` parameter (declared with its others, node_params.py) picks one of
+    :data:`EXECUTORS`.
     """
     interrupted: list[int] = []
     kind = ''
@@ -136,10 +136,7 @@ def spin(make_node: Callable[[], Node], args: list[str] | None = None,
     rclpy.init(args=args)
     try:
         node = make_node()
-        kind = node.declare_parameter('executor', executor).value
-        if kind not in EXECUTORS:
-            node.destroy_node()
-            raise ValueError(f'parameter executor = {kind!r}; use one of {EXECUTORS}')
+        kind = node.get_parameter('executor').value  # one of EXECUTORS (declare)
     except (ValueError, RuntimeError) as exc:
         print(f'[FATAL] refusing to start: {exc}', file=sys.stderr, flush=True)
         rclpy.try_shutdown()

@@ -1,7 +1,7 @@
 """The policy node's safety wiring (thin ROS glue around core/deploy/safety.py).
 
 * parameters of the state machine, command shaping, verification gate and self-check
-  (:func:`declare_safety`);
+  (:class:`~.node_params.SafetyParams`) -> PolicyController arguments (:func:`safety_kwargs`);
 * operator requests: ``~/operator`` (``std_msgs/String``: stand_up, rl, sit_down, passive,
   estop, reset) and one ``std_srvs/Trigger`` service per request (``~/stand_up`` ...), plus
   ``~/self_check`` (the start-up self-check report, success when nothing mismatches);
@@ -16,50 +16,28 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
-from rclpy.node import Node
-from rclpy.parameter import Parameter
 from std_msgs.msg import Float64MultiArray, String
 from std_srvs.srv import Trigger
 
 from ..core.deploy.safety import REQUESTS, SafetyConfig
 from ..core.deploy.self_check import controller_joints
+from .node_params import SafetyParams
 from .ros_io import COMMAND_QOS, doubles, LATCHED_QOS, now_sec, publisher, SENSOR_QOS
 
+# QoS of the joint_states / imu subscriptions by parameter state_qos.
 QOS = {'sensor_data': SENSOR_QOS, 'reliable': COMMAND_QOS}
-READ_ONLY = ('autostart', 'require_verification', 'publish_gains', 'controllers_file',
-             'command_controller', 'state_qos', 'max_delta_per_tick', 'sit_pose',
-             'cmd_vel_timeout_s', 'wall_stale_after_s', *SafetyConfig.__dataclass_fields__)
 
 
-def declare_safety(node: Node) -> dict[str, Any]:
-    """Declare the safety parameters; returns PolicyController keyword arguments."""
-    node.declare_parameter('publish_gains', False)  # read by SafetyIO
-    fields = {}
-    for name, f in SafetyConfig.__dataclass_fields__.items():
-        if name != 'sit_pose':
-            fields[name] = node.declare_parameter(name, f.default).value
-    sit = node.declare_parameter('sit_pose', Parameter.Type.DOUBLE_ARRAY).value
-    fields['sit_pose'] = tuple(sit or ())
-    path = node.declare_parameter('controllers_file', '').value
-    controller = node.declare_parameter('command_controller', 'forward_position_controller').value
-    return {'safety': SafetyConfig(**fields),
-            # cmd_vel older than this [s, monotonic] is a zero command (0: never stale)
-            'cmd_vel_timeout_s': node.declare_parameter('cmd_vel_timeout_s', 0.5).value,
-            # wall time without an accepted state that faults (0: the stale limit; 1 s
-            # under use_sim_time, where a paced or lockstep simulator may be slower)
-            'wall_stale_after_s': node.declare_parameter('wall_stale_after_s', 0.0).value,
-            'max_delta_per_tick': node.declare_parameter('max_delta_per_tick', 0.0).value,
-            'require_verification': node.declare_parameter('require_verification', False).value,
-            'command_joints': controller_joints(path, controller) if path else None}
-
-
-def state_qos(node: Node):
-    """QoS of the joint_states / imu subscriptions (parameter state_qos)."""
-    name = node.declare_parameter('state_qos', 'sensor_data').value
-    if name not in QOS:
-        raise ValueError(f'state_qos = {name!r}; use sensor_data (best effort, matches any '
-                         'publisher) or reliable')
-    return QOS[name]
+def safety_kwargs(p: SafetyParams) -> dict[str, Any]:
+    """PolicyController keyword arguments from the safety parameters."""
+    fields = {name: getattr(p, name) for name in SafetyConfig.__dataclass_fields__}
+    fields['sit_pose'] = tuple(p.sit_pose)
+    return {'safety': SafetyConfig(**fields), 'cmd_vel_timeout_s': p.cmd_vel_timeout_s,
+            'wall_stale_after_s': p.wall_stale_after_s,
+            'max_delta_per_tick': p.max_delta_per_tick,
+            'require_verification': p.require_verification,
+            'command_joints': controller_joints(p.controllers_file, p.command_controller)
+            if p.controllers_file else None}
 
 
 class SafetyIO:

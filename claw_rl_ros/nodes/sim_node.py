@@ -9,10 +9,8 @@ answering the last published state; the state is re-sent after ``command_timeout
 an answer, so a late policy can join; ``~/step`` works while paused). Stamps are sim time
 when ``publish_clock`` is on; a reset re-sends the state under the same stamp. ``training``:
 the control loop as an actor (:mod:`.loop_actor_io`; ``env_config`` is then the train YAML).
-``state_qos`` (``reliable``, default, as ros2_control's joint_state_broadcaster, or
-``sensor_data``: best effort) is the QoS of joint_states, imu, odom and /clock: a subscriber
-written the usual way (reliable, depth 10) reads only a reliable publisher, a best-effort one
-(ours) reads either.
+``state_qos`` is the QoS of joint_states, imu, odom and /clock (reliable by default: a
+subscriber written the usual way, reliable and depth 10, reads only a reliable publisher).
 """
 
 from __future__ import annotations
@@ -35,56 +33,43 @@ from ..core.learning.train_config import split_overrides
 from ..core.sim.robot import load_robot
 from ..core.sim.sim_session import env_section, SimSession
 from .loop_actor_io import LoopActorIO
+from .node_params import declare, SimParams
 from .ros_io import (COMMAND_QOS, diagnostics, doubles, now_sec, publisher,
                      RELIABLE_STATE_QOS, SENSOR_QOS, spin, steady_timer, to_stamp)
 
-MODES = ('realtime', 'lockstep')
 STATE_PUBLISH_QOS = {'reliable': RELIABLE_STATE_QOS, 'sensor_data': SENSOR_QOS}
 
 
 class SimNode(Node):
-    """Parameters: robot, mode, randomization, pushes, noise, command_timeout_s,
-    publish_clock, seed, env_config, overrides, joints, reset_on_fall, training, chunk_topic,
-    real_time_factor (realtime mode: sim seconds per wall second), state_qos."""
+    """Parameters: :class:`~.node_params.SimParams` (``ros2 param describe``)."""
 
     def __init__(self):
         super().__init__('sim_node')
-        p = {name: self.declare_parameter(name, default).value for name, default in (
-            ('robot', 'claw_quadruped'), ('mode', 'realtime'), ('randomization', False),
-            ('pushes', False), ('noise', False), ('command_timeout_s', 0.25),
-            ('publish_clock', True), ('seed', 0), ('env_config', ''), ('reset_on_fall', True),
-            ('training', False), ('chunk_topic', '/rollout_chunks'), ('real_time_factor', 1.0),
-            ('state_qos', 'reliable'), ('overrides', ''))}
-        if p['mode'] not in MODES:
-            raise ValueError(f'parameter mode = {p["mode"]!r}; use one of {MODES}')
-        if not p['real_time_factor'] > 0:
-            raise ValueError(f'parameter real_time_factor = {p["real_time_factor"]!r}; use sim '
+        p = declare(self, SimParams)  # mode and state_qos checked there
+        if not p.real_time_factor > 0:
+            raise ValueError(f'parameter real_time_factor = {p.real_time_factor!r}; use sim '
                              'seconds per wall second > 0 (1.0 = realtime)')
-        if p['state_qos'] not in STATE_PUBLISH_QOS:
-            raise ValueError(f'parameter state_qos = {p["state_qos"]!r}; use one of '
-                             f'{tuple(STATE_PUBLISH_QOS)} (reliable: as ros2_control)')
-        robot = load_robot(p['robot'])
+        robot = load_robot(p.robot)
         self.params, self.robot = p, robot
-        self.order = JointOrder(robot, self.declare_parameter('joints', robot.joint_names).value)
-        self.loop = LoopActorIO(self, robot, p) if p['training'] else None
+        self.order = JointOrder(robot, p.joints)
+        self.loop = LoopActorIO(self, robot, p) if p.training else None
         self.sim = self.loop.session if self.loop else SimSession(
-            robot, env_section(p['env_config'], split_overrides(p['overrides'], 'overrides')),
-            randomization=p['randomization'],
-            pushes=p['pushes'], noise=p['noise'], seed=p['seed'],
-            command_timeout_s=p['command_timeout_s'])
-        self.lockstep = p['mode'] == 'lockstep'
+            robot, env_section(p.env_config, split_overrides(p.overrides, 'overrides')),
+            randomization=p.randomization, pushes=p.pushes, noise=p.noise, seed=p.seed,
+            command_timeout_s=p.command_timeout_s)
+        self.lockstep = p.mode == 'lockstep'
         self.paused = False
         self.awaiting: float | None = None  # perf_counter of the unanswered state publish
         self.latency, self.tick_rate, self.cmd_rate = LatencyStats(), RateMeter(), RateMeter()
         # Realtime: one control step every control_dt / real_time_factor wall seconds.
-        self.ticks = TickMonitor(robot.control_dt / p['real_time_factor'])
+        self.ticks = TickMonitor(robot.control_dt / p.real_time_factor)
         self.drops = Counters(('wrong_length', 'non_finite', 'unanswered'))
         self.js = JointState(name=list(robot.joint_names))
         self.imu = Imu()
         self.imu.header.frame_id = robot.imu_body
         self.odom = Odometry(child_frame_id=robot.base_body)
         self.odom.header.frame_id = 'odom'
-        qos = STATE_PUBLISH_QOS[p['state_qos']]
+        qos = STATE_PUBLISH_QOS[p.state_qos]
         self.pub_js = publisher(self, JointState, 'joint_states', qos)
         self.pub_imu = publisher(self, Imu, 'imu', qos)
         self.pub_odom = publisher(self, Odometry, 'odom', qos)
@@ -97,13 +82,13 @@ class SimNode(Node):
         self.create_service(Trigger, '~/reset', self.on_reset)
         self.create_service(SetBool, '~/pause', self.on_pause)
         self.create_service(Trigger, '~/step', self.on_step)
-        period = p['command_timeout_s'] if self.lockstep else self.ticks.period
+        period = p.command_timeout_s if self.lockstep else self.ticks.period
         steady_timer(self, period, self.on_wait if self.lockstep else self.on_tick)
         steady_timer(self, 1.0, self.publish_diagnostics)
         self.publish_state()
-        speed = '' if self.lockstep or p['real_time_factor'] == 1.0 else \
-            f' x {p["real_time_factor"]:g} real time'
-        self.get_logger().info(f'{robot.name}: {p["mode"]} at {1 / robot.control_dt:g} Hz{speed}')
+        speed = '' if self.lockstep or p.real_time_factor == 1.0 else \
+            f' x {p.real_time_factor:g} real time'
+        self.get_logger().info(f'{robot.name}: {p.mode} at {1 / robot.control_dt:g} Hz{speed}')
 
     # --------------------------------------------------------------------------- control
     def on_command(self, msg: Float64MultiArray) -> None:
@@ -137,14 +122,14 @@ class SimNode(Node):
     def on_wait(self) -> None:
         # Lockstep: re-send a state nobody answered (the policy may have joined late).
         if self.awaiting is not None and not self.paused and \
-                time.perf_counter() - self.awaiting > self.params['command_timeout_s']:
+                time.perf_counter() - self.awaiting > self.params.command_timeout_s:
             self.drops.add('unanswered')
             self.publish_state()
 
     def advance(self) -> None:
         targets = self.sim.active_targets(time.perf_counter())
         fell = self.loop.step(self.stamp, targets) if self.loop else self.sim.step(targets)
-        if fell and self.params['reset_on_fall']:
+        if fell and self.params.reset_on_fall:
             self.sim.reset()
         self.publish_state()
 
@@ -152,7 +137,7 @@ class SimNode(Node):
         if self.loop:
             self.loop.before_state()
         r = self.sim.readings()
-        self.stamp = r.time if self.params['publish_clock'] else now_sec(self)
+        self.stamp = r.time if self.params.publish_clock else now_sec(self)
         stamp = to_stamp(self.stamp)
         imu, js, odom = self.imu, self.js, self.odom
         imu.header.stamp = js.header.stamp = odom.header.stamp = stamp
@@ -163,7 +148,7 @@ class SimNode(Node):
         js.position, js.velocity = doubles(r.joint_pos), doubles(r.joint_vel)
         js.effort = doubles(r.joint_effort)
         # The policy acts on joint_states: publish it last, after everything it needs.
-        if self.params['publish_clock']:
+        if self.params.publish_clock:
             self.pub_clock.publish(Clock(clock=stamp))
         if self.pub_odom.get_subscription_count():  # ground truth only when someone listens
             pose, twist = odom.pose.pose, odom.twist.twist
@@ -208,7 +193,7 @@ class SimNode(Node):
     def publish_diagnostics(self) -> None:
         now, s = time.perf_counter(), self.sim
         self.sim.active_targets(now)
-        fields = {'mode': self.params['mode'], 'paused': self.paused, 'sim_time_s': s.time,
+        fields = {'mode': self.params.mode, 'paused': self.paused, 'sim_time_s': s.time,
                   'steps': s.steps, 'control_rate_hz': self.tick_rate.rate(now),
                   'command_rate_hz': self.cmd_rate.rate(now),
                   **self.latency.summary('command_latency'), 'missed_ticks': self.ticks.missed,
@@ -223,7 +208,7 @@ class SimNode(Node):
 
 
 def main(args=None) -> int:
-    return spin(SimNode, args, executor='events')
+    return spin(SimNode, args)
 
 
 if __name__ == '__main__':

@@ -17,15 +17,7 @@ counters also once a second with ``/diagnostics``. At ``max_iterations`` or the 
 node writes student.onnx, its evaluation, learning_curve.png and summary.json and exits 0;
 Ctrl-C writes the curve and summary (the checkpoint of the last iteration is already on disk).
 
-Parameters: config (train YAML), robot (empty: the config's env.robot), run_dir, resume
-(continue run_dir's newest checkpoint; false refuses a run_dir that has one), teacher
-(checkpoint of a frozen OPD teacher), time_budget_s and max_iterations (0 = the config's),
-torch_threads, push_targets (node names; relative ones are in the trainer's namespace),
-chunk_topic, loop_chunk_topic (empty: none; the control-loop actor's chunks on a topic of their
-own, so their rate cannot evict the batched actors' chunks from the subscription's queue while
-the trainer is busy), chunks_per_iteration, max_policy_lag, batch_timeout_s, min_chunk_envs
-(only chunks of at least this many worlds count towards chunks_per_iteration and the timeout:
-the 1-world control-loop actor's chunks are learnt from but start no iteration).
+Parameters: :class:`~.node_params.TrainerParams` (``ros2 param describe``; all read-only).
 """
 
 from __future__ import annotations
@@ -47,6 +39,7 @@ from ..core.config import merge
 from ..core.learning.train_config import load_train_config, split_overrides
 from ..core.live.live_trainer import LiveTrainer
 from ..core.sim.robot import load_robot
+from .node_params import declare, TrainerParams
 from .ros_io import (COMMAND_QOS, diagnostics, exit_without_teardown, spin, STATE_QOS,
                      steady_timer)
 
@@ -67,34 +60,27 @@ class TrainerNode(Node):
 
     def __init__(self):
         super().__init__('trainer')
-        p = {name: self.declare_parameter(name, default).value for name, default in (
-            ('config', 'train_ppo.yaml'), ('robot', ''), ('run_dir', 'runs/live'),
-            ('resume', False),
-            ('teacher', ''), ('time_budget_s', 0.0), ('max_iterations', 0),
-            ('torch_threads', 1), ('push_targets', ['policy_node']),
-            ('chunk_topic', '/rollout_chunks'), ('loop_chunk_topic', ''),
-            ('chunks_per_iteration', 1),
-            ('max_policy_lag', 0), ('batch_timeout_s', 10.0), ('min_chunk_envs', 1),
-            ('overrides', ''))}
-        runner = {'torch_threads': p['torch_threads']}
-        runner.update({k: p[k] for k in ('time_budget_s', 'max_iterations') if p[k]})
+        p = declare(self, TrainerParams)
+        runner = {'torch_threads': p.torch_threads}
+        runner.update({k: getattr(p, k) for k in ('time_budget_s', 'max_iterations')
+                       if getattr(p, k)})
         # The graph's `set` first, then what this node's own parameters say.
-        overrides = merge(split_overrides(p['overrides'], 'overrides'), {'runner': runner})
-        if p['robot']:
-            overrides.setdefault('env', {})['robot'] = p['robot']
-        if p['teacher']:
+        overrides = merge(split_overrides(p.overrides, 'overrides'), {'runner': runner})
+        if p.robot:
+            overrides.setdefault('env', {})['robot'] = p.robot
+        if p.teacher:
             overrides['distillation'] = {'teacher_mode': 'frozen',
-                                         'teacher_checkpoint': str(Path(p['teacher']).resolve())}
-        cfg = load_train_config(p['config'], overrides)
+                                         'teacher_checkpoint': str(Path(p.teacher).resolve())}
+        cfg = load_train_config(p.config, overrides)
         self.trainer = LiveTrainer(
-            cfg, load_robot(cfg.env.robot), p['run_dir'], max_policy_lag=p['max_policy_lag'],
-            chunks_per_iteration=p['chunks_per_iteration'],
-            batch_timeout_s=p['batch_timeout_s'], min_chunk_envs=p['min_chunk_envs'],
-            resume=p['resume'])
+            cfg, load_robot(cfg.env.robot), p.run_dir, max_policy_lag=p.max_policy_lag,
+            chunks_per_iteration=p.chunks_per_iteration,
+            batch_timeout_s=p.batch_timeout_s, min_chunk_envs=p.min_chunk_envs,
+            resume=p.resume)
         if self.trainer.resumed_from is not None:
             self.get_logger().info(f'resumed from {self.trainer.resumed_from} (iteration '
                                    f'{self.trainer.learner.iteration})')
-        targets = [self._absolute(t) for t in p['push_targets']]
+        targets = [self._absolute(t) for t in p.push_targets]
         self.sha = ''
         self.model_pubs = {ns: self.create_publisher(
             UInt8MultiArray, f'{ns.rstrip("/")}/policy/model', STATE_QOS)
@@ -112,7 +98,7 @@ class TrainerNode(Node):
         for name in self.targets:
             self.create_subscription(String, f'{name}/model_version', lambda m, n=name:
                                      self.on_version(m.data, target=n), STATE_QOS)
-        for topic in filter(None, (p['chunk_topic'], p['loop_chunk_topic'])):
+        for topic in filter(None, (p.chunk_topic, p.loop_chunk_topic)):
             self.create_subscription(UInt8MultiArray, topic, self.on_chunk, COMMAND_QOS)
         self.create_timer(0.5, self.on_timer)
         # Imported now rather than for the curve at Ctrl-C (seconds on a loaded machine, inside
