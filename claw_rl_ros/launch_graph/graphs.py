@@ -94,8 +94,9 @@ CONTROL_ACTOR = Argument('control_actor', 'false', 'the control loop is an actor
                          'chunks join the batched actors\' (needs control_loop true and actors '
                          'of >= 2 worlds)', ('true', 'false'))
 LOOP_SPEED = Argument('real_time_factor', '0.5', "the control loop's sim seconds per wall "
-                      'second in realtime mode: 0.5 leaves most of a small machine to learning '
-                      '(the loop costs about half a core at 1.0 on 2 cores); 1.0 = realtime')
+                      "second in realtime mode; half sim_node's own default (1.0 = realtime) "
+                      'on purpose: the loop costs about half a core at 1.0, which a 2-core '
+                      'machine needs for learning')
 OVERLAP = Argument('overlap', 'true', 'true: actors collect the next chunk while the trainer '
                    'learns (chunks lag up to 2 versions, corrected by importance weights); '
                    'false: synchronous PPO, actors wait for each new model (lag 0)',
@@ -166,8 +167,9 @@ def _train(values: Mapping[str, str]) -> list[NodeEntry]:
         # The control loop as in deployment, on the training env (randomisation and noise as
         # configured), serving each pushed student from the first one on.
         # As an actor (training mode) it also pushes, as the env does, and samples actions.
+        # Only what differs from the nodes' defaults (node_params.py): publish_clock is on.
         nodes += [NodeEntry('sim_node', 'sim_node', param_files=('sim_node.yaml',), parameters={
-            'robot': robot, 'mode': values['mode'], 'publish_clock': True,
+            'robot': robot, 'mode': values['mode'],
             'env_config': str(config.resolve()), 'overrides': overrides,
             'randomization': True, 'noise': True,
             'training': actor_loop, 'pushes': actor_loop, 'chunk_topic': LOOP_CHUNK_TOPIC,
