@@ -91,8 +91,8 @@ def test_a_live_checkpoint_resumes_in_the_offline_runner(tmp_path, robot):
     ('algorithm', 'sac', 'trained with ppo, this run uses sac'),
     ('algorithm_state', None, 'predates the shared learner layout'),
 ])
-def test_a_checkpoint_of_another_algorithm_or_layout_is_refused_by_name(tmp_path, field, value,
-                                                                         match):
+def test_a_checkpoint_of_another_algorithm_or_layout_is_refused_by_name(
+        tmp_path, field, value, match):
     runner = OnPolicyRunner(tiny_config(**CONFIG), tmp_path / 'a')
     runner.train_one_epoch()
     path = runner.save()

@@ -223,7 +223,7 @@ def test_a_dropped_record_discards_the_chunk_in_progress_and_no_chunk_spans_it(t
     loop = Loop(robot, trainer.cfg, trainer.export())
     chunks = loop.run(4 * T, {T + 5: {'drop': True}})
     actor = loop.actor
-    assert actor.discarded == {**{c: 0 for c in CAUSES}, 'missing_record': 1}
+    assert actor.discarded.to_dict() == {**{c: 0 for c in CAUSES}, 'missing_record': 1}
     assert actor.discarded_steps == 5  # ticks T .. T + 4 were in progress
     assert [c.seq for c in chunks] == [1, 3, 4]  # the gap in seq: a discard
     spans = [loop.ticks_of(c) for c in chunks]
@@ -241,7 +241,7 @@ def test_a_late_record_is_never_paired_with_a_later_state(trainer, robot):
     loop = Loop(robot, trainer.cfg, trainer.export())
     # Tick T + 2's record arrives only at tick T + 3, whose own record is lost.
     chunks = loop.run(3 * T, {T + 2: {'hold': True}, T + 3: {'drop': True}})
-    assert loop.actor.discarded == {**{c: 0 for c in CAUSES}, 'missing_record': 2}
+    assert loop.actor.discarded.to_dict() == {**{c: 0 for c in CAUSES}, 'missing_record': 2}
     assert [loop.ticks_of(c) for c in chunks] == [list(range(0, T)),
                                                   list(range(T + 4, 2 * T + 4))]
     loop.session.close()
@@ -274,7 +274,7 @@ def test_a_mismatched_step_discards_the_chunk_in_progress_by_cause(trainer, robo
     loop = Loop(robot, trainer.cfg, trainer.export(), noise=noise)
     chunks = loop.run(3 * T, {T + 3: {'edit': edit}})
     actor = loop.actor
-    assert actor.discarded == {**{c: 0 for c in CAUSES}, cause: events}
+    assert actor.discarded.to_dict() == {**{c: 0 for c in CAUSES}, cause: events}
     assert actor.discarded_steps == lost - (cause != 'model_changed')
     assert [loop.ticks_of(c) for c in chunks] == [list(range(0, T)),
                                                   list(range(T + 4, 2 * T + 4))]

@@ -124,3 +124,13 @@ class Counters:
         out = {f'{prefix}_{k}': v for k, v in self._counts.items()}
         out[f'{prefix}_total'] = self.total
         return out
+
+    def to_dict(self) -> dict[str, int]:
+        """{key: count} (a copy): also the checkpoint form."""
+        return dict(self._counts)
+
+    def load_dict(self, counts: dict[str, int]) -> None:
+        """Continue from :meth:`to_dict` counts; keys it lacks stay 0, unknown keys are
+        ignored (a cause added or retired since they were saved)."""
+        for key in self._counts:
+            self._counts[key] = int(counts.get(key, 0))

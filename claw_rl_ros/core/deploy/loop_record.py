@@ -142,6 +142,9 @@ def behaviour_squash(metadata: dict[str, str], num_actions: int
 class GaussianSampler:
     """Samples around an exported model's mean with its ``action_std``; tags its records.
 
+    The maths of :func:`~..learning.networks.sample_gaussian` in numpy: the policy node runs
+    without torch (test_deploy_imports.py).
+
     ``policy`` is a validated :class:`~claw_rl_ros.core.deploy.onnx_policy.OnnxPolicy`; ValueError
     (from :func:`behaviour_metadata`) if it lacks the trainer's metadata.
     """

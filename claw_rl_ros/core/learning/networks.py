@@ -112,6 +112,14 @@ def gaussian_log_prob(actions: torch.Tensor, mean: torch.Tensor,
             - LOG_SQRT_2PI).sum(-1)
 
 
+def sample_gaussian(mean: torch.Tensor, std: torch.Tensor,
+                    generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The one Gaussian sampler of actors and learner: actions [B, A] ~ N(mean, std) and
+    their log-densities [B]."""
+    actions = torch.normal(mean, std, generator=generator)
+    return actions, gaussian_log_prob(actions, mean, std)
+
+
 def gaussian_entropy(std: torch.Tensor) -> torch.Tensor:
     """Diagonal-Gaussian entropy summed over action dims: [B, A] -> [B]."""
     # H = sum(1/2 + log sqrt(2 pi) + log s)

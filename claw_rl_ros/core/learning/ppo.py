@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from .algorithm import Algorithm
-from .networks import ActorCritic, gaussian_entropy, gaussian_log_prob
+from .networks import ActorCritic, gaussian_entropy, gaussian_log_prob, sample_gaussian
 from .opd import combined_loss, compute_distillation_loss, gaussian_kl
 from .registry import Obs
 from .storage import MiniBatch, RolloutStorage
@@ -23,8 +23,8 @@ def sample_transition(policy: ActorCritic, obs: Obs,
     """Stochastic actions and what PPO stores with them: obs, actions [N, A], log_probs [N],
     values [N], behaviour mu / sigma [N, A] (the learner's and the actors' one sampler)."""
     mean, std = policy.action_mean_std(obs)
-    actions = torch.normal(mean, std, generator=generator)
-    return {'obs': obs, 'actions': actions, 'log_probs': gaussian_log_prob(actions, mean, std),
+    actions, log_probs = sample_gaussian(mean, std, generator)
+    return {'obs': obs, 'actions': actions, 'log_probs': log_probs,
             'values': policy.evaluate(obs).squeeze(-1), 'mu': mean, 'sigma': std}
 
 

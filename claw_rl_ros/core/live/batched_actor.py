@@ -15,9 +15,10 @@ import numpy as np
 import torch
 
 from ..deploy.loop_record import behaviour_metadata, behaviour_squash
-from ..learning.networks import ActorCritic, gaussian_log_prob
+from ..learning.networks import ActorCritic, sample_gaussian
 from ..learning.ppo import sample_transition
-from ..learning.rollout import collect_rollout, episode_arrays, obs_to_torch, rollout_stats
+from ..learning.rollout import collect_rollout, obs_to_torch
+from ..learning.rollout_summary import episode_arrays, rollout_stats
 from .rollout_chunk import RolloutChunk, stack_rows
 from ..learning.sac_networks import squashed_log_prob
 
@@ -50,9 +51,8 @@ class OnnxBehaviour:
         mean = torch.from_numpy(np.asarray(self.onnx(obs['policy'].numpy()), np.float32))
         std = self.std.expand_as(mean)
         if self.squash is None:
-            actions = torch.normal(mean, std, generator=generator)
-            return {'actions': actions, 'log_probs': gaussian_log_prob(actions, mean, std),
-                    'mu': mean, 'sigma': std}
+            actions, log_probs = sample_gaussian(mean, std, generator)
+            return {'actions': actions, 'log_probs': log_probs, 'mu': mean, 'sigma': std}
         # The deterministic action bias + scale * tanh(m) back to m, then SAC's sampler.
         scale, bias = self.squash
         m = torch.atanh(((mean - bias) / scale).clamp(-1.0 + 1e-6, 1.0 - 1e-6))

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any
 
+from ..deploy.control_stats import Counters
 from .rollout_chunk import (CAUSES, ChunkError, ChunkSpec, decode_chunk, RolloutChunk,
                             STALE_VERSION, UNKNOWN_VERSION)
 
@@ -57,11 +58,11 @@ class ChunkCounters:
 
     def __init__(self):
         self.accepted = 0
-        self.dropped = {cause: 0 for cause in CAUSES}
+        self.dropped = Counters(CAUSES)
 
     @property
     def total_dropped(self) -> int:
-        return sum(self.dropped.values())
+        return self.dropped.total
 
     def dropped_fraction(self) -> float:
         """Dropped / received chunks (0 before any arrived)."""
@@ -70,17 +71,16 @@ class ChunkCounters:
 
     def as_dict(self) -> dict[str, Any]:
         return {'accepted': self.accepted, 'dropped_fraction': self.dropped_fraction(),
-                **{f'dropped/{c}': n for c, n in self.dropped.items()}}
+                **{f'dropped/{c}': n for c, n in self.dropped.to_dict().items()}}
 
     def state_dict(self) -> dict[str, Any]:
         """The counts, for a checkpoint (a resumed run counts on from them)."""
-        return {'accepted': self.accepted, 'dropped': dict(self.dropped)}
+        return {'accepted': self.accepted, 'dropped': self.dropped.to_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from :meth:`state_dict` counts (causes it does not have stay 0)."""
         self.accepted = int(state['accepted'])
-        for cause in self.dropped:
-            self.dropped[cause] = int(state['dropped'].get(cause, 0))
+        self.dropped.load_dict(state['dropped'])
 
 
 class ChunkGate:
@@ -97,7 +97,7 @@ class ChunkGate:
             chunk = decode_chunk(payload, self.spec)
             self.lag_filter.check(chunk.policy_version, chunk.model_sha)
         except ChunkError as exc:
-            self.counters.dropped[exc.cause] += 1
+            self.counters.dropped.add(exc.cause)
             raise
         self.counters.accepted += 1
         return chunk

@@ -33,8 +33,9 @@ from typing import Any
 import numpy as np
 
 from ..sim.observations import POLICY, POLICY_NOISE_FREE
+from ..deploy.control_stats import Counters
 from ..deploy.loop_record import PolicyRecord
-from ..learning.rollout import episode_arrays, rollout_stats
+from ..learning.rollout_summary import episode_arrays, rollout_stats
 from .rollout_chunk import RolloutChunk, stack_rows
 
 CAUSES = ('missing_record', 'command_mismatch', 'obs_mismatch', 'reset', 'model_changed')
@@ -134,7 +135,7 @@ class ControlLoopActor:
         self.builder = ChunkBuilder(num_steps, session.env.obs_dims, actor_id)
         self.records: deque[PolicyRecord] = deque(maxlen=max_records)
         self.exact = exact_elements(session)
-        self.discarded = {cause: 0 for cause in CAUSES}
+        self.discarded = Counters(CAUSES)
         self.discarded_steps = 0
         self.chunks = 0
         self._resets = session.resets
@@ -189,7 +190,7 @@ class ControlLoopActor:
         return chunk
 
     def _discard(self, cause: str) -> None:
-        self.discarded[cause] += 1
+        self.discarded.add(cause)
         self.discarded_steps += self.builder.discard()
 
     def diagnostics(self) -> dict[str, object]:
@@ -197,5 +198,5 @@ class ControlLoopActor:
         out: dict[str, object] = {'chunks': self.chunks,
                                   'chunk_steps': len(self.builder.steps),
                                   'discarded_steps': self.discarded_steps}
-        out.update({f'discarded_{k}': v for k, v in self.discarded.items()})
+        out.update({f'discarded_{k}': v for k, v in self.discarded.to_dict().items()})
         return out
