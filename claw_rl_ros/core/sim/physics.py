@@ -17,6 +17,7 @@ import numpy as np
 from .robot import RobotSpec
 from .scene import (build_model, FLOOR, joint_addresses, lowest_foot_points, sensor_slices,
                     standing_qpos)
+from .terrain import Terrain
 
 STATE_SPEC = mujoco.mjtState.mjSTATE_FULLPHYSICS
 CTRL_SPEC = int(mujoco.mjtState.mjSTATE_CTRL)
@@ -34,15 +35,17 @@ class BatchedPhysics:
     """State and per-world models of N worlds; ``step`` advances all of them one control step.
 
     ``state`` is ``[N, nstate]`` (mjSTATE_FULLPHYSICS: time, qpos, qvel, act, ...);
-    ``qpos`` / ``qvel`` are writable views into it.
+    ``qpos`` / ``qvel`` are writable views into it. With a ``terrain`` the floor is its
+    heightfield (each world's model holds a copy of the height map).
     """
 
     def __init__(self, robot: RobotSpec, num_envs: int, *, num_threads: int = 0,
-                 solver_iterations: int = 4, solver_ls_iterations: int = 6):
+                 solver_iterations: int = 4, solver_ls_iterations: int = 6,
+                 terrain: Terrain | None = None):
         self.robot = robot
         self.num_envs = num_envs
         self.decimation = robot.decimation
-        self.model = build_model(robot, solver_iterations=solver_iterations,
+        self.model = build_model(robot, terrain=terrain, solver_iterations=solver_iterations,
                                  solver_ls_iterations=solver_ls_iterations)
         m = self.model
         self.models = [copy.copy(m) for _ in range(num_envs)]

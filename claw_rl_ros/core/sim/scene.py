@@ -1,5 +1,7 @@
 """Build the MuJoCo model from the robot's URDF: free base, floor, PD actuators and sensors.
 
+The floor is a plane, or a heightfield of a generated :class:`~.terrain.Terrain`.
+
 MuJoCo loads the URDF directly (``MjSpec.from_file``); everything a simulation needs on top of
 it is added on the spec here, from the RobotSpec, so there is no hand-written duplicate MJCF.
 The PD law runs inside MuJoCo at the physics rate as a position actuator::
@@ -17,8 +19,10 @@ import mujoco
 import numpy as np
 
 from .robot import RobotSpec
+from .terrain import Terrain
 
 FLOOR = 'floor'
+TERRAIN_HFIELD = 'terrain'
 ROOT_JOINT = 'floating_base'
 IMU_SITE = 'imu'
 CONTACT_DATA = (1 << int(mujoco.mjtConDataField.mjCONDATA_FOUND)) | \
@@ -106,9 +110,42 @@ def _ament_share(package: str) -> list[Path]:
         return []
 
 
-def build_spec(robot: RobotSpec, *, solver_iterations: int = 4,
+def _add_floor(spec: mujoco.MjSpec, robot: RobotSpec, terrain: Terrain | None) -> None:
+    """The ground geom FLOOR: a plane, or the terrain's heightfield, with the same contacts.
+
+    Its priority makes its friction the contact friction (randomised per world); a checker
+    texture makes motion visible in rendered gaits.
+    """
+    spec.add_texture(name='grid', type=mujoco.mjtTexture.mjTEXTURE_2D,
+                     builtin=mujoco.mjtBuiltin.mjBUILTIN_CHECKER, width=256, height=256,
+                     rgb1=[0.32, 0.36, 0.32], rgb2=[0.42, 0.47, 0.42])
+    grid = spec.add_material(name='grid', texrepeat=[8, 8], texuniform=True)
+    grid.textures[int(mujoco.mjtTextureRole.mjTEXROLE_RGB)] = 'grid'
+    contact = dict(name=FLOOR, contype=1, conaffinity=0, priority=1,
+                   friction=[robot.foot_friction, 0.005, 0.0001], material='grid')
+    if terrain is None:
+        spec.worldbody.add_geom(type=mujoco.mjtGeom.mjGEOM_PLANE, size=[0, 0, 0.05], **contact)
+        return
+    # MuJoCo stores elevations in [0, 1] x size[2] above the geom; its rows run along y.
+    low, high = float(terrain.heights.min()), float(terrain.heights.max())
+    elevation = max(high - low, 1e-3)
+    half = 0.5 * (np.asarray(terrain.heights.shape) - 1) * terrain.cell
+    spec.add_hfield(name=TERRAIN_HFIELD, size=[half[0], half[1], elevation, max(elevation, 0.1)],
+                    nrow=terrain.heights.shape[1], ncol=terrain.heights.shape[0],
+                    userdata=((terrain.heights.T - low) / elevation).ravel().tolist())
+    spec.worldbody.add_geom(type=mujoco.mjtGeom.mjGEOM_HFIELD, hfieldname=TERRAIN_HFIELD,
+                            pos=[*(terrain.origin + half), low], **contact)
+    # A heightfield cell is two triangular prisms. MuJoCo's native CCD returns the smallest
+    # penetration of each prism, which for a claw tip pressed a few mm into the ground can be
+    # through an internal (vertical) prism face: the normal turns horizontal and the tip sinks
+    # through the step. libccd's MPR pushes out along the prism-to-tip direction instead
+    # (test_terrain.py: claws on stairs stay above the surface). Only heightfield pairs use CCD.
+    spec.option.disableflags |= int(mujoco.mjtDisableBit.mjDSBL_NATIVECCD)
+
+
+def build_spec(robot: RobotSpec, *, terrain: Terrain | None = None, solver_iterations: int = 4,
                solver_ls_iterations: int = 6) -> mujoco.MjSpec:
-    """The robot on a flat floor, ready to compile."""
+    """The robot on a flat floor (or on ``terrain``'s heightfield), ready to compile."""
     spec = mujoco.MjSpec.from_string(scene_urdf(Path(robot.model_path)))
     spec.option.timestep = robot.sim_dt
     spec.option.integrator = mujoco.mjtIntegrator.mjINT_IMPLICITFAST
@@ -120,16 +157,7 @@ def build_spec(robot: RobotSpec, *, solver_iterations: int = 4,
     base.pos = [0.0, 0.0, robot.init_base_height]  # 0 while the standing height is computed
     base.add_freejoint(name=ROOT_JOINT)
 
-    # Floor: its priority makes its friction the contact friction (randomised per world); a
-    # checker texture makes motion visible in rendered gaits.
-    spec.add_texture(name='grid', type=mujoco.mjtTexture.mjTEXTURE_2D,
-                     builtin=mujoco.mjtBuiltin.mjBUILTIN_CHECKER, width=256, height=256,
-                     rgb1=[0.32, 0.36, 0.32], rgb2=[0.42, 0.47, 0.42])
-    grid = spec.add_material(name='grid', texrepeat=[8, 8], texuniform=True)
-    grid.textures[int(mujoco.mjtTextureRole.mjTEXROLE_RGB)] = 'grid'
-    spec.worldbody.add_geom(name=FLOOR, type=mujoco.mjtGeom.mjGEOM_PLANE, size=[0, 0, 0.05],
-                            contype=1, conaffinity=0, priority=1,
-                            friction=[robot.foot_friction, 0.005, 0.0001], material='grid')
+    _add_floor(spec, robot, terrain)
     spec.worldbody.add_light(pos=[0, 0, 3], dir=[0, 0, -1], castshadow=False)
     # Robot collision geoms touch the floor only (no self-collision).
     for geom in spec.geoms:
@@ -172,9 +200,9 @@ def build_spec(robot: RobotSpec, *, solver_iterations: int = 4,
     return spec
 
 
-def build_model(robot: RobotSpec, **solver) -> mujoco.MjModel:
-    """Compile the scene; see :func:`build_spec`."""
-    return build_spec(robot, **solver).compile()
+def build_model(robot: RobotSpec, **options) -> mujoco.MjModel:
+    """Compile the scene; see :func:`build_spec` (``terrain`` and solver options)."""
+    return build_spec(robot, **options).compile()
 
 
 def lowest_foot_points(model: mujoco.MjModel, data: mujoco.MjData,
