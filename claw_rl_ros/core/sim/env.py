@@ -10,6 +10,11 @@ ended in (for time-out bootstrapping) and ``extras['episode']`` their logs. Ever
 built from the state the policy acts from (after resets and pushes), so a world's observation
 never depends on what other worlds did. Nothing here is specific to one robot: the RobotSpec
 (YAML + URDF) describes it.
+
+With ``env.terrain`` on, each world resets on its tile (:mod:`.terrain_curriculum`) of a
+heightfield, base and foot heights are taken above the ground under them, reaching the map's
+edge is a time-out, ``extras['terrain_level']`` is {type: mean level}, and a scan on adds
+``obs['height_scan']`` [N, K] (ground heights around the base, simulation-only).
 """
 
 from __future__ import annotations
@@ -25,7 +30,9 @@ from ..math_utils import gravity_in_body, quat_mul, quat_rotate_inverse, yaw_qua
 from .physics import BatchedPhysics
 from .rewards import is_moving, RewardManager, RewardParams, StepData
 from .robot import load_robot, RobotSpec
-from .observations import POLICY, POLICY_NOISE_FREE, PRIVILEGED, RobotState
+from .observations import HEIGHT_SCAN, POLICY, POLICY_NOISE_FREE, PRIVILEGED, RobotState
+from .terrain import base_yaw
+from .terrain_curriculum import TerrainPlacement
 
 
 class GaitRewardsOff(UserWarning):
@@ -48,21 +55,14 @@ class VecLocomotionEnv:
                          PRIVILEGED: self.privileged_dim}
         self.dt = r.control_dt
         self.max_episode_length = int(math.ceil(cfg.episode_length_s / self.dt))
+        self.rng = np.random.default_rng(cfg.seed)
+        self._build_terrain()
         self.physics = BatchedPhysics(r, n, num_threads=cfg.num_threads,
                                       solver_iterations=cfg.solver_iterations,
-                                      solver_ls_iterations=cfg.solver_ls_iterations)
-        self.rng = np.random.default_rng(cfg.seed)
+                                      solver_ls_iterations=cfg.solver_ls_iterations,
+                                      terrain=self.terrain)
 
-        scales = dict(cfg.rewards.scales)
-        if r.gait_period == 0:
-            off = [name for name in GAIT_REWARDS if scales.get(name, 0.0) != 0.0]
-            if off:
-                warnings.warn(f'robot {r.name!r} has no gait clock: reward terms '
-                              f'{", ".join(off)} are switched off (add gait: {{period_s, duty, '
-                              'offsets} to the robot YAML to use them)', GaitRewardsOff,
-                              stacklevel=2)
-                for name in off:
-                    scales[name] = 0.0
+        scales = self._reward_scales()
         lat = cfg.randomization.action_latency_substeps
         if lat[1] >= r.decimation:
             raise ValueError(f'randomization.action_latency_substeps {list(lat)} must stay below '
@@ -111,6 +111,32 @@ class VecLocomotionEnv:
         self.diverged_count = 0
         self.reset()
 
+    def _build_terrain(self) -> None:
+        """With env.terrain on: the map, each world's tile and (scan on) the scan's size."""
+        cfg = self.cfg
+        self.placement = TerrainPlacement(cfg.terrain, self.robot, self.num_envs, self.dt,
+                                          cfg.episode_length_s, self.rng) \
+            if cfg.terrain.enabled else None
+        self.terrain = self.placement.terrain if self.placement else None
+        self.scan = cfg.terrain.height_scan.enabled
+        if self.scan:
+            self.obs_dims[HEIGHT_SCAN] = len(self.terrain.scan_offsets)
+
+    def _reward_scales(self) -> dict[str, float]:
+        """The configured reward scales, gait terms switched off (with a warning) for a robot
+        without a gait clock."""
+        r, scales = self.robot, dict(self.cfg.rewards.scales)
+        if r.gait_period == 0:
+            off = [name for name in GAIT_REWARDS if scales.get(name, 0.0) != 0.0]
+            if off:
+                warnings.warn(f'robot {r.name!r} has no gait clock: reward terms '
+                              f'{", ".join(off)} are switched off (add gait: {{period_s, duty, '
+                              'offsets} to the robot YAML to use them)', GaitRewardsOff,
+                              stacklevel=3)
+                for name in off:
+                    scales[name] = 0.0
+        return scales
+
     # ----------------------------------------------------------------------------- public API
     def seed(self, seed: int) -> None:
         """Restart the env's random stream (commands, resets, randomisation, noise)."""
@@ -154,7 +180,11 @@ class VecLocomotionEnv:
         reward[diverged] = 0.0
         self.episode_return += reward
         terminated = data.terminated
-        truncated = (self.episode_step >= self.max_episode_length) & ~terminated
+        truncated = self.episode_step >= self.max_episode_length
+        if self.placement is not None:
+            self.placement.accumulate(self.commands)
+            truncated |= self.placement.out_of_bounds(self.physics.qpos[:, 0:2])
+        truncated &= ~terminated
         self.last_actions[:] = actions
         self.last_joint_vel[:] = data.joint_vel
 
@@ -165,7 +195,12 @@ class VecLocomotionEnv:
             ids = np.flatnonzero(done)
             extras['final_obs'] = self._observe(data)
             extras['episode'] = self._episode_log(ids)
+            if self.placement is not None:
+                self.placement.finish(ids, self.physics.qpos[ids, 0:2], self.episode_step[ids],
+                                      diverged[ids], self.rng)
             self._reset_worlds(ids)
+        if self.placement is not None:
+            extras['terrain_level'] = self.placement.level_stats()
         self._resample_commands(np.flatnonzero(self.episode_step % self._resample_steps == 0))
         if self._push_steps > 0 and cfg.randomization.enabled:
             self._push(np.flatnonzero((self.episode_step % self._push_steps == 0)
@@ -188,13 +223,16 @@ class VecLocomotionEnv:
 
     def get_state(self) -> dict[str, Any]:
         """Everything needed to continue bit-for-bit: physics, buffers, RNG, episode sums."""
-        return {
+        state = {
             'physics': self.physics.state.copy(),
             'buffers': {k: getattr(self, k).copy() for k in self._BUFFERS},
             'episode_sums': {k: v.copy() for k, v in self.reward_manager.episode_sums.items()},
             'rng': self.rng.bit_generator.state,
             'diverged_count': self.diverged_count,
         }
+        if self.placement is not None:
+            state['terrain'] = self.placement.get_state()
+        return state
 
     def set_state(self, state: dict[str, Any]) -> None:
         """Restore :meth:`get_state` output (from an env with the same config)."""
@@ -208,6 +246,8 @@ class VecLocomotionEnv:
             self.reward_manager.episode_sums[k][:] = v
         self.rng.bit_generator.state = state['rng']
         self.diverged_count = int(state['diverged_count'])
+        if self.placement is not None:
+            self.placement.set_state(state['terrain'])
         for i in range(self.num_envs):
             self.physics.set_physical_params(i, self.friction[i], self.added_mass[i],
                                              self.mass_scale[i], self.com_offset[i],
@@ -224,7 +264,7 @@ class VecLocomotionEnv:
             joint_pos=qpos[:, p.qadr], joint_vel=qvel[:, p.vadr], commands=self.commands,
             last_action=self.actions,
             base_lin_vel=quat_rotate_inverse(qpos[:, 3:7], qvel[:, 0:3]),
-            base_height=qpos[:, 2].copy(),
+            base_height=self._above_ground(qpos[:, 0:3]),
             foot_contact=self.foot_contact.astype(np.float64), friction=self.friction,
             added_mass=self.added_mass, com_offset=self.com_offset,
             motor_strength=self.motor_strength, gait_phase=self.gait_phase)
@@ -276,7 +316,7 @@ class VecLocomotionEnv:
         terminated = term_contact.any(axis=1) | tilted | low | diverged
         s.foot_contact = contact.astype(np.float64)
         lo, hi = self.physics.sensors.foot_pos
-        foot_z = sensordata[:, -1, lo:hi].reshape(self.num_envs, -1, 3)[..., 2]
+        foot_z = self._above_ground(sensordata[:, -1, lo:hi].reshape(self.num_envs, -1, 3))
         return StepData(
             **vars(s), projected_gravity=gravity,
             trunk_ang_vel=self.physics.qvel[:, 3:6].copy(),  # free joint: body-frame rates
@@ -286,6 +326,12 @@ class VecLocomotionEnv:
             penalised_contact=self._contacts(sensordata, 'penalised_contact', last_only=False),
             terminated=terminated, desired_stance=self._desired_stance(s.commands),
             foot_height=foot_z - self.physics.foot_ground_offset)
+
+    def _above_ground(self, pos: np.ndarray) -> np.ndarray:
+        """[..., 3] world points -> [...] their height above the ground under them."""
+        if self.terrain is None:
+            return pos[..., 2].copy()
+        return pos[..., 2] - self.terrain.height_at(pos[..., 0], pos[..., 1])
 
     def _desired_stance(self, commands: np.ndarray) -> np.ndarray:
         """[N, F] feet the gait clock wants on the ground (all of them when standing)."""
@@ -306,7 +352,12 @@ class VecLocomotionEnv:
             policy += (2.0 * self.rng.random(policy.shape, dtype=np.float32) - 1.0) * \
                 self.noise_vec
         privileged = r.privileged_obs.compute(state, r.default_joint_pos)
-        return {POLICY: policy, POLICY_NOISE_FREE: clean, PRIVILEGED: privileged}
+        obs = {POLICY: policy, POLICY_NOISE_FREE: clean, PRIVILEGED: privileged}
+        if self.scan:
+            # The trunk's true pose (the physics state the observation is built from).
+            qpos = self.physics.qpos
+            obs[HEIGHT_SCAN] = self.terrain.height_scan(qpos[:, 0:3], base_yaw(qpos[:, 3:7]))
+        return obs
 
     def _episode_log(self, ids: np.ndarray) -> dict[str, np.ndarray]:
         """Per finished world: return, length [s], and each reward term's episode sum."""
@@ -336,6 +387,9 @@ class VecLocomotionEnv:
         qpos[:, p.qadr] = np.clip(joints, r.joint_lower, r.joint_upper)
         qpos[:, 3:7] = quat_mul(yaw_quat(rng.uniform(-np.pi, np.pi, k)),
                                 np.tile([1.0, 0.0, 0.0, 0.0], (k, 1)))
+        if self.placement is not None:
+            # On its tile: the reset height above the ground there.
+            qpos[:, 0:3] += self.placement.spawn(ids, rng)
         vel = cfg.randomization.init_base_vel_noise if cfg.randomization.enabled else 0.0
         qvel = np.zeros((k, p.model.nv))
         qvel[:, 0:6] = rng.uniform(-vel, vel, (k, 6))

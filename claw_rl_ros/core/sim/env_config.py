@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ..config import ConfigError, param
+from .terrain import TerrainConfig
 
 
 def robot_sized(override, robot_value):
@@ -133,6 +134,7 @@ class EnvConfig:
     termination: TerminationConfig = param(TerminationConfig(), 'failure conditions')
     randomization: RandomizationConfig = param(RandomizationConfig(), 'domain randomisation')
     noise: NoiseConfig = param(NoiseConfig(), 'observation noise')
+    terrain: TerrainConfig = param(TerrainConfig(), 'heightfield terrain (off: a flat plane)')
 
     def __post_init__(self):
         from .rewards import TERMS as REWARD_TERMS

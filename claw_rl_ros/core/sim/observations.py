@@ -17,9 +17,11 @@ from ..math_utils import gravity_in_body
 # Observation groups every env returns. ``policy`` is what the student (and the robot) gets,
 # with sensor noise in training; ``policy_noise_free`` holds the same terms without noise, for
 # the critic and privileged teachers (legged_gym / IsaacLab keep critic inputs uncorrupted);
-# ``privileged`` is simulation-only truth.
+# ``privileged`` is simulation-only truth. ``height_scan`` (ground heights around the base, also
+# simulation-only) exists only when the env's terrain has its height scan on.
 POLICY, POLICY_NOISE_FREE, PRIVILEGED = 'policy', 'policy_noise_free', 'privileged'
-OBS_GROUPS = (POLICY, POLICY_NOISE_FREE, PRIVILEGED)
+HEIGHT_SCAN = 'height_scan'
+OBS_GROUPS = (POLICY, POLICY_NOISE_FREE, PRIVILEGED, HEIGHT_SCAN)
 
 
 @dataclass
