@@ -34,6 +34,7 @@ from ..io import atomic_write_bytes
 from ..learning.networks import ActorCritic
 from .onnx_policy import INPUT_NAME, OUTPUT_NAME, session_options
 from ..sim.env_config import EnvConfig
+from ..sim.observations import HEIGHT_SCAN
 from ..sim.robot import load_robot, METADATA_KEY, RobotSpec
 from ..learning.learner import load_policy
 
@@ -101,6 +102,11 @@ def _sizes(spec: RobotSpec | GymTaskSpec) -> tuple[int, int, str]:
 
 def _check_exportable(policy: ActorCritic, spec: RobotSpec | GymTaskSpec) -> None:
     """Only a student reading the measurable ``policy`` group with the spec's sizes."""
+    if HEIGHT_SCAN in policy.actor_obs_groups:
+        raise ValueError(f'the actor reads observation group {HEIGHT_SCAN!r} (terrain heights '
+                         'around the base, known only in simulation), so it cannot run on the '
+                         'robot: distil a blind student (policy.actor_obs_groups: [policy]) from '
+                         'this teacher with claw-rl train --teacher CHECKPOINT and export that')
     if list(policy.actor_obs_groups) != ['policy']:
         raise ValueError(f'the actor reads observation groups {policy.actor_obs_groups}; only '
                          "an actor on ['policy'] can be deployed (privileged observations do "
