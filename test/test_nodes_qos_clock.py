@@ -111,7 +111,7 @@ def test_a_late_joiner_gets_only_the_newest_version_and_safety_state(
 
 
 def test_a_late_policy_node_gets_the_newest_model_bytes_only(
-        ros_env, graph, probe, models):  # noqa: F811
+        ros_env, graph, probe, models, tmp_path):  # noqa: F811
     """Model bytes are latched with depth 1 too: a node joining later still gets the newest
     bytes (what a trainer activates), and no older ones."""
     ns = '/late_joiner'
@@ -136,6 +136,16 @@ def test_a_late_policy_node_gets_the_newest_model_bytes_only(
         result = probe.set_parameter(f'{ns}/policy_node', 'model_sha256', oldest)
         assert not result.successful and 'no model with sha256' in result.reason, result
         assert f'model {oldest[:12]} received' not in policy.log
+        # Bytes not (yet) received: the requester has the reason and retries, the node's log
+        # stays quiet (DEBUG); a model that is wrong is a warning.
+        assert '[WARN]' not in policy.log and '[DEBUG]' in policy.log, policy.log
+        missing = tmp_path / 'missing.onnx'
+        result = probe.set_parameter(f'{ns}/policy_node', 'model_path', str(missing))
+        assert not result.successful, result
+        # (Logged before the reply is sent, to unbuffered stderr: in the file by now.)
+        warnings = [line for line in policy.log.splitlines() if '[WARN]' in line]
+        assert len(warnings) == 1 and 'hot swap rejected: ' in warnings[0] and \
+            str(missing) in warnings[0], policy.log
     finally:
         code = policy.stop()
     assert code == 0, policy.log

@@ -30,7 +30,7 @@ from rcl_interfaces.msg import SetParametersResult
 from rclpy.node import Node
 from std_msgs.msg import String, UInt8MultiArray
 
-from ..core.deploy.model_swap import ModelCache, ModelRejected
+from ..core.deploy.model_swap import ModelCache, ModelNotReceived, ModelRejected
 from ..core.learning.train_config import load_train_config, split_overrides
 from ..core.live.batched_actor import BatchedActor, OnnxBehaviour
 from ..core.live.rollout_chunk import encode_chunk
@@ -82,7 +82,12 @@ class ActorNode(Node):
                 try:
                     behaviour = OnnxBehaviour(self.models.get(p.value))
                 except (ModelRejected, ValueError) as exc:
-                    self.get_logger().warning(f'hot swap rejected: {exc}')
+                    # Bytes still in flight: the requester has the reason and retries. (One
+                    # severity per call site: rclpy refuses a logger call that changes it.)
+                    if isinstance(exc, ModelNotReceived):
+                        self.get_logger().debug(f'hot swap rejected: {exc}')
+                    else:
+                        self.get_logger().warning(f'hot swap rejected: {exc}')
                     return SetParametersResult(successful=False, reason=str(exc))
                 self.actor.use_behaviour(behaviour)
                 self.pub_version.publish(String(data=behaviour.model_sha))

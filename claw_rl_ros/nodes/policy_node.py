@@ -49,7 +49,7 @@ from sensor_msgs.msg import Imu, JointState
 from std_msgs.msg import Float64MultiArray, String, UInt8MultiArray
 
 from ..core.deploy.control_stats import LatencyStats, RateMeter
-from ..core.deploy.model_swap import ModelRejected
+from ..core.deploy.model_swap import ModelNotReceived, ModelRejected
 from ..core.deploy.policy_controller import PolicyController, WATCHDOG_POLLS
 from ..core.deploy.run_marker import RunMarker
 from ..core.sim.robot import load_robot
@@ -183,7 +183,12 @@ class PolicyNode(Node):
             except Exception as exc:  # noqa: BLE001 - ModelRejected, a timeout, anything
                 reason = str(exc) if isinstance(exc, ModelRejected) else \
                     f'{p.name}: {type(exc).__name__}: {exc}'
-                self.get_logger().warning(f'hot swap rejected: {reason}')
+                # Bytes still in flight: the requester has the reason and retries. (One
+                # severity per call site: rclpy refuses a logger call that changes it.)
+                if isinstance(exc, ModelNotReceived):
+                    self.get_logger().debug(f'hot swap rejected: {reason}')
+                else:
+                    self.get_logger().warning(f'hot swap rejected: {reason}')
                 return SetParametersResult(successful=False, reason=reason)
             self.get_logger().debug(f'hot swap: now serving {self.ctrl.version}')
             self.publish_version()

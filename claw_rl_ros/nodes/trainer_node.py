@@ -207,9 +207,15 @@ class TrainerNode(Node):
             target['acked'] = sha
             self.get_logger().debug(f'{name} now acts with {sha[:12]}')
         else:
-            # Retried at the next timer tick (e.g. the bytes had not arrived yet).
-            self.get_logger().warning(f'{name} refused {sha[:12]}: {result.reason}',
-                                      throttle_duration_sec=2.0)
+            # Retried at the next timer tick. The bytes racing the request is normal once per
+            # push (DEBUG); a second refusal of the same model is worth a warning.
+            again = target.get('refused') == sha
+            target['refused'] = sha
+            message = f'{name} refused {sha[:12]}: {result.reason}'
+            if again:  # (one severity per logger call site: rclpy refuses a change)
+                self.get_logger().warning(message, throttle_duration_sec=2.0)
+            else:
+                self.get_logger().debug(message)
 
     def destroy_node(self) -> None:
         # Ctrl-C or the end of training: logs closed, curve and summary written.

@@ -30,6 +30,11 @@ class ModelRejected(ValueError):
     """A model that must not be activated; the message is the reason given to the requester."""
 
 
+class ModelNotReceived(ModelRejected):
+    """Activation of a sha whose bytes have not arrived (yet): the trainer's push races its
+    activation request, and retries; nothing is wrong with a model."""
+
+
 def version_of(sha256: str) -> str:
     """The short version name of a model: its sha256 prefix."""
     return sha256[:VERSION_CHARS]
@@ -159,8 +164,8 @@ class ModelCache:
         hits = [s for s in entries if s.startswith(key)]
         if not hits:
             known = [version_of(s) for s in entries] or 'none'
-            raise ModelRejected(f'no model with sha256 {sha256!r} was received on policy/model '
-                                f'(have {known}); publish the bytes first')
+            raise ModelNotReceived(f'no model with sha256 {sha256!r} was received on '
+                                   f'policy/model (have {known}); publish the bytes first')
         if len(hits) > 1:
             raise ModelRejected(f'model_sha256 {sha256!r} matches {len(hits)} models; give '
                                 'more characters')
