@@ -12,6 +12,7 @@ from typing import TextIO
 PROGRESS = (('steps_per_s', 'steps/s', '{:,.0f}'), ('mean_reward', 'reward', '{:.3f}'),
             ('mean_episode_length_s', 'ep len', '{:.1f}s'),
             ('tracking_error/lin_vel_x', 'vx err', '{:.3f}'),
+            ('terrain_level/mean', 'terrain lvl', '{:.2f}'),
             ('kl_to_teacher', 'KL(T||S)', '{:.4f}'))
 
 

@@ -146,13 +146,14 @@ class ChunkLearner(Learner):
 
     @staticmethod
     def _rollout_stats(chunks: list[RolloutChunk]) -> dict[str, float]:
-        """The runner's rollout stats over all chunks (world-weighted)."""
+        """The runner's rollout stats over all chunks (tracking errors and terrain levels
+        world-weighted)."""
         rewards = np.concatenate([c.rewards for c in chunks], axis=1)
         stats = {'mean_reward': float(np.mean([float(r.mean()) for r in rewards])),
                  'diverged': int(sum(c.stats.get('diverged', 0.0) for c in chunks))}
         weights = np.array([c.num_envs for c in chunks], float)
         for key in chunks[0].stats:
-            if key.startswith('tracking_error/'):
+            if key.startswith(('tracking_error/', 'terrain_level/')):
                 values = [c.stats.get(key, float('nan')) for c in chunks]
                 stats[key] = float(np.average(values, weights=weights)) if len(chunks) > 1 \
                     else float(values[0])

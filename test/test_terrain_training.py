@@ -1,0 +1,65 @@
+"""Terrain through the one training stack: the runner and the live actor + learner learn the
+same from a terrain env with a privileged height scan, log the curriculum levels, and a
+teacher that reads the scan distils into a blind student that exports."""
+
+import numpy as np
+import pytest
+import torch
+
+from claw_rl_ros.core.deploy.export import export_onnx
+from claw_rl_ros.core.learning.runner import OnPolicyRunner
+from test_chunk_learning import LocalActorLearner
+from test_training import params_of, tiny_config
+
+SCAN = 'height_scan'
+TERRAIN = {'enabled': True, 'types': ['flat', 'rough', 'stairs_up'],
+           'proportions': [0.25, 0.5, 0.25], 'num_levels': 3, 'max_init_level': 2,
+           'curriculum': True, 'height_scan': {'enabled': True}}
+# Short episodes: the curriculum moves worlds at their resets within a few iterations.
+ENV = {'env': {'episode_length_s': 0.2, 'terrain': TERRAIN},
+       'policy': {'critic_obs_groups': ['policy_noise_free', 'privileged', SCAN]}}
+TEACHER = {'env': ENV['env'],
+           'policy': {'actor_obs_groups': ['policy_noise_free', 'privileged', SCAN],
+                      'critic_obs_groups': ['policy_noise_free', 'privileged', SCAN]}}
+
+
+def test_runner_and_live_path_learn_the_same_on_terrain_and_log_its_levels(tmp_path):
+    runner = OnPolicyRunner(tiny_config(**ENV), tmp_path)
+    assert SCAN in runner.obs_dims and runner.obs_dims[SCAN] > 0
+    offline = [runner.train_one_epoch() for _ in range(2)]
+    live = LocalActorLearner(tiny_config(**ENV))
+    assert live.learner.obs_dims == runner.obs_dims
+    online = [live.iteration() for _ in range(2)]
+    assert torch.equal(params_of(runner), params_of(live.learner))
+    levels = [k for k in offline[-1] if k.startswith('terrain_level/')]
+    assert sorted(levels) == ['terrain_level/flat', 'terrain_level/mean',
+                              'terrain_level/rough', 'terrain_level/stairs_up']
+    for off, on in zip(offline, online):
+        for key in levels + ['mean_reward', 'value_loss']:
+            assert off[key] == on[key], key
+    # The columns are what the env's placement holds at the rollout's end.
+    stats = runner.env.placement.level_stats()
+    for name, value in stats.items():
+        assert offline[-1][f'terrain_level/{name}'] == value
+    assert offline[-1]['terrain_level/mean'] == pytest.approx(np.mean(list(stats.values())))
+    runner.close()
+    live.close()
+
+
+def test_a_teacher_that_reads_the_scan_distils_into_a_blind_student_that_exports(
+        tmp_path, robot):
+    teacher_run = OnPolicyRunner(tiny_config(**TEACHER), tmp_path / 'teacher')
+    teacher_run.train_one_epoch()
+    path = teacher_run.save()
+    with pytest.raises(ValueError, match=SCAN):
+        export_onnx(teacher_run.policy, robot, tmp_path / 'teacher.onnx')
+    teacher_run.close()
+    frozen = {'teacher_mode': 'frozen', 'alpha': 1.0, 'teacher_checkpoint': str(path)}
+    student = OnPolicyRunner(tiny_config(**ENV, distillation=frozen), tmp_path / 'student')
+    assert student.policy.actor_obs_groups == ['policy']
+    assert student.alg.teacher.actor_obs_groups == ['policy_noise_free', 'privileged', SCAN]
+    metrics = [student.train_one_epoch() for _ in range(2)]
+    assert all(m['kl_to_teacher'] > 0 and np.isfinite(m['distillation_loss']) for m in metrics)
+    export_onnx(student.policy, robot, tmp_path / 'student.onnx')
+    assert (tmp_path / 'student.onnx').is_file()
+    student.close()
