@@ -1,9 +1,12 @@
 """Batched env throughput vs the physical limit, measured side by side in one run.
 
 physical limit [env steps/s] = raw mj_step rate (one core, same model, states from the env's own
-random-action rollouts) x cores / decimation. Also reports the peak RSS of a 256-world batch.
+random-action rollouts) x cores / decimation. Also reports the peak RSS of a 256-world batch,
+and flat vs terrain vs terrain + height scan at 256 worlds (config/train_rough.yaml's terrain,
+every world on level 0 as training starts), measured in alternating rounds so machine load
+hits all three alike; the ratio is each one's median rate over flat's.
 
-    .venv/bin/python bench/env_throughput.py [--sizes 1 16 64 256] [--seconds 3]
+    .venv/bin/python bench/env_throughput.py [--sizes 1 16 64 256] [--seconds 3] [--rounds 3]
 """
 
 import argparse
@@ -22,8 +25,16 @@ from claw_rl_ros.core.sim.env_config import EnvConfig
 from claw_rl_ros.core.sim.physics import STATE_SPEC
 
 
-def make_env(num_envs: int) -> VecLocomotionEnv:
-    return VecLocomotionEnv(from_dict(EnvConfig, {'num_envs': num_envs, 'seed': 0}))
+# The terrain settings of the side-by-side rows (train_rough.yaml's types and levels).
+TERRAIN = {'flat': {}, 'terrain': {'enabled': True},
+           'terrain + scan': {'enabled': True, 'height_scan': {'enabled': True}}}
+
+
+def make_env(num_envs: int, terrain: str = 'flat') -> VecLocomotionEnv:
+    cfg = {'num_envs': num_envs, 'seed': 0}
+    if TERRAIN[terrain]:
+        cfg['terrain'] = TERRAIN[terrain]
+    return VecLocomotionEnv(from_dict(EnvConfig, cfg))
 
 
 def raw_mj_step_rate(seconds: float) -> float:
@@ -53,28 +64,50 @@ def raw_mj_step_rate(seconds: float) -> float:
     return steps / busy
 
 
-def env_rate(num_envs: int, seconds: float) -> float:
-    env = make_env(num_envs)
-    rng = np.random.default_rng(1)
-    actions = [rng.normal(0, 1.0, (num_envs, env.num_actions)) for _ in range(64)]
+def stepped_rate(env: VecLocomotionEnv, seconds: float, seed: int = 1) -> float:
+    """env steps/s of random actions on an env that is already built (after 10 warm-up steps)."""
+    rng = np.random.default_rng(seed)
+    actions = [rng.normal(0, 1.0, (env.num_envs, env.num_actions)) for _ in range(64)]
     for a in actions[:10]:
         env.step(a)
     steps, start = 0, time.perf_counter()
     while time.perf_counter() - start < seconds:
         env.step(actions[steps % 64])
         steps += 1
-    rate = steps * num_envs / (time.perf_counter() - start)
+    return steps * env.num_envs / (time.perf_counter() - start)
+
+
+def env_rate(num_envs: int, seconds: float) -> float:
+    env = make_env(num_envs)
+    rate = stepped_rate(env, seconds)
     env.close()
     return rate
 
 
-def peak_rss_mib(num_envs: int) -> float:
-    """Peak RSS of a fresh process that builds and steps a num_envs batch."""
-    code = ('import resource, numpy as np, sys; sys.path.insert(0, "bench"); '
+def terrain_rates(num_envs: int, seconds: float, rounds: int) -> dict[str, float]:
+    """{setting: median env steps/s over alternating rounds} for each TERRAIN setting."""
+    envs = {name: make_env(num_envs, name) for name in TERRAIN}
+    rates: dict[str, list[float]] = {name: [] for name in TERRAIN}
+    for r in range(rounds):
+        for name, env in envs.items():
+            rates[name].append(stepped_rate(env, seconds, seed=r))
+    for env in envs.values():
+        env.close()
+    return {name: float(np.median(v)) for name, v in rates.items()}
+
+
+def peak_rss_mib(num_envs: int, terrain: str = 'flat') -> float:
+    """Peak RSS of a fresh process that builds and steps a num_envs batch.
+
+    Read from the child's own VmHWM: Linux carries ru_maxrss over fork and exec, so a child's
+    getrusage would report this (bigger) process's peak instead.
+    """
+    code = ('import numpy as np, sys; sys.path.insert(0, "bench"); '
             'from env_throughput import make_env; '
-            f'env = make_env({num_envs}); '
+            f'env = make_env({num_envs}, {terrain!r}); '
             '[env.step(np.zeros((env.num_envs, env.num_actions))) for _ in range(200)]; '
-            'print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)')
+            'print([line.split()[1] for line in open("/proc/self/status") '
+            'if line.startswith("VmHWM:")][0])')
     out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
                          check=True, cwd=os.path.dirname(os.path.dirname(__file__)) or '.')
     return int(out.stdout.strip().splitlines()[-1]) / 1024.0
@@ -84,6 +117,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--sizes', type=int, nargs='+', default=[1, 16, 64, 256])
     parser.add_argument('--seconds', type=float, default=3.0)
+    parser.add_argument('--rounds', type=int, default=3, help='alternating rounds of the '
+                        'flat / terrain / terrain + scan rows')
     args = parser.parse_args()
     cores = os.cpu_count() or 1
     raw = raw_mj_step_rate(args.seconds)
@@ -96,6 +131,14 @@ def main() -> None:
         print(f'{n:>7} {rate:>12,.0f} {rate / limit:>9.1%}')
     rss = peak_rss_mib(256)
     print(f'peak RSS of a 256-world batch: {rss:,.0f} MiB (goal < 1024 MiB)')
+    print(f'\nterrain at 256 worlds ({args.rounds} alternating rounds of {args.seconds:g} s, '
+          'median):')
+    print(f'{"floor":>15} {"env steps/s":>12} {"of flat":>8} {"peak RSS":>9}')
+    rates = terrain_rates(256, args.seconds, args.rounds)
+    for name, rate in rates.items():
+        print(f'{name:>15} {rate:>12,.0f} {rate / rates["flat"]:>8.1%} '
+              f'{peak_rss_mib(256, name):>6,.0f} MiB')
+    print('(goal: terrain + scan >= 70 % of flat)')
     print(f'(this process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f} MiB)')
 
 
