@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 
+from claw_rl_ros.core.config import ConfigError
 from claw_rl_ros.core.deploy.export import export_onnx
 from claw_rl_ros.core.learning.runner import OnPolicyRunner
 from test_chunk_learning import LocalActorLearner
@@ -63,3 +64,37 @@ def test_a_teacher_that_reads_the_scan_distils_into_a_blind_student_that_exports
     export_onnx(student.policy, robot, tmp_path / 'student.onnx')
     assert (tmp_path / 'student.onnx').is_file()
     student.close()
+
+
+def test_observation_dims_without_building_the_env_are_the_envs(robot):
+    from claw_rl_ros.core.sim.env import VecLocomotionEnv
+    from claw_rl_ros.core.sim.observations import observation_dims
+    for overrides in ({}, ENV):
+        cfg = tiny_config(**overrides).env
+        cfg.num_envs = 2
+        env = VecLocomotionEnv(cfg)
+        assert observation_dims(robot, cfg) == env.obs_dims
+        env.close()
+
+
+@pytest.mark.parametrize('key', ['actor_obs_groups', 'critic_obs_groups'])
+def test_a_height_scan_group_without_the_scan_is_refused_by_name(key):
+    groups = ['policy', SCAN] if key == 'actor_obs_groups' else ['policy_noise_free', SCAN]
+    with pytest.raises(ConfigError, match=rf'policy.{key}.*height_scan.*no height scan'):
+        tiny_config(policy={key: groups})
+
+
+def test_the_live_trainer_takes_terrain_chunks_with_the_scan(tmp_path, robot):
+    from claw_rl_ros.core.live.live_trainer import LiveTrainer
+    from test_live_trainer import Actor, Clock, push
+    clock = Clock()
+    trainer = LiveTrainer(tiny_config(**ENV), robot, tmp_path / 'run', clock=clock,
+                          tensorboard=False)
+    assert SCAN in trainer.learner.obs_dims
+    actor = Actor(trainer)
+    assert trainer.offer(actor.chunk(trainer, push(trainer))) is None  # not wrong_size
+    clock.now += 1.0
+    metrics = trainer.iterate()
+    actor.env.close()
+    assert 'terrain_level/rough' in metrics and metrics['accepted'] == 1
+    trainer.finish(stopped=True)

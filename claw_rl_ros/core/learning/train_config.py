@@ -8,7 +8,7 @@ from typing import Literal, Optional
 
 from ..config import ConfigError, from_dict, load_yaml, param
 from ..sim.env_config import EnvConfig
-from ..sim.observations import OBS_GROUPS, POLICY, POLICY_NOISE_FREE
+from ..sim.observations import HEIGHT_SCAN, OBS_GROUPS, POLICY, POLICY_NOISE_FREE
 from .. import paths
 
 
@@ -172,6 +172,12 @@ class TrainConfig:
                                       f'{", ".join(OBS_GROUPS)}')
             if len(set(groups)) != len(groups) or not groups:
                 raise ConfigError('', f'policy.{key}', f'{groups} must list each group once')
+        scan = self.env.terrain.enabled and self.env.terrain.height_scan.enabled
+        for key in ('actor_obs_groups', 'critic_obs_groups'):
+            if HEIGHT_SCAN in getattr(self.policy, key) and not scan and not self.gym_env:
+                raise ConfigError('', f'policy.{key}', f'reads {HEIGHT_SCAN!r}, but the env has '
+                                  'no height scan; set env.terrain.enabled and '
+                                  'env.terrain.height_scan.enabled to true, or drop the group')
         if self.policy.actor_obs_groups[0] not in (POLICY, POLICY_NOISE_FREE):
             raise ConfigError('', 'policy.actor_obs_groups', 'must start with policy (a '
                               'student) or policy_noise_free (a privileged teacher)')

@@ -36,7 +36,7 @@ from ..config import ConfigError
 from ..learning import checkpoint as ckpt
 from ..learning.run_artifacts import run_ended, RunArtifacts, write_config
 from ..learning.train_config import TrainConfig
-from ..sim.observations import POLICY, POLICY_NOISE_FREE, PRIVILEGED
+from ..sim.observations import observation_dims
 from .chunk_filter import ChunkGate, PolicyLagFilter
 from .chunk_learner import ChunkLearner
 from .rollout_chunk import ChunkError
@@ -76,8 +76,7 @@ class LiveTrainer:
         self.min_chunk_envs = min_chunk_envs
         self.clock = clock
         self.stream = stream if stream is not None else sys.stdout
-        dims = {POLICY: robot.policy_obs.dim, POLICY_NOISE_FREE: robot.policy_obs.dim,
-                PRIVILEGED: robot.privileged_obs.dim}
+        dims = observation_dims(robot, cfg.env)  # what the actors' envs deliver
         # The algorithm switch: the learner, nothing else (gate, logs, pushes are the same).
         learner = SACChunkLearner if cfg.algorithm == 'sac' else ChunkLearner
         self.learner = learner(cfg, dims, robot.num_joints,

@@ -8,7 +8,7 @@ terms (true base velocity, contacts, randomised physics) exist only in simulatio
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 
@@ -172,3 +172,17 @@ class ObservationLayout:
         """JSON-able description: name, size and scale per term, in order."""
         return [{'name': s.name, 'size': s.size, 'scale': [float(v) for v in s.scale]}
                 for s in self.slices]
+
+
+def observation_dims(robot: Any, env_cfg: Any) -> dict[str, int]:
+    """{group: size} of the env built from ``env_cfg`` for ``robot``, without building it: the
+    one source the env, the live trainer and the actors' chunk spec share (``height_scan`` only
+    with the terrain's scan on)."""
+    dims = {POLICY: robot.policy_obs.dim, POLICY_NOISE_FREE: robot.policy_obs.dim,
+            PRIVILEGED: robot.privileged_obs.dim}
+    scan = env_cfg.terrain.height_scan
+    if env_cfg.terrain.enabled and scan.enabled:
+        from .scene import standing_height
+        from .terrain import scan_offsets
+        dims[HEIGHT_SCAN] = len(scan_offsets(scan, standing_height(robot)))
+    return dims
