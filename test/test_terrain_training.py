@@ -98,3 +98,14 @@ def test_the_live_trainer_takes_terrain_chunks_with_the_scan(tmp_path, robot):
     actor.env.close()
     assert 'terrain_level/rough' in metrics and metrics['accepted'] == 1
     trainer.finish(stopped=True)
+
+
+def test_a_teacher_keeps_the_distillation_overrides_beside_it(tmp_path):
+    """--teacher with --set distillation.alpha=...: the alpha of the set stays (the trainer
+    node replaced the whole distillation section with the teacher's two keys)."""
+    from claw_rl_ros.core.learning.train_config import split_overrides, with_teacher
+    teacher = tmp_path / 'teacher.pt'
+    overrides = with_teacher(split_overrides('distillation.alpha=0.7 runner.seed=4'), teacher)
+    assert overrides == {'distillation': {'alpha': 0.7, 'teacher_mode': 'frozen',
+                                          'teacher_checkpoint': str(teacher.resolve())},
+                         'runner': {'seed': 4}}

@@ -21,7 +21,8 @@ from typing import Any
 
 from ..core.config import ConfigError, from_dict, load_yaml
 from ..core.learning import checkpoint as ckpt
-from ..core.learning.train_config import load_train_config, parse_overrides, TrainConfig
+from ..core.learning.train_config import (load_train_config, parse_overrides, TrainConfig,
+                                          with_teacher)
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -59,8 +60,7 @@ def resolve_config(args: argparse.Namespace) -> tuple[TrainConfig, Path, Path | 
         if not Path(args.teacher).is_file():
             raise ConfigError(args.teacher, '', 'teacher checkpoint not found; pass an existing '
                               '.pt file to --teacher')
-        overrides.setdefault('distillation', {}).update(
-            {'teacher_mode': 'frozen', 'teacher_checkpoint': str(Path(args.teacher).resolve())})
+        overrides = with_teacher(overrides, args.teacher)
     if args.resume:
         run_dir = Path(args.resume)
         resume_from = ckpt.latest_checkpoint(run_dir)

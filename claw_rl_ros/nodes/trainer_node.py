@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import array
 import hashlib
-from pathlib import Path
 import time
 from typing import NoReturn
 
@@ -36,7 +35,7 @@ from rclpy.node import Node
 from std_msgs.msg import Float32, String, UInt8MultiArray
 
 from ..core.config import merge
-from ..core.learning.train_config import load_train_config, split_overrides
+from ..core.learning.train_config import load_train_config, split_overrides, with_teacher
 from ..core.live.live_trainer import LiveTrainer
 from ..core.sim.robot import load_robot
 from .node_params import declare, TrainerParams
@@ -69,8 +68,7 @@ class TrainerNode(Node):
         if p.robot:
             overrides.setdefault('env', {})['robot'] = p.robot
         if p.teacher:
-            overrides['distillation'] = {'teacher_mode': 'frozen',
-                                         'teacher_checkpoint': str(Path(p.teacher).resolve())}
+            overrides = with_teacher(overrides, p.teacher)
         cfg = load_train_config(p.config, overrides)
         self.trainer = LiveTrainer(
             cfg, load_robot(cfg.env.robot), p.run_dir, max_policy_lag=p.max_policy_lag,

@@ -214,6 +214,14 @@ def split_overrides(text: str, source: str = 'set') -> dict:
     return parse_overrides(items, source)
 
 
+def with_teacher(overrides: dict, teacher: str | Path) -> dict:
+    """``overrides`` plus a frozen OPD teacher from checkpoint ``teacher`` (``--teacher``): its
+    other distillation keys (alpha, schedule) stay."""
+    from ..config import merge
+    return merge(overrides, {'distillation': {'teacher_mode': 'frozen',
+                                              'teacher_checkpoint': str(Path(teacher).resolve())}})
+
+
 def load_train_config(path: str | Path, overrides: dict | None = None) -> TrainConfig:
     """Read a train YAML (optionally patched by ``overrides``) into a TrainConfig."""
     from ..config import merge
