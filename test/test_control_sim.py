@@ -1,10 +1,14 @@
-"""SimSession: the sim node's single world (standing, IMU sensors, timeout hold, reset, DR)."""
+"""SimSession: the sim node's single world (standing, IMU sensors, timeout hold, reset, DR),
+and on one terrain tile (the spec, the tile, heights above the ground, the map's edge)."""
 
 import numpy as np
 import pytest
 
+from claw_rl_ros.core.config import ConfigError, from_dict
 from claw_rl_ros.core.sim.env_config import EnvConfig
-from claw_rl_ros.core.sim.sim_session import SimSession
+from claw_rl_ros.core.sim.sim_session import SimSession, terrain_tile, terrain_tiles
+from claw_rl_ros.core.sim.terrain import (generate_terrain, resolve_sizes, TERRAIN_TYPES,
+                                          TerrainConfig)
 
 
 @pytest.fixture
@@ -69,3 +73,96 @@ def test_reset_fall_detection_and_switchable_randomisation(session, robot):
     for _ in range(round(8.0 / robot.control_dt)):
         rand.step(rand.active_targets(0.0))
     assert rand.pushes_done == 1 and plain.pushes_done == 0
+
+
+# --------------------------------------------------------------------------------- terrain
+def tile_of(spec, seed=1000, **terrain):
+    base = from_dict(TerrainConfig, terrain, source='test')
+    return terrain_tile(spec, base, seed)
+
+
+def test_a_tile_spec_names_type_level_and_seed_and_flat_is_the_plane():
+    tile = tile_of('stairs_up')
+    assert (tile.kind, tile.level, tile.num_levels, tile.seed) == ('stairs_up', 9, 10, 1000)
+    assert tile.label == 'stairs_up:9'
+    assert tile.config.types == ['stairs_up'] and tile.config.num_levels == 1
+    assert not tile.config.curriculum and not tile.config.height_scan.enabled
+    assert tile_of('rough:3', seed=7, num_levels=5).label == 'rough:3'
+    assert tile_of('rough:3', seed=7, num_levels=5).config.seed == 7
+    assert tile_of('flat').config is None and tile_of('flat').label == 'flat'
+    assert tile_of('') is None and tile_of('  ') is None
+    base = TerrainConfig()
+    tiles = terrain_tiles(['all'], base, 1000, include_flat=False)
+    assert [t.label for t in tiles] == [f'{k}:9' for k in TERRAIN_TYPES if k != 'flat']
+    assert [t.label for t in terrain_tiles(['flat', 'rough:1'], base, 3)] == ['flat', 'rough:1']
+
+
+@pytest.mark.parametrize('specs, seed, words', [
+    (['stairs'], 1000, ["--terrain: 'stairs': unknown terrain type 'stairs'; use one of flat, "
+                        'rough, slope_up, slope_down, stairs_up, stairs_down, obstacles',
+                        'LEVEL 0..9']),
+    (['rough:x'], 1000, ["--terrain: 'rough:x': level 'x' is not an integer", 'LEVEL 0..9']),
+    (['rough:10'], 1000, ["'rough:10': level 10 is out of range", 'rough:LEVEL with LEVEL 0..9']),
+    (['rough:-1'], 1000, ["'rough:-1': level -1 is out of range"]),
+    (['rough'], -2, ['--terrain-seed: -2 is negative; give a seed >= 0']),
+    (['rough', 'rough:9'], 1000, ["'rough:9' is given 2 times"]),
+    (['flat', 'rough'], 1000, ["'flat' is the main table already"]),
+])
+def test_a_bad_tile_spec_names_the_option_the_value_and_the_choices(specs, seed, words):
+    with pytest.raises(ConfigError) as err:
+        terrain_tiles(specs, TerrainConfig(), seed, '--terrain', '--terrain-seed',
+                      include_flat=False)
+    for w in words:
+        assert w in str(err.value), str(err.value)
+
+
+def test_a_tile_is_that_row_of_the_full_map(robot):
+    # One tile at level l of 10 is the generator's tile at row l: the same heights for the
+    # deterministic shapes at every level, and for every shape at level 0 (same stream).
+    full = generate_terrain(TerrainConfig(enabled=True, seed=5), robot)
+    sz = resolve_sizes(TerrainConfig(), robot.standing_height)
+    px, b = sz.tile_px, sz.border_px
+    for c, kind in enumerate(full.columns[1:], start=1):  # flat (column 0) is the plane
+        for level in ((0, 4, 9) if kind not in ('rough', 'obstacles') else (0,)):
+            one = generate_terrain(tile_of(f'{kind}:{level}', seed=5).config, robot)
+            row = full.heights[b + level * px:b + (level + 1) * px, b + c * px:b + (c + 1) * px]
+            np.testing.assert_allclose(one.heights[b:b + px, b:b + px], row, atol=1e-6,
+                                       err_msg=f'{kind}:{level}')
+            assert one.heights.shape == (px + 2 * b + 1,) * 2
+            assert not one.heights[:b].any() and not one.heights[-b:].any()  # a flat border
+
+
+def test_the_session_stands_on_its_tile_and_judges_height_above_the_ground(session, robot):
+    # The stairs_up platform is a pit ~0.2 m below 0: an absolute trunk height would read as
+    # a fall, and the heightfield holds the robot up there.
+    pit = session(terrain=tile_of('stairs_up'))
+    t = pit.terrain
+    assert pit.physics.model.nhfield == 1
+    start = pit.readings().base_pos
+    np.testing.assert_allclose(start[:2], t.tile_origins[0, 0, :2])
+    assert start[2] == pytest.approx(t.tile_origins[0, 0, 2] + robot.init_base_height)
+    assert t.tile_origins[0, 0, 2] < -0.7 * robot.standing_height
+    for _ in range(100):
+        assert not pit.step(pit.active_targets(0.0))
+    assert pit.falls == 0 and pit.base_height() > 0.8 * robot.standing_height
+    assert pit.status()['terrain'] == 'stairs_up:9 seed 1000'
+    # Rough ground: the spawn height is the ground of that seed's tile.
+    a, b = session(terrain=tile_of('rough', seed=1)), session(terrain=tile_of('rough', seed=2))
+    assert a.readings().base_pos[2] != b.readings().base_pos[2]
+    # Flat: the plane, exactly as without a terrain.
+    flat, plain = session(terrain=tile_of('flat')), session()
+    assert flat.physics.model.nhfield == 0 and flat.status()['terrain'] == 'flat'
+    for _ in range(20):
+        flat.step(flat.active_targets(0.0))
+        plain.step(plain.active_targets(0.0))
+    np.testing.assert_array_equal(flat.physics.state, plain.physics.state)
+
+
+def test_reaching_the_maps_edge_puts_the_world_back_on_its_tile(session, robot):
+    sim = session(terrain=tile_of('stairs_down'))
+    centre = sim.readings().base_pos.copy()
+    sim.physics.qpos[0, 0] = sim.terrain.extent[1, 0] - 0.5 * robot.standing_height
+    assert not sim.step(sim.active_targets(0.0))
+    assert (sim.left_map, sim.falls, sim.resets) == (1, 0, 2)
+    np.testing.assert_allclose(sim.readings().base_pos, centre)
+    assert sim.status()['left_map'] == 1

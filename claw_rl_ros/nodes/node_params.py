@@ -112,6 +112,12 @@ class SimParams:
                             'defaults; training: the whole config, empty = train_ppo.yaml)')
     overrides: str = param('', OVERRIDES + ', applied to env_config')
     reset_on_fall: bool = param(True, "reset when the env's failure conditions hit")
+    terrain: str = param('', 'stand the world on one terrain tile: TYPE[:LEVEL], TYPE one of '
+                         'flat, rough, slope_up, slope_down, stairs_up, stairs_down, obstacles, '
+                         "LEVEL 0..env_config's env.terrain.num_levels - 1 (default the top); "
+                         'empty or flat: the plane')
+    terrain_seed: int = param(1000, 'seed of the tile\'s heights (the training configs use 0: '
+                              'another map)')
     training: bool = param(False, 'the control loop as an actor: step the train env and '
                            'publish rollout chunks of the policy node\'s records')
     chunk_topic: str = param('/rollout_chunks', 'training: ' + CHUNK_TOPIC)
@@ -120,6 +126,15 @@ class SimParams:
                            '(best effort)', choices=STATE_QOS)
     joints: list[str] = param([], JOINTS)
     executor: str = param('events', EXECUTOR, choices=EXECUTORS)
+
+    def __post_init__(self):
+        if not self.real_time_factor > 0:
+            raise ValueError(f'parameter real_time_factor = {self.real_time_factor!r}; use sim '
+                             'seconds per wall second > 0 (1.0 = realtime)')
+        if self.training and self.terrain:
+            raise ValueError(f'parameter terrain = {self.terrain!r} with training: the train '
+                             "config's env.terrain places the world; set it there and leave "
+                             'terrain empty')
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,8 @@ when ``publish_clock`` is on; a reset re-sends the state under the same stamp. `
 the control loop as an actor (:mod:`.loop_actor_io`; ``env_config`` is then the train YAML).
 ``state_qos`` is the QoS of joint_states, imu, odom and /clock (reliable by default: a
 subscriber written the usual way, reliable and depth 10, reads only a reliable publisher).
+``terrain`` (``TYPE[:LEVEL]``, with ``terrain_seed``) stands the world on one tile of the terrain
+generator (:func:`~claw_rl_ros.core.sim.sim_session.terrain_tile`).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from ..core.deploy.control_stats import Counters, LatencyStats, RateMeter, TickM
 from ..core.deploy.state_input import JointOrder
 from ..core.learning.train_config import split_overrides
 from ..core.sim.robot import load_robot
-from ..core.sim.sim_session import env_section, SimSession
+from ..core.sim.sim_session import env_section, SimSession, terrain_tile
 from .loop_actor_io import LoopActorIO
 from .node_params import declare, SimParams
 from .ros_io import (COMMAND_QOS, diagnostics, doubles, now_sec, publisher,
@@ -45,18 +47,18 @@ class SimNode(Node):
 
     def __init__(self):
         super().__init__('sim_node')
-        p = declare(self, SimParams)  # mode and state_qos checked there
-        if not p.real_time_factor > 0:
-            raise ValueError(f'parameter real_time_factor = {p.real_time_factor!r}; use sim '
-                             'seconds per wall second > 0 (1.0 = realtime)')
+        p = declare(self, SimParams)  # checked there
         robot = load_robot(p.robot)
         self.params, self.robot = p, robot
         self.order = JointOrder(robot, p.joints)
         self.loop = LoopActorIO(self, robot, p) if p.training else None
+        cfg = None if self.loop else env_section(p.env_config,
+                                                 split_overrides(p.overrides, 'overrides'))
         self.sim = self.loop.session if self.loop else SimSession(
-            robot, env_section(p.env_config, split_overrides(p.overrides, 'overrides')),
-            randomization=p.randomization, pushes=p.pushes, noise=p.noise, seed=p.seed,
-            command_timeout_s=p.command_timeout_s)
+            robot, cfg, randomization=p.randomization, pushes=p.pushes, noise=p.noise,
+            seed=p.seed, command_timeout_s=p.command_timeout_s,
+            terrain=terrain_tile(p.terrain, cfg.terrain, p.terrain_seed, 'parameter terrain',
+                                 'parameter terrain_seed'))
         self.lockstep = p.mode == 'lockstep'
         self.paused = False
         self.awaiting: float | None = None  # perf_counter of the unanswered state publish
@@ -88,7 +90,8 @@ class SimNode(Node):
         self.publish_state()
         speed = '' if self.lockstep or p.real_time_factor == 1.0 else \
             f' x {p.real_time_factor:g} real time'
-        self.get_logger().info(f'{robot.name}: {p.mode} at {1 / robot.control_dt:g} Hz{speed}')
+        self.get_logger().info(f'{robot.name}: {p.mode} at {1 / robot.control_dt:g} Hz{speed}, '
+                               f'terrain {self.sim.status()["terrain"]}')
 
     # --------------------------------------------------------------------------- control
     def on_command(self, msg: Float64MultiArray) -> None:
@@ -193,14 +196,11 @@ class SimNode(Node):
     def publish_diagnostics(self) -> None:
         now, s = time.perf_counter(), self.sim
         self.sim.active_targets(now)
-        fields = {'mode': self.params.mode, 'paused': self.paused, 'sim_time_s': s.time,
-                  'steps': s.steps, 'control_rate_hz': self.tick_rate.rate(now),
+        fields = {'mode': self.params.mode, 'paused': self.paused, **s.status(),
+                  'control_rate_hz': self.tick_rate.rate(now),
                   'command_rate_hz': self.cmd_rate.rate(now),
                   **self.latency.summary('command_latency'), 'missed_ticks': self.ticks.missed,
-                  'command_timed_out': s.timed_out, 'cmd_vel': s.commands.round(3).tolist(),
-                  'falls': s.falls, 'resets': s.resets,
-                  'pushes': s.pushes_done, 'randomization': s.randomization, 'noise': s.noise,
-                  **s.episode_params, **self.drops.summary('dropped'),
+                  **self.drops.summary('dropped'),
                   **(self.loop.diagnostics() if self.loop else {})}
         level = 'warn' if s.timed_out and not self.lockstep else 'ok'
         msg = 'command timeout: holding the default pose' if level == 'warn' else 'running'

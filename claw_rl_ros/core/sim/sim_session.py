@@ -10,22 +10,123 @@ Action latency is simulated in sim time, so it holds in lockstep too: a command 
 actuators ``L`` physics substeps after the control step it was given in (``L`` drawn per reset
 from ``randomization.action_latency_substeps``); latencies longer than a control period go
 through a delay line of past targets.
+
+With a :class:`TerrainTile` the floor is one tile of the terrain generator
+(:func:`~.terrain.generate_terrain`; type, level and seed) inside its flat border: the world
+spawns at the tile's centre on the ground there (+- the spawn jitter with randomisation on),
+its trunk height is measured above the ground under it, and reaching the map's edge resets it
+(counted in ``left_map``, not as a fall), as the env's out-of-bounds time-out does.
+:func:`terrain_tile` reads a ``TYPE[:LEVEL]`` spec (the sim node's ``terrain`` parameter,
+``claw-rl eval --terrain``, ``claw-rl verify --terrain``).
 """
 
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 import math
+from typing import Iterable, Optional
 
 import mujoco
 import numpy as np
 
-from ..config import from_dict, load_yaml, merge
+from ..config import ConfigError, from_dict, load_yaml, merge
 from .env_config import EnvConfig, robot_sized
 from ..math_utils import quat_mul
 from .physics import BatchedPhysics, STATE_SPEC
 from .robot import RobotSpec
+from .terrain import difficulty, generate_terrain, Terrain, TERRAIN_TYPES, TerrainConfig
+
+# Seed of the terrain a policy is evaluated on: the training configs use 0, so an evaluation
+# map is never the one a policy learnt.
+EVAL_TERRAIN_SEED = 1000
+
+
+@dataclass(frozen=True)
+class TerrainTile:
+    """One tile of the terrain generator: type ``kind``, ``level`` of ``num_levels``
+    (difficulty (level + 1) / num_levels), ``seed`` of its random heights. ``config`` is the
+    one-tile TerrainConfig that generates it (None for flat: the plane, as without terrain)."""
+
+    kind: str
+    level: int
+    num_levels: int
+    seed: int
+    config: Optional[TerrainConfig] = field(default=None, compare=False, repr=False)
+
+    @property
+    def label(self) -> str:
+        """``flat`` or ``TYPE:LEVEL``."""
+        return self.kind if self.config is None else f'{self.kind}:{self.level}'
+
+
+def tile_config(base: TerrainConfig, kind: str, level: int, seed: int) -> TerrainConfig:
+    """A map of one tile, ``kind`` at ``level`` of ``base``'s levels, in ``base``'s sizes.
+
+    Every tile shape scales its top-level maximum by the difficulty, so one level of
+    difficulty 1 with the maxima x (level + 1) / num_levels is the same shape as that row of
+    the full map; curriculum and height scan off.
+    """
+    d = difficulty(level, base.num_levels)
+    return replace(base, enabled=True, types=[kind], proportions=[1.0], num_levels=1,
+                   curriculum=False, max_init_level=0, seed=seed,
+                   rough_height=base.rough_height * d, slope_deg=base.slope_deg * d,
+                   step_height=base.step_height * d, obstacle_height=base.obstacle_height * d,
+                   height_scan=replace(base.height_scan, enabled=False))
+
+
+def terrain_tile(spec: str, base: TerrainConfig, seed: int, name: str = 'terrain',
+                 seed_name: str = 'terrain_seed') -> TerrainTile | None:
+    """``TYPE[:LEVEL]`` (LEVEL default: the top one of ``base``) -> the tile; '' -> None.
+
+    ``name`` / ``seed_name`` are what the user set (a parameter, an option): a bad value is a
+    ConfigError naming it, the value and the valid choices.
+    """
+    spec = spec.strip()
+    if not spec:
+        return None
+    kind, _, level_text = spec.partition(':')
+    top = base.num_levels - 1
+    levels = f'LEVEL 0..{top} (default {top}, the hardest; env.terrain.num_levels {top + 1})'
+    if kind not in TERRAIN_TYPES:
+        raise ConfigError(name, '', f'{spec!r}: unknown terrain type {kind!r}; use one of '
+                          f'{", ".join(TERRAIN_TYPES)}, as TYPE or TYPE:LEVEL with {levels}')
+    try:
+        level = int(level_text) if level_text else top
+    except ValueError:
+        raise ConfigError(name, '', f'{spec!r}: level {level_text!r} is not an integer; give '
+                          f'{kind}:LEVEL with {levels}') from None
+    if not 0 <= level <= top:
+        raise ConfigError(name, '', f'{spec!r}: level {level} is out of range; give {kind}:'
+                          f'LEVEL with {levels}')
+    if seed < 0:
+        raise ConfigError(seed_name, '', f'{seed} is negative; give a seed >= 0')
+    return TerrainTile(kind, level, base.num_levels, seed, None if kind == 'flat' else
+                       tile_config(base, kind, level, seed))
+
+
+def terrain_tiles(specs: Iterable[str], base: TerrainConfig, seed: int, name: str = 'terrain',
+                  seed_name: str = 'terrain_seed',
+                  include_flat: bool = True) -> list[TerrainTile]:
+    """Several specs (``all``: every type at its top level; without flat unless
+    ``include_flat``) -> their tiles, each once; a repeated or excluded one is refused."""
+    expanded: list[str] = []
+    for spec in specs:
+        expanded += [t for t in TERRAIN_TYPES if include_flat or t != 'flat'] \
+            if spec.strip() == 'all' else [spec]
+    tiles = [terrain_tile(spec, base, seed, name, seed_name) for spec in expanded]
+    if None in tiles:
+        raise ConfigError(name, '', f'an empty spec; give TYPE[:LEVEL] with TYPE one of '
+                          f'{", ".join(TERRAIN_TYPES)}')
+    labels = [t.label for t in tiles]
+    for tile in tiles:
+        if labels.count(tile.label) > 1:
+            raise ConfigError(name, '', f'{tile.label!r} is given {labels.count(tile.label)} '
+                              'times; give each TYPE[:LEVEL] once')
+        if tile.kind == 'flat' and not include_flat:
+            raise ConfigError(name, '', "'flat' is the main table already (the plane); drop "
+                              'it, or give the other types')
+    return tiles
 
 
 def env_section(path: str, overrides: dict | None = None) -> EnvConfig:
@@ -64,7 +165,8 @@ class SimSession:
 
     def __init__(self, robot: RobotSpec, cfg: EnvConfig, *, randomization: bool = False,
                  pushes: bool = False, noise: bool = False, seed: int = 0,
-                 command_timeout_s: float = 0.5, physics: BatchedPhysics | None = None):
+                 command_timeout_s: float = 0.5, physics: BatchedPhysics | None = None,
+                 terrain: TerrainTile | None = None):
         self.robot = robot
         self.cfg = cfg
         self.randomization = randomization and cfg.randomization.enabled
@@ -73,10 +175,13 @@ class SimSession:
         self.command_timeout_s = command_timeout_s
         self.dt = robot.control_dt
         self.rng = np.random.default_rng(seed)
+        self.tile = terrain if terrain is not None and terrain.config is not None else None
+        self.terrain: Terrain | None = generate_terrain(self.tile.config, robot) \
+            if self.tile else None
         # One world; a subclass may bring its own (e.g. an env's, see training_session.py).
         self.physics = physics if physics is not None else BatchedPhysics(
             robot, 1, solver_iterations=cfg.solver_iterations,
-            solver_ls_iterations=cfg.solver_ls_iterations)
+            solver_ls_iterations=cfg.solver_ls_iterations, terrain=self.terrain)
         self._data = mujoco.MjData(self.physics.models[0])
         self._push_steps = max(1, round(cfg.randomization.push_interval_s / self.dt))
         self.time = 0.0
@@ -84,6 +189,7 @@ class SimSession:
         self.falls = 0
         self.resets = 0
         self.pushes_done = 0
+        self.left_map = 0
         self.commands = np.zeros(3)
         self.targets = robot.default_joint_pos.copy()
         self._prev_targets = self.targets.copy()
@@ -123,6 +229,11 @@ class SimSession:
             self.pushes_done += 1
         fell = self.fallen() or bool(p.diverged(self.cfg.termination.max_joint_vel)[0])
         self.falls += int(fell)
+        if not fell and self.terrain is not None and \
+                not self.terrain.inside(p.qpos[:, 0:2], self.robot.standing_height)[0]:
+            # At the map's edge (the heightfield ends there): back to the tile, not a fall.
+            self.left_map += 1
+            self.reset()
         return fell
 
     def fallen(self) -> bool:
@@ -131,14 +242,19 @@ class SimSession:
         w, x, y, z = self.physics.qpos[0, 3:7]
         # cos(tilt) = -(gravity in the body frame)_z = 1 - 2 (x^2 + y^2) for a unit quaternion.
         tilted = 1.0 - 2.0 * (x * x + y * y) < math.cos(term.max_tilt)
-        low = self.physics.qpos[0, 2] < robot_sized(term.min_base_height,
-                                                    self.robot.min_base_height)
+        low = self.base_height() < robot_sized(term.min_base_height,
+                                               self.robot.min_base_height)
         lo, hi = self.physics.sensors.termination_contact
         # Contact sensors give [found, fx, fy, fz] per body; a contact needs enough force.
         raw = self.physics.sensordata[0, :, lo:hi].reshape(self.physics.decimation, -1, 4)
         touching = (raw[..., 0] > 0) & (np.linalg.norm(raw[..., 1:4], axis=-1) >
                                         term.contact_force)
         return bool(tilted or low or touching.any())
+
+    def base_height(self) -> float:
+        """The trunk's height [m] above the ground under it."""
+        x, y, z = self.physics.qpos[0, 0:3]
+        return float(z) if self.terrain is None else float(z - self.terrain.height_at(x, y))
 
     # ------------------------------------------------------------------------------- reset
     def reset(self) -> None:
@@ -167,6 +283,8 @@ class SimSession:
         qpos = p.standing_qpos.copy()
         qpos[p.qadr] = np.clip(r.default_joint_pos + rng.uniform(-noise, noise, r.num_joints),
                                r.joint_lower, r.joint_upper)
+        if self.terrain is not None:
+            qpos[0:3] += self._spawn_point()
         p.state[:] = 0.0
         p.qpos[0] = qpos
         self._prev_targets = qpos[p.qadr].copy()
@@ -177,6 +295,14 @@ class SimSession:
         self._command_time = None
         self.resets += 1
         self._refresh_sensors()
+
+    def _spawn_point(self) -> np.ndarray:
+        """[3] the tile's centre (+- the spawn jitter with randomisation), on the highest ground
+        under the robot's footprint there."""
+        t = self.terrain
+        jitter = t.spawn_jitter if self.randomization else 0.0
+        xy = t.tile_origins[0, 0, 0:2] + self.rng.uniform(-jitter, jitter, 2)
+        return np.append(xy, t.ground_under(xy[None])[0])
 
     def set_state(self, qpos: np.ndarray, qvel: np.ndarray) -> None:
         """Put the world in a given state (a replay's start): ``qpos`` [nq] (free joint
@@ -196,6 +322,15 @@ class SimSession:
         mujoco.mj_setState(m, d, self.physics.state[0], STATE_SPEC)
         mujoco.mj_forward(m, d)
         self.physics.sensordata[0, -1] = d.sensordata
+
+    def status(self) -> dict[str, object]:
+        """The session's counters and episode draws, for the sim node's /diagnostics."""
+        return {'sim_time_s': self.time, 'steps': self.steps,
+                'command_timed_out': self.timed_out, 'cmd_vel': self.commands.round(3).tolist(),
+                'falls': self.falls, 'resets': self.resets, 'pushes': self.pushes_done,
+                'randomization': self.randomization, 'noise': self.noise,
+                'terrain': f'{self.tile.label} seed {self.tile.seed}' if self.tile else 'flat',
+                'left_map': self.left_map, **self.episode_params}
 
     # ---------------------------------------------------------------------------- readings
     def readings(self) -> SimReadings:
