@@ -1,4 +1,5 @@
-"""Evaluation, gait rendering and the export -> eval command line, end to end."""
+"""Evaluation, gait rendering and the export -> eval command line, end to end; on terrain tiles
+too (every world on the tile, the criterion table, the heightfield in the picture)."""
 
 import dataclasses
 import hashlib
@@ -16,9 +17,12 @@ import yaml
 
 from claw_rl_ros import cli
 from claw_rl_ros.core.deploy import render
-from claw_rl_ros.core.config import from_dict
+from claw_rl_ros.core.config import ConfigError, from_dict
+from claw_rl_ros.core.sim.env import VecLocomotionEnv
 from claw_rl_ros.core.sim.env_config import EnvConfig
-from claw_rl_ros.core.deploy.evaluate import evaluate, torch_policy_fn
+from claw_rl_ros.core.deploy.evaluate import (eval_env_config, evaluate, evaluate_terrains,
+                                              evaluation_tiles, side_by_side,
+                                              TerrainEvaluation, torch_policy_fn)
 from claw_rl_ros.core.deploy.export import export_onnx
 from claw_rl_ros.core.learning.networks import ActorCritic
 from claw_rl_ros.core.deploy.onnx_policy import OnnxPolicy
@@ -229,3 +233,136 @@ def test_cli_eval_gif_without_gl_exits_2_with_the_fix(robot, tmp_path, capsys, m
     captured = capsys.readouterr()
     assert 'falls' in captured.out and 'libosmesa6' in captured.err
     assert not Path(tmp_path / 'g.gif').exists()
+
+
+# --------------------------------------------------------------------------------- terrain
+def test_every_world_of_a_tile_evaluation_stands_on_that_tile(robot):
+    # A training config on the tiles with its curriculum: the evaluation puts all worlds on
+    # the one tile asked for (curriculum off, its own seed, the config's tile sizes).
+    base = env_cfg(terrain={'enabled': True, 'num_levels': 4, 'height_scan': {'enabled': True},
+                            'tile_size': 2.4})
+    tile = evaluation_tiles(base, ['stairs_down:2'])[0]
+    cfg = eval_env_config(base, 6, (0.5, 0.0, 0.0), 0, tile)
+    t = cfg.terrain
+    assert (t.types, t.num_levels, t.curriculum, t.seed) == (['stairs_down'], 1, False, 1000)
+    assert t.step_height == pytest.approx(0.2 * 3 / 4) and t.tile_size == 2.4
+    env = VecLocomotionEnv(cfg, robot)
+    try:
+        assert env.obs_dims.keys() == {'policy', 'policy_noise_free', 'privileged'}
+        centre = env.terrain.tile_origins[0, 0]
+        xy = env.physics.qpos[:, :2]
+        assert np.abs(xy - centre[:2]).max() <= env.terrain.spawn_jitter
+        # Steps of level 2 of 4: 0.75 x 0.2 H high; a 2.4 m tile has room for two of them.
+        steps = env.terrain.heights / (0.75 * 0.2 * robot.standing_height)
+        np.testing.assert_allclose(steps, np.round(steps), atol=1e-4)
+        assert steps.max() == pytest.approx(2.0, abs=1e-4)
+    finally:
+        env.close()
+    flat = eval_env_config(base, 6, None, 0, evaluation_tiles(base, ['flat'])[0])
+    assert not flat.terrain.enabled and not flat.terrain.height_scan.enabled
+    with pytest.raises(ConfigError, match='terrain_seed: 0 is env.terrain.seed of the env '
+                                          'config: the evaluation map would be the training'):
+        evaluation_tiles(base, ['rough'], terrain_seed=0)
+
+
+def test_evaluate_terrains_reports_each_tile_against_the_criterion(robot):
+    # Standing still against 0.5 m/s: no fall anywhere, but the vx error is the command.
+    result = evaluate_terrains(zeros, env_cfg(), robot, ['flat', 'stairs_down:0', 'rough'],
+                               episodes=2, settle_s=0.5)
+    rows = result.rows()
+    assert [r['terrain'] for r in rows] == ['flat', 'stairs_down:0', 'rough:9']
+    assert [r.terrain_seed for r in result.reports] == [None, 1000, 1000]
+    assert all(r['falls'] == 0 and r['episodes'] == 2 for r in rows)
+    assert all(0.4 < r['vx_error'] < 0.6 and not r['passed'] for r in rows)
+    assert not result.passed
+    loose = TerrainEvaluation(result.reports, max_vx_error=1.0)
+    assert loose.passed and all(r['passed'] for r in loose.rows())
+    text = side_by_side({'standing': result, 'loose': loose})
+    lines = text.splitlines()
+    assert lines[0].split() == ['standing', 'loose'] and lines[1].split()[0] == 'terrain'
+    assert lines[3].split()[0] == 'stairs_down:0' and lines[3].count('FAIL') == 1
+    assert lines[3].count('PASS') == 1 and '0/2' in lines[3]
+    assert lines[-1].endswith('on every tile: standing FAIL, loose PASS')
+    json.dumps(result.to_dict(), allow_nan=False)
+    with pytest.raises(ValueError, match='evaluate both on the same tiles'):
+        side_by_side({'a': result, 'b': TerrainEvaluation(result.reports[:1])})
+
+
+def test_cli_eval_on_terrain_prints_a_row_per_tile(run_dir, tmp_path, capsys, monkeypatch):
+    model = tmp_path / 'student.onnx'
+    assert cli.main(['export', '--checkpoint', str(run_dir / 'checkpoints' / 'model_0.pt'),
+                     '--out', str(model)]) == 0
+    config = tmp_path / 'train.yaml'
+    config.write_text(yaml.safe_dump({'env': {**SHORT, 'terrain': {'num_levels': 3}}}))
+    report = tmp_path / 'eval.json'
+    capsys.readouterr()
+    drawn = []
+    monkeypatch.setattr(render, 'render_gait', lambda *a, **kw: drawn.append(kw) or 'g.png')
+    assert cli.main(['eval', '--model', str(model), '--episodes', '2', '--config', str(config),
+                     '--terrain', 'stairs_up', 'rough:0', '--terrain-seed', '7', '--json',
+                     str(report), '--gif', 'g.png']) == 0
+    out = capsys.readouterr().out
+    assert [kw['terrain'].label for kw in drawn] == ['stairs_up:2']  # the picture's ground
+    assert 'terrain stairs_up:2 (seed 7)' in out and 'terrain rough:0 (seed 7)' in out
+    assert 'fixed vx=0.50 m/s' in out
+    rows = [line.split()[0] for line in out.splitlines() if line.startswith(('stairs', 'rough'))]
+    assert rows == ['stairs_up:2', 'rough:0']
+    data = json.loads(report.read_text())
+    assert [r['terrain'] for r in data['rows']] == ['stairs_up:2', 'rough:0']
+    assert data['reports'][0]['terrain_seed'] == 7 and data['max_vx_error'] == 0.15
+    for argv, words in ((['--terrain', 'lava'], "--terrain: 'lava': unknown terrain type"),
+                        (['--terrain', 'rough:3'], 'level 3 is out of range; give rough:LEVEL '
+                         'with LEVEL 0..2'),
+                        (['--terrain', 'rough', '--terrain-seed', '0'],
+                         '--terrain-seed: 0 is env.terrain.seed')):
+        assert cli.main(['eval', '--model', str(model), '--config', str(config), *argv]) == 2
+        err = capsys.readouterr().err
+        assert words in err and err.count('\n') == 1, err
+
+
+TERRAIN_RENDER_SCRIPT = '''
+import json, sys
+import mujoco
+import numpy as np
+from claw_rl_ros.core.deploy.render import open_renderer, render_env, render_gait, tracking_camera
+from claw_rl_ros.core.sim.robot import load_robot
+from claw_rl_ros.core.sim.sim_session import terrain_tile
+from claw_rl_ros.core.sim.terrain import TerrainConfig
+robot = load_robot('claw_quadruped')
+out = {}
+for spec in ('flat', 'stairs_down'):
+    tile = terrain_tile(spec, TerrainConfig(), 1000)
+    env = render_env(robot, 1.0, (0.5, 0.0, 0.0), 0, tile)
+    model = env.physics.model
+    renderer = open_renderer(model, 160, 120)
+    data = mujoco.MjData(model)
+    mujoco.mj_setState(model, data, env.physics.state[0], mujoco.mjtState.mjSTATE_FULLPHYSICS)
+    mujoco.mj_forward(model, data)
+    renderer.update_scene(data, tracking_camera(model, robot, 0.0))
+    scene = renderer.scene
+    out[spec] = {'hfield': any(scene.geoms[i].type == mujoco.mjtGeom.mjGEOM_HFIELD
+                               for i in range(scene.ngeom))}
+    np.save(sys.argv[1] + spec + '.npy', renderer.render())
+    renderer.close()
+    env.close()
+    render_gait(lambda obs: np.zeros((1, 12)), robot, sys.argv[1] + spec + '.png', seconds=0.5,
+                width=160, height=120, terrain=tile)
+print(json.dumps(out))
+'''
+
+
+def test_the_gait_picture_shows_the_terrain(tmp_path):
+    from PIL import Image
+    env = {k: v for k, v in os.environ.items() if k != 'PYOPENGL_PLATFORM'}
+    env['MUJOCO_GL'] = 'osmesa'
+    prefix = str(tmp_path / 'frame_')
+    result = subprocess.run([sys.executable, '-c', TERRAIN_RENDER_SCRIPT, prefix], env=env,
+                            capture_output=True, text=True, timeout=180)
+    assert result.returncode == 0, result.stderr[-2000:]
+    scenes = json.loads(result.stdout.splitlines()[-1])
+    # The heightfield is drawn on the tile and absent on the plane; the pictures differ.
+    assert scenes == {'flat': {'hfield': False}, 'stairs_down': {'hfield': True}}
+    flat, stairs = (np.load(f'{prefix}{s}.npy').astype(np.int16) for s in ('flat', 'stairs_down'))
+    assert stairs.std() > 10.0 and np.abs(stairs - flat).mean() > 5.0
+    with Image.open(f'{prefix}stairs_down.png') as strip:
+        assert strip.size == (6 * 160, 120)

@@ -3,6 +3,12 @@
 A model exported from a Gymnasium run (its spec says ``kind: gymnasium``) is evaluated on the
 Gymnasium env it names: mean return of its deterministic action.
 
+``--terrain TYPE[:LEVEL] ...`` (or ``all``) evaluates on terrain tiles instead
+(:func:`~claw_rl_ros.core.deploy.evaluate.evaluate_terrains`): every world of a tile's
+evaluation on that type and level (default the top one), curriculum off, on the evaluation
+terrain seed (``--terrain-seed``, default 1000; never the config's training seed), at 0.5 m/s
+forward unless ``--command`` says otherwise; a table of falls and vx error per tile follows.
+
 User mistakes (missing file, corrupt model, a model for another robot spec) become a
 ConfigError: one line on stderr and exit status 2.
 """
@@ -76,7 +82,8 @@ def _cmd_eval_gym_model(args: argparse.Namespace, policy) -> int:
     from ..core.deploy.onnx_policy import ModelError
     from ..core.sim.gym_spec import gym_task_spec
     robot_only = [flag for flag, value in (('--robot', args.robot), ('--config', args.config),
-                                           ('--command', args.command), ('--gif', args.gif))
+                                           ('--command', args.command), ('--gif', args.gif),
+                                           ('--terrain', args.terrain))
                   if value]
     if robot_only:
         raise ConfigError(robot_only[0], '', f'{args.model} is a policy for the Gymnasium env '
@@ -145,22 +152,49 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     policy, robot = _load_model(args, base.robot if args.config else None, model)
     env_cfg = _env_config(args, base, robot.name)
     command = tuple(args.command) if args.command else None
-    report = evaluate(policy, env_cfg, robot, episodes=args.episodes, command=command,
-                      seed=args.seed)
+    tiles = _tiles(args, env_cfg)
     print(f'model {args.model} (sha256 {policy.sha256[:12]}), robot {robot.name}')
-    print(report.format())
-    _write_report(args.json, {'model': str(args.model), 'sha256': policy.sha256,
-                              'robot': robot.name, **report.to_dict()})
+    head = {'model': str(args.model), 'sha256': policy.sha256, 'robot': robot.name}
+    if tiles:
+        result = _eval_terrains(args, policy, env_cfg, robot, tiles, command)
+        _write_report(args.json, {**head, **result.to_dict()})
+    else:
+        report = evaluate(policy, env_cfg, robot, episodes=args.episodes, command=command,
+                          seed=args.seed)
+        print(report.format())
+        _write_report(args.json, {**head, **report.to_dict()})
     if args.gif:
-        _render(policy, robot, args, command)
+        _render(policy, robot, args, command, tiles[0] if tiles else None)
     return 0
 
 
-def _render(policy, robot, args: argparse.Namespace, command) -> None:
+def _tiles(args: argparse.Namespace, env_cfg) -> list:
+    """The --terrain tiles (none without --terrain); a bad spec or seed is a ConfigError."""
+    if not args.terrain:
+        return []
+    from ..core.deploy.evaluate import evaluation_tiles
+    return evaluation_tiles(env_cfg, args.terrain, args.terrain_seed, '--terrain',
+                            '--terrain-seed')
+
+
+def _eval_terrains(args: argparse.Namespace, policy, env_cfg, robot, tiles, command):
+    """Each tile's report as it finishes, then the table."""
+    from ..core.deploy.evaluate import evaluate, TerrainEvaluation
+    result = TerrainEvaluation([])
+    for tile in tiles:
+        report = evaluate(policy, env_cfg, robot, episodes=args.episodes,
+                          command=command or (0.5, 0.0, 0.0), seed=args.seed, terrain=tile)
+        print(report.format(), flush=True)
+        result.reports.append(report)
+    print(result.format())
+    return result
+
+
+def _render(policy, robot, args: argparse.Namespace, command, tile) -> None:
     from ..core.deploy.render import render_gait, RenderUnavailable
     try:
         path = render_gait(policy, robot, args.gif, command=command or (0.5, 0.0, 0.0),
-                           seed=args.seed)
+                           seed=args.seed, terrain=tile)
     except RenderUnavailable as exc:
         raise ConfigError('--gif', '', str(exc)) from None
     print(f'wrote {path}')
@@ -182,7 +216,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     ev.add_argument('--config', help='train YAML whose env: section configures the env')
     ev.add_argument('--no-randomization', action='store_true',
                     help='turn off domain randomisation and observation noise')
-    ev.add_argument('--gif', help='also render the gait to this .gif (or .png strip)')
+    ev.add_argument('--terrain', nargs='+', metavar='TYPE[:LEVEL]',
+                    help='evaluate on terrain tiles: TYPE one of flat, rough, slope_up, '
+                    'slope_down, stairs_up, stairs_down, obstacles, LEVEL 0..num_levels - 1 of '
+                    "--config's env.terrain (default the top level); all: every type. Command "
+                    '0.5 m/s forward unless --command')
+    ev.add_argument('--terrain-seed', type=int, default=1000,
+                    help='seed of the evaluation terrain (default 1000; the training seed of '
+                    '--config is refused)')
+    ev.add_argument('--gif', help='also render the gait to this .gif (or .png strip); with '
+                    '--terrain on its first tile')
     ev.add_argument('--json', help='write the report to this JSON file')
     ev.add_argument('--seed', type=int, default=0, help='env seed')
     ev.set_defaults(func=_cmd_eval)

@@ -4,24 +4,32 @@ Works with anything mapping ``obs_policy [N, obs_dim] -> actions [N, A]``: an
 :class:`~claw_rl_ros.core.deploy.onnx_policy.OnnxPolicy` or :func:`torch_policy_fn` of an
 ActorCritic.
 A world counts only its first episode; what the env's auto-reset starts afterwards is ignored.
+
+On terrain (:func:`evaluate_terrains`, ``claw-rl eval --terrain``) every world of an evaluation
+stands on one tile of the generator, one type at one level (a map of that tile and its flat
+border, curriculum off, seed :data:`~..sim.sim_session.EVAL_TERRAIN_SEED` unless given; the
+tile sizes and top-level maxima are the env config's ``terrain`` section even when it is off);
+an episode ends at a fall, at the time-out, or as a time-out where the world reaches the map's
+edge, so what is measured is the walk over that tile. ``flat`` is the plane.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 import math
 from pathlib import Path
 import time
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 import numpy as np
 import torch
 
-from ..config import from_dict, merge, to_dict
+from ..config import ConfigError, from_dict, merge, to_dict
 from ..sim.env import VecLocomotionEnv
 from ..sim.env_config import EnvConfig
 from ..learning.networks import ActorCritic
 from ..sim.robot import RobotSpec
+from ..sim.sim_session import EVAL_TERRAIN_SEED, terrain_tiles, TerrainTile
 
 PolicyFn = Callable[[np.ndarray], np.ndarray]
 Command = tuple[float, float, float]
@@ -46,6 +54,8 @@ class EvalReport:
     mean_length_s: float
     settle_s: float
     wall_s: float
+    terrain: Optional[str] = None
+    terrain_seed: Optional[int] = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able: non-finite numbers (no samples) become None."""
@@ -56,10 +66,12 @@ class EvalReport:
         """A few aligned lines for the terminal."""
         cmd = 'sampled from the configured ranges' if self.command is None else \
             'fixed vx=%.2f m/s, vy=%.2f m/s, wz=%.2f rad/s' % tuple(self.command)
+        ground = '' if self.terrain is None else f', terrain {self.terrain}' + (
+            '' if self.terrain_seed is None else f' (seed {self.terrain_seed})')
         return '\n'.join([
             f'evaluation: {self.episodes} episodes of {self.episode_length_s:g} s, command '
             f'{cmd}, randomisation {"on" if self.randomization else "off"}, noise '
-            f'{"on" if self.noise else "off"}',
+            f'{"on" if self.noise else "off"}{ground}',
             f'  tracking error (after {self.settle_s:g} s): vx {self.tracking_error_vx:.3f} m/s, '
             f'vy {self.tracking_error_vy:.3f} m/s, yaw {self.tracking_error_yaw:.3f} rad/s',
             f'  mean forward speed {self.mean_forward_speed:.3f} m/s',
@@ -86,12 +98,22 @@ def fixed_command_overrides(command: Command, episode_length_s: float) -> dict[s
 
 
 def eval_env_config(env_cfg: EnvConfig, episodes: int, command: Command | None,
-                    seed: int) -> EnvConfig:
-    """``env_cfg`` with one world per episode, the seed and (optionally) a fixed command."""
+                    seed: int, terrain: TerrainTile | None = None) -> EnvConfig:
+    """``env_cfg`` with one world per episode, the seed and (optionally) a fixed command and
+    a terrain tile for every world (flat: the plane)."""
     overrides: dict[str, Any] = {'num_envs': episodes, 'seed': seed}
     if command is not None:
         overrides.update(fixed_command_overrides(command, env_cfg.episode_length_s))
-    return from_dict(EnvConfig, merge(to_dict(env_cfg), overrides), source='evaluate')
+    cfg = from_dict(EnvConfig, merge(to_dict(env_cfg), overrides), source='evaluate')
+    return cfg if terrain is None else replace(cfg, terrain=on_tile(cfg, terrain))
+
+
+def on_tile(cfg: EnvConfig, tile: TerrainTile):
+    """The env's terrain section for ``tile``: its one-tile map, or off for flat."""
+    if tile.config is not None:
+        return tile.config
+    return replace(cfg.terrain, enabled=False,
+                   height_scan=replace(cfg.terrain.height_scan, enabled=False))
 
 
 class _Tally:
@@ -145,8 +167,8 @@ def run_episodes(env: VecLocomotionEnv, policy_fn: PolicyFn, settle_s: float) ->
 
 
 def evaluate(policy_fn: PolicyFn, env_cfg: EnvConfig, robot: RobotSpec, *, episodes: int = 20,
-             command: Command | None = None, seed: int = 0,
-             settle_s: float = 1.0) -> EvalReport:
+             command: Command | None = None, seed: int = 0, settle_s: float = 1.0,
+             terrain: TerrainTile | None = None) -> EvalReport:
     """Run ``episodes`` worlds in parallel for one episode each and summarise them.
 
     Args:
@@ -157,10 +179,12 @@ def evaluate(policy_fn: PolicyFn, env_cfg: EnvConfig, robot: RobotSpec, *, episo
         command: fixed (vx, vy, yaw rate) for every world, or None to sample as configured.
         seed: env seed.
         settle_s: tracking errors and speed are measured from this time into an episode.
+        terrain: every world on this tile (:func:`~..sim.sim_session.terrain_tile`), or None
+            for ``env_cfg``'s own ground.
     """
     if episodes < 1:
         raise ValueError(f'episodes must be >= 1, got {episodes}')
-    cfg = eval_env_config(env_cfg, episodes, command, seed)
+    cfg = eval_env_config(env_cfg, episodes, command, seed, terrain)
     start = time.perf_counter()
     env = VecLocomotionEnv(cfg, robot)
     try:
@@ -176,7 +200,112 @@ def evaluate(policy_fn: PolicyFn, env_cfg: EnvConfig, robot: RobotSpec, *, episo
         mean_forward_speed=tally.mean(tally.forward), falls=int(tally.fell.sum()),
         fall_rate=float(tally.fell.mean()), mean_return=float(tally.returns.mean()),
         mean_length_s=float(tally.lengths.mean()), settle_s=settle_s,
-        wall_s=time.perf_counter() - start)
+        wall_s=time.perf_counter() - start, terrain=None if terrain is None else terrain.label,
+        terrain_seed=None if terrain is None or terrain.config is None else terrain.seed)
+
+
+@dataclass
+class TerrainEvaluation:
+    """One :class:`EvalReport` per terrain tile and the criterion each must meet: fall rate
+    <= ``max_fall_rate`` and vx tracking error <= ``max_vx_error`` (nothing measured, every
+    world fell before settling: not met)."""
+
+    reports: list[EvalReport]
+    max_fall_rate: float = 0.05
+    max_vx_error: float = 0.15
+
+    def meets(self, report: EvalReport) -> bool:
+        vx = report.tracking_error_vx
+        return bool(report.fall_rate <= self.max_fall_rate and math.isfinite(vx) and
+                    vx <= self.max_vx_error)
+
+    @property
+    def passed(self) -> bool:
+        """The criterion holds on every tile."""
+        return all(self.meets(r) for r in self.reports)
+
+    def rows(self) -> list[dict[str, Any]]:
+        """Per tile: terrain, falls, episodes, fall_rate, vx_error (None: not measured),
+        mean_length_s, passed."""
+        return [{'terrain': r.terrain, 'falls': r.falls, 'episodes': r.episodes,
+                 'fall_rate': r.fall_rate, 'vx_error': r.to_dict()['tracking_error_vx'],
+                 'mean_length_s': r.mean_length_s, 'passed': self.meets(r)}
+                for r in self.reports]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {'max_fall_rate': self.max_fall_rate, 'max_vx_error': self.max_vx_error,
+                'passed': self.passed, 'rows': self.rows(),
+                'reports': [r.to_dict() for r in self.reports]}
+
+    def format(self) -> str:
+        """The table, one line per tile, and whether the criterion holds on every one."""
+        return side_by_side({'': self})
+
+
+def side_by_side(evaluations: dict[str, TerrainEvaluation]) -> str:
+    """{policy name: its evaluation on the same tiles} -> one line per tile with falls, vx
+    error and PASS/FAIL per policy; the last line says which meet the criterion everywhere."""
+    names = list(evaluations)
+    tiles = [r.terrain for r in evaluations[names[0]].reports]
+    for name, ev in evaluations.items():
+        if [r.terrain for r in ev.reports] != tiles:
+            raise ValueError(f'{name!r} was evaluated on {[r.terrain for r in ev.reports]}, '
+                             f'{names[0]!r} on {tiles}: evaluate both on the same tiles')
+    width = max(len('terrain'), *(len(t) for t in tiles))
+    group = max(22, *(len(n) for n in names))
+    lines = [(f'{"":<{width}}  ' + '  '.join(f'{n:<{group}}' for n in names)).rstrip()] \
+        if any(names) else []
+    lines.append(f'{"terrain":<{width}}  ' + '  '.join(
+        f'{"falls":<7}  {"vx err":>7}  {"":<{group - 18}}' for _ in names).rstrip())
+    for k, tile in enumerate(tiles):
+        cells = []
+        for ev in evaluations.values():
+            row = ev.rows()[k]
+            vx = 'n/a' if row['vx_error'] is None else f'{row["vx_error"]:.3f}'
+            falls, verdict = f'{row["falls"]}/{row["episodes"]}', \
+                'PASS' if row['passed'] else 'FAIL'
+            cells.append(f'{falls:<7}  {vx:>7}  {verdict:<{group - 18}}')
+        lines.append((f'{tile:<{width}}  ' + '  '.join(cells)).rstrip())
+    first = evaluations[names[0]]
+    lines.append(f'criterion: falls <= {first.max_fall_rate:.0%} and vx error <= '
+                 f'{first.max_vx_error:g} m/s on every tile: ' + ', '.join(
+                     f'{n + " " if n else ""}{"PASS" if ev.passed else "FAIL"}'
+                     for n, ev in evaluations.items()))
+    return '\n'.join(lines)
+
+
+def evaluation_tiles(env_cfg: EnvConfig, terrains: Iterable[str],
+                     terrain_seed: int = EVAL_TERRAIN_SEED, name: str = 'terrains',
+                     seed_name: str = 'terrain_seed') -> list[TerrainTile]:
+    """``TYPE[:LEVEL]`` specs (``all``: every type at its top level) -> tiles of ``env_cfg``'s
+    terrain sizes with the evaluation seed; a seed equal to the env config's own
+    ``terrain.seed`` (its training map) is refused, naming ``seed_name``."""
+    if terrain_seed == env_cfg.terrain.seed:
+        raise ConfigError(seed_name, '', f'{terrain_seed} is env.terrain.seed of the env '
+                          'config: the evaluation map would be the training map; give '
+                          f'another seed (default {EVAL_TERRAIN_SEED})')
+    return terrain_tiles(terrains, env_cfg.terrain, terrain_seed, name, seed_name)
+
+
+def evaluate_terrains(policy_fn: PolicyFn, env_cfg: EnvConfig, robot: RobotSpec,
+                      terrains: Iterable[str] = ('all',), *, episodes: int = 20,
+                      command: Command | None = (0.5, 0.0, 0.0), seed: int = 0,
+                      terrain_seed: int = EVAL_TERRAIN_SEED, settle_s: float = 1.0,
+                      max_fall_rate: float = 0.05,
+                      max_vx_error: float = 0.15) -> TerrainEvaluation:
+    """:func:`evaluate` on each terrain tile: ``episodes`` worlds each, at ``command``.
+
+    ``terrains``: ``TYPE[:LEVEL]`` specs (``all``: every type at its top level);
+    ``env_cfg``'s randomisation and noise apply as configured
+    (the default EnvConfig has both on) and its ``terrain`` section sizes the tiles, so two
+    policies evaluated with the same ``env_cfg`` and ``terrain_seed`` walk the same ground.
+    For the bench: ``side_by_side({'terrain student': a, 'flat student': b})``.
+    """
+    tiles = evaluation_tiles(env_cfg, terrains, terrain_seed)
+    return TerrainEvaluation([evaluate(policy_fn, env_cfg, robot, episodes=episodes,
+                                       command=command, seed=seed, settle_s=settle_s,
+                                       terrain=tile) for tile in tiles],
+                             max_fall_rate, max_vx_error)
 
 
 def export_and_evaluate(learner: Any, robot: RobotSpec, run_dir: str | Path) -> dict[str, Any]:

@@ -3,11 +3,13 @@
 MuJoCo picks its OpenGL backend from ``MUJOCO_GL`` when it is first imported: ``egl`` (GPU, or
 Mesa's EGL), ``osmesa`` (software, Debian package ``libosmesa6``) or ``glfw`` (needs a display).
 One world without randomisation or noise is simulated by VecLocomotionEnv; each frame copies
-its physics state into an MjData and renders it from a camera that tracks the trunk.
+its physics state into an MjData and renders it from a camera that tracks the trunk. On a
+terrain tile (``terrain``) the world is that tile's map, and the heightfield is in the picture.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 import math
 import os
 from pathlib import Path
@@ -20,9 +22,10 @@ from PIL import Image
 from ..config import from_dict
 from ..sim.env import VecLocomotionEnv
 from ..sim.env_config import EnvConfig
-from .evaluate import fixed_command_overrides
+from .evaluate import fixed_command_overrides, on_tile
 from ..sim.physics import STATE_SPEC
 from ..sim.robot import RobotSpec
+from ..sim.sim_session import TerrainTile
 
 STRIP_FRAMES = 6
 INSTALL_HINT = ('install an offscreen OpenGL backend and select it before Python starts: '
@@ -35,13 +38,20 @@ class RenderUnavailable(RuntimeError):
 
 
 def render_env(robot: RobotSpec, seconds: float, command: tuple[float, float, float],
-               seed: int) -> VecLocomotionEnv:
-    """One world, no randomisation or noise, a fixed command, no time-out while recording."""
+               seed: int, terrain: TerrainTile | None = None) -> VecLocomotionEnv:
+    """One world, no randomisation or noise, a fixed command, no time-out while recording;
+    on ``terrain``'s tile if given."""
     cfg = from_dict(EnvConfig, {
         'robot': robot.name, 'num_envs': 1, 'seed': seed, 'episode_length_s': seconds + 1.0,
         'randomization': {'enabled': False}, 'noise': {'enabled': False},
         **fixed_command_overrides(command, seconds + 1.0)}, source='render')
-    return VecLocomotionEnv(cfg, robot)
+    if terrain is None:
+        return VecLocomotionEnv(cfg, robot)
+    env = VecLocomotionEnv(replace(cfg, terrain=on_tile(cfg, terrain)), robot)
+    if env.terrain is not None:
+        # The scene's light shines down on the origin: move it over the tile (pictures only).
+        env.physics.model.light_pos[:, 0:2] += env.terrain.tile_origins[0, 0, 0:2]
+    return env
 
 
 def open_renderer(model: mujoco.MjModel, width: int, height: int) -> mujoco.Renderer:
@@ -116,11 +126,13 @@ def save_strip(frames: list[np.ndarray], path: Path) -> None:
 def render_gait(policy_fn: Callable[[np.ndarray], np.ndarray], robot: RobotSpec,
                 out_path: str | Path, *, seconds: float = 4.0,
                 command: tuple[float, float, float] = (0.5, 0.0, 0.0), width: int = 320,
-                height: int = 240, fps: float = 25, seed: int = 0) -> Path:
+                height: int = 240, fps: float = 25, seed: int = 0,
+                terrain: TerrainTile | None = None) -> Path:
     """Render ``seconds`` of ``policy_fn`` walking to a GIF (every frame) or a PNG strip.
 
     ``policy_fn`` maps ``[1, obs_dim] -> [1, A]``. A ``.gif`` gets ``round(seconds * fps)``
-    frames at ``fps``; a ``.png`` gets ~6 evenly spaced frames side by side.
+    frames at ``fps``; a ``.png`` gets ~6 evenly spaced frames side by side. ``terrain``: walk
+    on that tile (:func:`~..sim.sim_session.terrain_tile`; its sizes are the tile's own).
     """
     out_path = Path(out_path)
     suffix = out_path.suffix.lower()
@@ -128,7 +140,7 @@ def render_gait(policy_fn: Callable[[np.ndarray], np.ndarray], robot: RobotSpec,
         raise ValueError(f'{out_path}: write a .gif (animation) or a .png (strip of frames)')
     if seconds <= 0 or fps <= 0 or width < 1 or height < 1:
         raise ValueError('seconds, fps, width and height must be positive')
-    env = render_env(robot, seconds, command, seed)
+    env = render_env(robot, seconds, command, seed, terrain)
     renderer = None
     try:
         renderer = open_renderer(env.physics.model, width, height)
