@@ -1,5 +1,5 @@
 """The policy card `claw-rl export` writes beside the model: read back from the model file and
-its verification record, atomically written."""
+its verification record (the terrain it was trained and verified on too), atomically written."""
 
 import hashlib
 import json
@@ -7,9 +7,13 @@ import json
 import pytest
 
 from claw_rl_ros import cli
+from claw_rl_ros.core.config import from_dict, to_dict
 from claw_rl_ros.core.deploy import policy_card as card_module
+from claw_rl_ros.core.deploy.export import export_onnx
 from claw_rl_ros.core.deploy.policy_card import card_path, policy_card, write_policy_card
 from claw_rl_ros.core.deploy.verification import verification_path
+from claw_rl_ros.core.learning.networks import ActorCritic
+from claw_rl_ros.core.sim.terrain import TerrainConfig
 from test_export import fake_checkpoint
 
 
@@ -81,3 +85,32 @@ def test_the_card_is_written_atomically(exported, monkeypatch):
     monkeypatch.setattr(card_module, 'atomic_write_bytes', lambda p, d: calls.append((p, d)))
     assert write_policy_card(exported) == card_path(exported)
     assert calls == [(card_path(exported), policy_card(exported).encode())]
+
+
+def test_the_card_names_the_terrain_it_was_trained_and_verified_on(exported, robot, tmp_path):
+    # claw-rl export records the checkpoint's env.terrain (off here: the plane).
+    text = policy_card(exported)
+    assert '- trained on: the flat plane (env.terrain off)' in text
+    assert '- verified on: nothing yet (no verification record)' in text
+    terrain = to_dict(from_dict(TerrainConfig, {'enabled': True, 'types': ['rough', 'stairs_up'],
+                                                'proportions': [0.25, 0.75], 'seed': 3}))
+    policy = ActorCritic(robot.policy_obs.dim, robot.policy_obs.dim, robot.num_joints,
+                         actor_hidden_dims=[8], critic_hidden_dims=[8])
+    model = export_onnx(policy, robot, tmp_path / 'rough.onnx',
+                        extra_metadata={'terrain': terrain})
+    verification_path(model).write_text(json.dumps({
+        'model_sha256': hashlib.sha256(model.read_bytes()).hexdigest(), 'passed': False,
+        'table': [], 'terrain': [
+            {'terrain': 'stairs_up:9', 'seed': 1000, 'episodes': 10, 'falls': 0,
+             'vx_error': 0.0812, 'passed': True},
+            {'terrain': 'rough:9', 'seed': 1000, 'episodes': 10, 'falls': 4, 'vx_error': None,
+             'passed': False}]}))
+    text = policy_card(model)
+    assert ('- trained on: terrain tiles (rough 0.25, stairs_up 0.75), 10 levels, curriculum '
+            'on, from levels <= 0, seed 3; top level: rough 0.15 H, slopes 20 deg, steps 0.2 H, '
+            'obstacles 0.25 H (H: standing height)') in text
+    assert '- verified on: the flat plane (the table below), and terrain tiles:' in text
+    assert '  - stairs_up:9 (seed 1000): falls 0/10, vx error 0.0812 m/s: PASS' in text
+    assert '  - rough:9 (seed 1000): falls 4/10, vx error n/a m/s: FAIL' in text
+    plain = export_onnx(policy, robot, tmp_path / 'old.onnx')
+    assert '- trained on: not recorded in the model' in policy_card(plain)

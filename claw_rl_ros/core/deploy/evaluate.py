@@ -310,15 +310,15 @@ def evaluate_terrains(policy_fn: PolicyFn, env_cfg: EnvConfig, robot: RobotSpec,
 
 def export_and_evaluate(learner: Any, robot: RobotSpec, run_dir: str | Path) -> dict[str, Any]:
     """End of a training run (offline or live): the :class:`~..learning.learner.Learner`'s
-    student as ``run_dir/student.onnx`` (its iteration, env steps and algorithm in the
-    metadata) and, if ``cfg.runner.eval_episodes``, its evaluation at 0.5 m/s forward; returns
+    student as ``run_dir/student.onnx`` (its iteration, env steps, algorithm and env.terrain in
+    the metadata) and, if ``cfg.runner.eval_episodes``, its evaluation at 0.5 m/s forward; returns
     the summary entries (nothing when the actor reads privileged observations: not
     deployable)."""
     from .export import export_onnx
     from .onnx_policy import OnnxPolicy
     policy, cfg = learner.policy, learner.cfg
     extra_metadata = {'iteration': learner.iteration, 'total_steps': learner.total_steps,
-                      'algorithm': cfg.algorithm}
+                      'algorithm': cfg.algorithm, 'terrain': to_dict(cfg.env.terrain)}
     if policy.actor_obs_groups != ['policy']:
         print('actor reads privileged observations: not deployable, no student.onnx exported')
         return {}

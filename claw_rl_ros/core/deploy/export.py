@@ -29,7 +29,7 @@ import onnxruntime as ort
 import torch
 from torch import nn
 
-from ..config import ConfigError
+from ..config import ConfigError, to_dict
 from ..io import atomic_write_bytes
 from ..learning.networks import ActorCritic
 from .onnx_policy import INPUT_NAME, OUTPUT_NAME, session_options
@@ -313,5 +313,7 @@ def export_checkpoint(checkpoint_path: str | Path, out_path: str | Path) -> Path
     if problems:
         raise ConfigError(str(checkpoint_path), 'robot', f'robot {cfg.env.robot!r} changed '
                           'since this checkpoint was trained: ' + '; '.join(problems))
+    # The ground it learnt on, for the policy card (env.terrain; enabled false: the plane).
+    extra['terrain'] = to_dict(cfg.env.terrain)
     return export_onnx(policy, robot, out_path, extra_metadata=extra,
                        action_clip=cfg.env.clip_actions)

@@ -4,7 +4,9 @@ Everything on it is read back from the model file itself (the embedded robot spe
 metadata) and, when present, from the verification record beside it
 (``student.verify.json``, written by ``claw-rl verify``): robot, joint order with pose,
 limits and gains, observation layout and scales, control period, action scale and clip,
-training run, verification results, sha256. Regenerate it after a verification with
+training run, the terrain it was trained on (the export metadata's ``terrain``: the train
+config's ``env.terrain``) and verified on (the record's flat table and terrain rows),
+verification results, sha256. Regenerate it after a verification with
 :func:`write_policy_card`.
 """
 
@@ -81,6 +83,45 @@ def _verification(model: Path, sha256: str) -> list[str]:
     return lines
 
 
+def _trained_on(meta: dict[str, str]) -> str:
+    """The ground of the training run, from the export metadata's ``terrain`` (env.terrain)."""
+    if 'terrain' not in meta:
+        return 'not recorded in the model'
+    t = json.loads(meta['terrain'])
+    if not isinstance(t, dict) or not t.get('enabled'):
+        return 'the flat plane (env.terrain off)'
+    shares = ', '.join(f'{kind} {share:g}' for kind, share in
+                       zip(t.get('types', []), t.get('proportions', [])) if share > 0)
+    curriculum = f'curriculum on, from levels <= {t.get("max_init_level")}' \
+        if t.get('curriculum') else 'curriculum off'
+    return (f'terrain tiles ({shares}), {t.get("num_levels")} levels, {curriculum}, seed '
+            f'{t.get("seed")}; top level: rough {_fmt(t.get("rough_height"))} H, slopes '
+            f'{_fmt(t.get("slope_deg"))} deg, steps {_fmt(t.get("step_height"))} H, obstacles '
+            f'{_fmt(t.get("obstacle_height"))} H (H: standing height)')
+
+
+def _verified_on(model: Path) -> list[str]:
+    """The ground of the verification record: the flat table, then each terrain row."""
+    try:
+        found = read_verification(model)
+    except ValueError:
+        return ['- verified on: unreadable verification record (below)']
+    if found is None:
+        return ['- verified on: nothing yet (no verification record)']
+    rows = found[1].get('terrain') or []
+    lines = ['- verified on: the flat plane (the table below)' +
+             (', and terrain tiles:' if rows else '; no terrain tiles (`claw-rl verify '
+              '--terrain all` adds them)')]
+    for row in rows if isinstance(rows, list) else []:
+        if isinstance(row, dict):
+            vx = row.get('vx_error')
+            lines.append(f'  - {row.get("terrain")} (seed {row.get("seed")}): falls '
+                         f'{row.get("falls")}/{row.get("episodes")}, vx error '
+                         f'{"n/a" if vx is None else _fmt(float(vx))} m/s: '
+                         f'{"PASS" if row.get("passed") is True else "FAIL"}')
+    return lines
+
+
 def policy_card(model: str | Path) -> str:
     """The markdown card of an exported model file."""
     model = Path(model)
@@ -111,6 +152,7 @@ def policy_card(model: str | Path) -> str:
         f'## Observation layout ({policy.obs_dim} values)', '', *_observation(spec), '',
         '## Training run', '',
         *([f'- {k}: {_fmt(v)}' for k, v in extras.items()] or ['- not recorded']), '',
+        '## Terrain', '', f'- trained on: {_trained_on(meta)}', *_verified_on(model), '',
         '## Verification', '', *_verification(model, policy.sha256), '',
         '## Deploying', '',
         f'`claw-rl up deploy --model {model.name}` (README, "Deploying on hardware").', '']
