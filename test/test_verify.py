@@ -1,5 +1,6 @@
 """The sim2sim gate: simulated action latency, the scoring table, and ``claw-rl verify`` through
-real sim_node + policy_node processes (a walking student passes, random weights fail).
+real sim_node + policy_node processes (a walking student passes, random weights fail), with a
+row per terrain tile.
 
 The walking student is test/fixtures/walker.onnx (167 KB, the model ``make train`` exported on
 main; training one takes ~10 minutes, too long for the suite). If the robot spec changes, the
@@ -19,11 +20,14 @@ import yaml
 
 from claw_rl_ros import cli
 from claw_rl_ros.core.config import from_dict
+from claw_rl_ros.core.deploy.policy_card import card_path, write_policy_card
 from claw_rl_ros.core.deploy.verification import verification_blocker
 from claw_rl_ros.core.deploy.verify import (Episode, format_table, passed, result_path, score,
-                                            VerifyConfig, write_result)
+                                            score_terrain, terrain_episode_s, VerifyConfig,
+                                            write_result)
 from claw_rl_ros.core.sim.env_config import EnvConfig
-from claw_rl_ros.core.sim.sim_session import SimSession
+from claw_rl_ros.core.sim.sim_session import SimSession, terrain_tile
+from claw_rl_ros.core.sim.terrain import generate_terrain, TerrainConfig
 from control_models import good_model
 from ros_helpers import ros_env  # noqa: F401 - fixture
 
@@ -168,3 +172,88 @@ def test_verify_usage_errors_exit_2(tmp_path, capsys):
         assert cli.main(['verify', '--model', *argv]) == 2
         err = capsys.readouterr().err
         assert message in err and err.count('\n') == 1, err
+
+
+def test_terrain_rows_score_each_tile_and_gate_the_verdict(robot, tmp_path):
+    cfg = VerifyConfig()
+    ok = score_terrain(cfg, 'stairs_up:9', 1000, [episode(vx=0.45)] * 10, 4.2)
+    assert (ok.falls, ok.episodes, ok.passed) == (0, 10, True)
+    assert ok.vx_error == pytest.approx(0.05)
+    # The fallen episode's velocity does not count; 1 fall in 10 is not below 10 %.
+    one_fall = score_terrain(cfg, 'rough:9', 1000, [episode(fell=True, vx=-3.0)] +
+                             [episode(vx=0.4)] * 9, 4.2)
+    assert one_fall.vx_error == pytest.approx(0.1) and not one_fall.passed
+    slow = score_terrain(cfg, 'slope_up:9', 1000, [episode(vx=0.3)] * 10, 4.2)
+    assert slow.fall_rate == 0.0 and not slow.passed
+    all_fell = score_terrain(cfg, 'obstacles:9', 1000, [episode(fell=True)], 4.2)
+    assert all_fell.to_dict()['vx_error'] is None and not all_fell.passed
+    rows = score(cfg, robot, [episode()], 1.0)
+    assert passed(rows) and passed(rows, [ok]) and not passed(rows, [ok, slow])
+    text = format_table(rows, [ok, slow, all_fell])
+    lines = text.splitlines()
+    terrain = lines[lines.index('') + 1:-1]
+    assert terrain[0].split()[:3] == ['terrain', 'seed', 'episodes']
+    assert [line.split()[0] for line in terrain[1:]] == ['stairs_up:9', 'slope_up:9',
+                                                         'obstacles:9']
+    assert terrain[1].endswith('PASS') and terrain[2].endswith('FAIL')
+    assert '10 x 4.2s' in terrain[1] and '0.050 <= 0.150' in terrain[1] and 'n/a' in terrain[3]
+    assert lines[-1] == 'verdict: FAIL'
+    assert format_table(rows).splitlines()[-2].startswith('state -> command')  # as before
+    model = tmp_path / 'm.onnx'
+    model.write_bytes(b'model bytes')
+    data = json.loads(write_result(model, rows, [ok, slow]).read_text())
+    assert data['passed'] is False and len(data['table']) == 9
+    assert [(t['terrain'], t['passed']) for t in data['terrain']] == [
+        ('stairs_up:9', True), ('slope_up:9', False)]
+    assert data['terrain'][0]['episode_s'] == 4.2 and data['terrain'][0]['seed'] == 1000
+
+
+def test_a_terrain_episode_ends_before_the_robot_reaches_the_maps_edge(robot):
+    tile = terrain_tile('stairs_down', TerrainConfig(), 1000)
+    t = generate_terrain(tile.config, robot)
+    cfg = VerifyConfig()
+    seconds = terrain_episode_s(cfg, t, robot)
+    # From the centre (+ the jitter) to 1.5 standing heights from the edge at 0.5 m/s.
+    room = t.extent[1, 0] - 1.5 * robot.standing_height - t.tile_origins[0, 0, 0] - \
+        t.spawn_jitter
+    assert seconds == pytest.approx(room / 0.5) and 3.0 < seconds < cfg.episode_s
+    assert terrain_episode_s(VerifyConfig(command_vx=0.1), t, robot) == cfg.episode_s
+
+
+def test_the_verify_graph_stands_the_sim_on_the_tile(robot):
+    from claw_rl_ros.commands.verify import _nodes
+    tile = terrain_tile('rough:4', TerrainConfig(), 77)
+    sims = [n for n in _nodes(str(WALKER), 'claw_quadruped', Path('v.yaml'), 3, tile)
+            if n.executable == 'sim_node']
+    assert len(sims) == 1 and sims[0].parameters['terrain'] == 'rough:4'
+    assert sims[0].parameters['terrain_seed'] == 77 and sims[0].parameters['seed'] == 3
+    flat = [n for n in _nodes(str(WALKER), 'claw_quadruped', Path('v.yaml'), 3)
+            if n.executable == 'sim_node'][0]
+    assert 'terrain' not in flat.parameters
+
+
+def test_verify_prints_a_row_per_terrain_tile(ros_env, short_config, tmp_path):  # noqa: F811
+    model = shutil.copy(WALKER, tmp_path / 'student.onnx')
+    write_policy_card(model)
+    domain = ros_env['ROS_DOMAIN_ID']
+    result = subprocess.run([sys.executable, '-m', 'claw_rl_ros.cli', 'verify', '--model',
+                             str(model), '--config', str(short_config), '--domain-id', domain,
+                             '--episodes', '1', '--terrain', 'stairs_down:0', 'obstacles:0',
+                             '--terrain-seed', '5'], env=ros_env, cwd=ROOT,
+                            capture_output=True, text=True, timeout=400)
+    out = result.stdout
+    data = json.loads(result_path(model).read_text())
+    assert result.returncode == (0 if data['passed'] else 1), out + result.stderr
+    lines = out.splitlines()
+    rows = [line for line in lines if line.startswith(('stairs_down:0', 'obstacles:0'))]
+    assert [r.split()[:2] for r in rows] == [['stairs_down:0', '5'], ['obstacles:0', '5']]
+    assert lines[lines.index(rows[0]) - 1].startswith('terrain ')
+    assert [t['terrain'] for t in data['terrain']] == ['stairs_down:0', 'obstacles:0']
+    assert all(t['episodes'] == 1 and t['episode_s'] == 3.0 for t in data['terrain'])
+    # Level 0 stairs are millimetre steps: the walking student walks them.
+    assert data['terrain'][0]['passed'] is True and rows[0].endswith('PASS')
+    assert data['passed'] == (all(r['passed'] for r in data['table']) and
+                              all(t['passed'] for t in data['terrain']))
+    card = card_path(model).read_text()
+    assert f'updated {card_path(model)}' in out
+    assert '  - stairs_down:0 (seed 5): falls 0/1' in card

@@ -3,8 +3,9 @@
 Starts the package's ``control`` graph (sim_node + policy_node as processes, through the same
 graph runner as ``claw-rl up``) in lockstep, with the sim node's perturbations from
 ``config/verify.yaml``, drives N episodes at a fixed forward command, prints the pass/fail table
-(:mod:`claw_rl_ros.core.deploy.verify`), writes ``<model stem>.verify.json`` beside the model and
-exits 0 (pass) or 1 (fail); 2 for a usage error (missing or unusable model, bad config).
+(:mod:`claw_rl_ros.core.deploy.verify`), writes ``<model stem>.verify.json`` beside the model
+(and rewrites the policy card there, if there is one) and exits 0 (pass) or 1 (fail); 2 for a
+usage error (missing or unusable model, bad config).
 
 Why lockstep: the sim waits for each command, so the verdict does not depend on how loaded the
 machine is (realtime on a busy machine adds random missed ticks that no robot has) and it runs
@@ -15,6 +16,11 @@ measured all the same and is a row of the table.
 
 The graph runs in its own DDS domain (random ``ROS_DOMAIN_ID``, localhost discovery) unless
 ``--domain-id`` is given, so a verification never talks to a robot on the network.
+
+``--terrain TYPE[:LEVEL] ...`` (or ``all``: every type but flat, at the top level) adds a row
+per terrain tile: the graph is started again for each with the sim node's world on that tile
+(parameters ``terrain`` and ``terrain_seed``; the tile sizes and levels from the config's
+``env.terrain``), the same perturbations, ``verify.episodes`` episodes each.
 """
 
 from __future__ import annotations
@@ -45,26 +51,33 @@ def _load_model(model: str, robot_name: str):
 
 
 def _config(args: argparse.Namespace):
-    """(VerifyConfig with the command-line overrides, absolute path of the YAML)."""
+    """(VerifyConfig with the command-line overrides, absolute path of the YAML, the --terrain
+    tiles of its env.terrain sizes)."""
     from ..core import paths
     from ..core.config import load_config, merge, to_dict, from_dict
     from ..core.deploy.verify import VerifyConfig
     from ..core.sim.env_config import EnvConfig
+    from ..core.sim.sim_session import terrain_tiles
     path = paths.config_path(args.config).resolve()
-    load_config(EnvConfig, path, 'env')  # the sim node would refuse it: refuse it here first
+    env = load_config(EnvConfig, path, 'env')  # the sim node would refuse it: refuse it here
     cfg = load_config(VerifyConfig, path, 'verify')
     overrides = {k: v for k, v in (('episodes', args.episodes), ('episode_s', args.seconds))
                  if v is not None}
-    return from_dict(VerifyConfig, merge(to_dict(cfg), overrides), source='claw-rl verify'), path
+    tiles = terrain_tiles(args.terrain or [], env.terrain, args.terrain_seed, '--terrain',
+                          '--terrain-seed', include_flat=False)
+    return from_dict(VerifyConfig, merge(to_dict(cfg), overrides),
+                     source='claw-rl verify'), path, tiles
 
 
-def _nodes(model: str, robot_name: str, env_config: Path, seed: int):
-    """The control graph in lockstep, its sim node perturbed as config/verify.yaml says."""
+def _nodes(model: str, robot_name: str, env_config: Path, seed: int, tile=None):
+    """The control graph in lockstep, its sim node perturbed as config/verify.yaml says (and
+    standing on ``tile``)."""
     from ..launch_graph import GRAPHS, resolve
     nodes = resolve(GRAPHS['control'], {'model': model, 'robot': robot_name,
                                         'mode': 'lockstep', 'use_sim_time': 'true'})
     sim = {'randomization': True, 'pushes': True, 'noise': True, 'env_config': str(env_config),
-           'seed': seed, 'reset_on_fall': True, 'command_timeout_s': 0.2}
+           'seed': seed, 'reset_on_fall': True, 'command_timeout_s': 0.2,
+           **({'terrain': tile.label, 'terrain_seed': tile.seed} if tile else {})}
     return [dataclasses.replace(n, parameters={**n.parameters, **sim})
             if n.executable == 'sim_node' else n for n in nodes]
 
@@ -77,46 +90,68 @@ def _ros_env(domain_id: int | None) -> dict[str, str]:
     return {**os.environ, **env}
 
 
-def run_verify(args: argparse.Namespace) -> int:
-    from ..core.deploy import verify
+def _measure(args: argparse.Namespace, cfg, robot, sha: str, model: str, config_path: Path,
+             seconds: float, tile=None):
+    """(episodes, latency) of one run of the graph; GraphGone if it failed."""
     from ..launch_graph.graph_runner import GraphRunner
     from ..nodes.verify_driver import GraphGone, VerifyDriver
-    cfg, config_path = _config(args)
-    robot, sha = _load_model(args.model, args.robot)
-    model = str(Path(args.model).resolve())
     log = io.StringIO()
-    runner = GraphRunner(_nodes(model, args.robot or robot.name, config_path, args.seed),
+    runner = GraphRunner(_nodes(model, args.robot or robot.name, config_path, args.seed, tile),
                          out=log, env=_ros_env(args.domain_id), grace_s=3.0)
     thread = threading.Thread(target=runner.run, daemon=True)
-    start = time.monotonic()
-    print(f'verify {model} (sha256 {sha[:12]}): {cfg.episodes} episodes x {cfg.episode_s:g} s '
-          f'at vx {cfg.command_vx:g} m/s through sim_node + policy_node (lockstep), '
-          f'perturbations from {config_path}', flush=True)
     thread.start()
     driver = VerifyDriver(robot, thread.is_alive)
     episodes = []
     try:
         driver.start(cfg.command_vx, sha[:12])
         for i in range(cfg.episodes):
-            ep = driver.episode(cfg.episode_s, cfg.settle_s)
+            ep = driver.episode(seconds, cfg.settle_s)
             episodes.append(ep)
             if args.verbose:
-                print(f'  episode {i + 1}: {"FELL" if ep.fell else "ok"} ' + ', '.join(
-                    f'{k} {v}' for k, v in ep.params.items()), flush=True)
-        latency = driver.latency()
+                print(f'  {tile.label + " " if tile else ""}episode {i + 1}: '
+                      f'{"FELL" if ep.fell else "ok"} ' + ', '.join(
+                          f'{k} {v}' for k, v in ep.params.items()), flush=True)
+        return episodes, driver.latency()
     except GraphGone as exc:
-        print(f'claw-rl verify: the graph failed: {exc}; node output:\n'
-              + '\n'.join(log.getvalue().splitlines()[-40:]), flush=True)
-        return 1
+        raise GraphGone(f'{exc}; node output:\n' +
+                        '\n'.join(log.getvalue().splitlines()[-40:])) from None
     finally:
         driver.close()
         runner.stop()
         thread.join(timeout=30)
+
+
+def run_verify(args: argparse.Namespace) -> int:
+    from ..core.deploy import verify
+    from ..core.deploy.policy_card import card_path, write_policy_card
+    from ..core.sim.terrain import generate_terrain
+    from ..nodes.verify_driver import GraphGone
+    cfg, config_path, tiles = _config(args)
+    robot, sha = _load_model(args.model, args.robot)
+    model = str(Path(args.model).resolve())
+    start = time.monotonic()
+    ground = f', then on {", ".join(t.label for t in tiles)} (seed {args.terrain_seed})' \
+        if tiles else ''
+    print(f'verify {model} (sha256 {sha[:12]}): {cfg.episodes} episodes x {cfg.episode_s:g} s '
+          f'at vx {cfg.command_vx:g} m/s through sim_node + policy_node (lockstep), '
+          f'perturbations from {config_path}{ground}', flush=True)
+    terrain_rows = []
+    try:
+        episodes, latency = _measure(args, cfg, robot, sha, model, config_path, cfg.episode_s)
+        for tile in tiles:
+            seconds = verify.terrain_episode_s(cfg, generate_terrain(tile.config, robot), robot)
+            runs, _ = _measure(args, cfg, robot, sha, model, config_path, seconds, tile)
+            terrain_rows.append(verify.score_terrain(cfg, tile.label, tile.seed, runs, seconds))
+    except GraphGone as exc:
+        print(f'claw-rl verify: the graph failed: {exc}', flush=True)
+        return 1
     rows = verify.score(cfg, robot, episodes, **latency)
-    print(verify.format_table(rows))
-    path = verify.write_result(args.model, rows)
+    print(verify.format_table(rows, terrain_rows))
+    path = verify.write_result(args.model, rows, terrain_rows)
     print(f'wrote {path} ({time.monotonic() - start:.1f} s wall)', flush=True)
-    return 0 if verify.passed(rows) else 1
+    if card_path(args.model).is_file():  # the card shows what it was verified on
+        print(f'updated {write_policy_card(args.model)}', flush=True)
+    return 0 if verify.passed(rows, terrain_rows) else 1
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -131,6 +166,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument('--episodes', type=int, default=None, help='override verify.episodes')
     p.add_argument('--seconds', type=float, default=None, help='override verify.episode_s')
     p.add_argument('--seed', type=int, default=0, help='seed of the perturbation draws')
+    p.add_argument('--terrain', nargs='+', metavar='TYPE[:LEVEL]',
+                   help='also a row per terrain tile: TYPE one of rough, slope_up, slope_down, '
+                   'stairs_up, stairs_down, obstacles, LEVEL 0..num_levels - 1 of the config\'s '
+                   'env.terrain (default the top level); all: every one of them')
+    p.add_argument('--terrain-seed', type=int, default=1000,
+                   help='seed of the terrain heights (default 1000; training uses 0)')
     p.add_argument('--domain-id', type=int, default=None,
                    help='ROS_DOMAIN_ID of the graph (default: a random one, localhost only)')
     p.add_argument('--verbose', action='store_true', help='print each episode and its draws')

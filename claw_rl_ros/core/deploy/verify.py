@@ -16,8 +16,15 @@ and hands the measurements of each episode to this module, which knows no ROS. T
 * latency p99 of the policy node (joint state in -> command out, its /diagnostics) <= 50 % of
   the control period, so the command lands well before the next state.
 
+With terrain tiles (``claw-rl verify --terrain``) the gate runs the same graph again with the
+sim node's world on each tile (:class:`TerrainRow`, one line per tile): fall rate below
+``max_fall_rate`` and vx tracking error within ``max_vx_error``, the flat limits. A terrain
+episode lasts ``episode_s``, or less when the robot would reach the map's edge walking at
+``command_vx`` from the tile's centre (:func:`terrain_episode_s`).
+
 The verdict is written beside the model as ``<model stem>.verify.json``:
-``{"model_sha256", "passed", "table", "created"}`` (the deploy path reads it).
+``{"model_sha256", "passed", "table", "created"}`` and, with terrain tiles, ``"terrain"`` (the
+rows of :class:`TerrainRow`); ``passed`` covers both. The deploy path reads it.
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ import numpy as np
 from ..config import param
 from ..io import atomic_write_bytes
 from ..sim.robot import RobotSpec
+from ..sim.terrain import Terrain
 from .verification import verification_path
 
 
@@ -137,12 +145,76 @@ def score(cfg: VerifyConfig, robot: RobotSpec, episodes: list[Episode],
     ]
 
 
-def passed(rows: list[Row]) -> bool:
-    return all(r.passed for r in rows)
+@dataclass
+class TerrainRow:
+    """One terrain tile's episodes through the ROS path: falls and the vx tracking error
+    (mean |command - vx| after ``settle_s`` over the episodes without a fall; NaN: all fell)."""
+
+    terrain: str
+    seed: int
+    episodes: int
+    episode_s: float
+    falls: int
+    vx_error: float
+    max_fall_rate: float
+    max_vx_error: float
+
+    @property
+    def fall_rate(self) -> float:
+        return self.falls / max(1, self.episodes)
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.fall_rate < self.max_fall_rate and math.isfinite(self.vx_error)
+                    and self.vx_error <= self.max_vx_error)
+
+    def to_dict(self) -> dict[str, Any]:
+        vx = self.vx_error if math.isfinite(self.vx_error) else None
+        return {'terrain': self.terrain, 'seed': self.seed, 'episodes': self.episodes,
+                'episode_s': self.episode_s, 'falls': self.falls, 'fall_rate': self.fall_rate,
+                'max_fall_rate': self.max_fall_rate, 'vx_error': vx,
+                'max_vx_error': self.max_vx_error, 'passed': self.passed}
 
 
-def format_table(rows: list[Row]) -> str:
-    """Aligned text: check, measured value, limit, PASS/FAIL (or info)."""
+def terrain_episode_s(cfg: VerifyConfig, terrain: Terrain, robot: RobotSpec) -> float:
+    """``episode_s``, or the time walking at ``command_vx`` along +x (the sim node's heading)
+    from the tile's centre (+- the spawn jitter) takes to come within 1.5 standing heights of
+    the map's edge, where the sim would put the robot back: whichever is shorter."""
+    start = terrain.tile_origins[0, 0, 0] + terrain.spawn_jitter
+    room = terrain.extent[1, 0] - 1.5 * robot.standing_height - start
+    return min(cfg.episode_s, max(room, 0.0) / max(abs(cfg.command_vx), 1e-6))
+
+
+def score_terrain(cfg: VerifyConfig, terrain: str, seed: int, episodes: list[Episode],
+                  episode_s: float) -> TerrainRow:
+    """The row of one tile (``terrain`` its TYPE:LEVEL label, ``seed`` its heights' seed)."""
+    vel = _stack([e.velocity for e in episodes if not e.fell], 3)
+    vx = float(np.abs(vel[:, 0] - cfg.command_vx).mean()) if len(vel) else float('nan')
+    return TerrainRow(terrain, seed, len(episodes), episode_s, sum(e.fell for e in episodes),
+                      vx, cfg.max_fall_rate, cfg.max_vx_error)
+
+
+def passed(rows: list[Row], terrain: list[TerrainRow] = ()) -> bool:
+    return all(r.passed for r in rows) and all(t.passed for t in terrain)
+
+
+def format_terrain(rows: list[TerrainRow]) -> list[str]:
+    """One aligned line per terrain tile: episodes, falls, vx error, PASS/FAIL."""
+    width = max(len('terrain'), *(len(r.terrain) for r in rows))
+    lines = [f'{"terrain":<{width}}  {"seed":>5}  {"episodes":>10}  {"falls":>5}  '
+             f'{"fall rate":>12}  {"vx error":>16}  result']
+    for r in rows:
+        vx = 'n/a' if not math.isfinite(r.vx_error) else f'{r.vx_error:.3f}'
+        episodes = f'{r.episodes} x {r.episode_s:.1f}s'
+        lines.append(f'{r.terrain:<{width}}  {r.seed:>5}  {episodes:>10}  {r.falls:>5}  '
+                     f'{r.fall_rate:>5.2f} < {r.max_fall_rate:<4.2f}  {vx:>7} <= '
+                     f'{r.max_vx_error:<5.3f}  {"PASS" if r.passed else "FAIL"}')
+    return lines
+
+
+def format_table(rows: list[Row], terrain: list[TerrainRow] = ()) -> str:
+    """Aligned text: check, measured value, limit, PASS/FAIL (or info); then a line per
+    terrain tile, if any; then the verdict."""
     def num(v: Optional[float]) -> str:
         return 'n/a' if v is None or not math.isfinite(v) else f'{v:.3f}'
     width = max(len(r.check) for r in rows)
@@ -152,7 +224,9 @@ def format_table(rows: list[Row]) -> str:
         verdict = 'info' if r.limit is None else ('PASS' if r.passed else 'FAIL')
         lines.append(f'{r.check:<{width}}  {num(r.value):>9}  {limit:>11}  {verdict}'
                      f'{"  [" + r.unit + "]" if r.unit else ""}')
-    lines.append(f'verdict: {"PASS" if passed(rows) else "FAIL"}')
+    if terrain:
+        lines += ['', *format_terrain(list(terrain))]
+    lines.append(f'verdict: {"PASS" if passed(rows, terrain) else "FAIL"}')
     return '\n'.join(lines)
 
 
@@ -162,11 +236,13 @@ def result_path(model: str | Path) -> Path:
     return verification_path(model)
 
 
-def write_result(model: str | Path, rows: list[Row]) -> Path:
+def write_result(model: str | Path, rows: list[Row], terrain: list[TerrainRow] = ()) -> Path:
     """Write the verdict for the model's current bytes atomically; returns its path."""
     data = {'model_sha256': hashlib.sha256(Path(model).read_bytes()).hexdigest(),
-            'passed': passed(rows), 'table': [r.to_dict() for r in rows],
+            'passed': passed(rows, terrain), 'table': [r.to_dict() for r in rows],
             'created': datetime.now(timezone.utc).isoformat(timespec='seconds')}
+    if terrain:
+        data['terrain'] = [t.to_dict() for t in terrain]
     path = result_path(model)
     atomic_write_bytes(path, (json.dumps(data, indent=2, allow_nan=False) + '\n').encode())
     return path
