@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from claw_rl_ros import cli
+from claw_rl_ros.commands.verify import verify_nodes
 from claw_rl_ros.core.config import from_dict
 from claw_rl_ros.core.deploy.policy_card import card_path, write_policy_card
 from claw_rl_ros.core.deploy.verification import verification_blocker
@@ -221,13 +222,12 @@ def test_a_terrain_episode_ends_before_the_robot_reaches_the_maps_edge(robot):
 
 
 def test_the_verify_graph_stands_the_sim_on_the_tile(robot):
-    from claw_rl_ros.commands.verify import _nodes
     tile = terrain_tile('rough:4', TerrainConfig(), 77)
-    sims = [n for n in _nodes(str(WALKER), 'claw_quadruped', Path('v.yaml'), 3, tile)
+    sims = [n for n in verify_nodes(str(WALKER), 'claw_quadruped', Path('v.yaml'), 3, tile)
             if n.executable == 'sim_node']
     assert len(sims) == 1 and sims[0].parameters['terrain'] == 'rough:4'
     assert sims[0].parameters['terrain_seed'] == 77 and sims[0].parameters['seed'] == 3
-    flat = [n for n in _nodes(str(WALKER), 'claw_quadruped', Path('v.yaml'), 3)
+    flat = [n for n in verify_nodes(str(WALKER), 'claw_quadruped', Path('v.yaml'), 3)
             if n.executable == 'sim_node'][0]
     assert 'terrain' not in flat.parameters
 

@@ -69,7 +69,8 @@ def _config(args: argparse.Namespace):
                      source='claw-rl verify'), path, tiles
 
 
-def _nodes(model: str, robot_name: str, env_config: Path, seed: int, tile=None):
+def verify_nodes(model: str, robot_name: str, env_config: Path, seed: int,
+                 tile=None) -> list:
     """The control graph in lockstep, its sim node perturbed as config/verify.yaml says (and
     standing on ``tile``)."""
     from ..launch_graph import GRAPHS, resolve
@@ -96,8 +97,8 @@ def _measure(args: argparse.Namespace, cfg, robot, sha: str, model: str, config_
     from ..launch_graph.graph_runner import GraphRunner
     from ..nodes.verify_driver import GraphGone, VerifyDriver
     log = io.StringIO()
-    runner = GraphRunner(_nodes(model, args.robot or robot.name, config_path, args.seed, tile),
-                         out=log, env=_ros_env(args.domain_id), grace_s=3.0)
+    nodes = verify_nodes(model, args.robot or robot.name, config_path, args.seed, tile)
+    runner = GraphRunner(nodes, out=log, env=_ros_env(args.domain_id), grace_s=3.0)
     thread = threading.Thread(target=runner.run, daemon=True)
     thread.start()
     driver = VerifyDriver(robot, thread.is_alive)
