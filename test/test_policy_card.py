@@ -92,8 +92,9 @@ def test_the_card_names_the_terrain_it_was_trained_and_verified_on(exported, rob
     text = policy_card(exported)
     assert '- trained on: the flat plane (env.terrain off)' in text
     assert '- verified on: nothing yet (no verification record)' in text
-    terrain = to_dict(from_dict(TerrainConfig, {'enabled': True, 'types': ['rough', 'stairs_up'],
-                                                'proportions': [0.25, 0.75], 'seed': 3}))
+    terrain = to_dict(from_dict(TerrainConfig, {
+        'enabled': True, 'types': ['rough', 'flat', 'stairs_up'], 'seed': 3,
+        'proportions': [0.25, 0.0, 0.75]}))  # no world on flat: not a trained type
     policy = ActorCritic(robot.policy_obs.dim, robot.policy_obs.dim, robot.num_joints,
                          actor_hidden_dims=[8], critic_hidden_dims=[8])
     model = export_onnx(policy, robot, tmp_path / 'rough.onnx',
