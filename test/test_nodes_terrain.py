@@ -1,9 +1,11 @@
 """sim_node on a terrain tile (real process, loopback DDS): its world stands on the tile the
 generator makes for the ``terrain`` / ``terrain_seed`` parameters, and the joint states and IMU
 it publishes make, step after step, the policy observation the env builds on that tile from the
-same state and the same joint targets."""
+same state and the same joint targets. Bad terrain parameters are refused in one line."""
 
 from dataclasses import replace
+import subprocess
+import sys
 
 from nav_msgs.msg import Odometry
 import numpy as np
@@ -17,8 +19,9 @@ from claw_rl_ros.core.sim.env import VecLocomotionEnv
 from claw_rl_ros.core.sim.env_config import EnvConfig
 from claw_rl_ros.core.sim.sim_session import terrain_tile
 from claw_rl_ros.core.sim.terrain import generate_terrain, TerrainConfig
+from claw_rl_ros.nodes.node_params import SimParams
 from claw_rl_ros.nodes.ros_io import COMMAND_QOS, doubles, RELIABLE_STATE_QOS, to_sec
-from ros_helpers import NodeProcess, probe, ros_env, stop_all  # noqa: F401 - fixtures
+from ros_helpers import NodeProcess, probe, ros_env, ROOT, ros_value, stop_all  # noqa: F401
 
 STEPS = 40
 TOPICS = {'joint_states': JointState, 'imu': Imu, 'odom': Odometry}
@@ -110,3 +113,24 @@ def test_the_sim_on_a_tile_publishes_the_observation_the_env_builds_there(
         codes = stop_all(sim)
     assert codes == {'sim_node': 0}, sim.log
     assert 'terrain rough:6 seed 7' in sim.log
+
+
+def test_sim_params_refuse_a_terrain_in_training_and_a_stalled_clock():
+    with pytest.raises(ValueError, match="parameter terrain = 'rough' with training: the train "
+                                         "config's env.terrain places the world"):
+        SimParams(terrain='rough', training=True)
+    with pytest.raises(ValueError, match='parameter real_time_factor = 0.0; use sim seconds'):
+        SimParams(real_time_factor=0.0)
+    assert SimParams(terrain='rough').terrain == 'rough'
+
+
+def test_a_bad_terrain_parameter_is_a_one_line_refusal(ros_env, tmp_path):  # noqa: F811
+    result = subprocess.run(
+        [sys.executable, '-m', 'claw_rl_ros.nodes.sim_node', '--ros-args', '-p',
+         f'terrain:={ros_value("stairs:2")}'], cwd=ROOT, env=ros_env, capture_output=True,
+        text=True, timeout=180)
+    fatal = [line for line in result.stderr.splitlines() if line.startswith('[FATAL]')]
+    assert result.returncode == 1 and len(fatal) == 1, result.stderr
+    assert ("parameter terrain: 'stairs:2': unknown terrain type 'stairs'; use one of flat, "
+            'rough, slope_up') in fatal[0]
+    assert 'Traceback' not in result.stderr
