@@ -22,6 +22,7 @@ from rclpy.parameter import Parameter
 
 from ..core.deploy.model_swap import DEFAULT_MAX_MODEL_BYTES
 from ..core.deploy.safety import SafetyConfig
+from ..core.sim.terrain import TERRAIN_TYPES
 from .ros_io import EXECUTORS
 
 T = typing.TypeVar('T')
@@ -113,9 +114,8 @@ class SimParams:
     overrides: str = param('', OVERRIDES + ', applied to env_config')
     reset_on_fall: bool = param(True, "reset when the env's failure conditions hit")
     terrain: str = param('', 'stand the world on one terrain tile: TYPE[:LEVEL], TYPE one of '
-                         'flat, rough, slope_up, slope_down, stairs_up, stairs_down, obstacles, '
-                         "LEVEL 0..env_config's env.terrain.num_levels - 1 (default the top); "
-                         'empty or flat: the plane')
+                         f'{", ".join(TERRAIN_TYPES)}, LEVEL 0..env_config\'s '
+                         'env.terrain.num_levels - 1 (default the top); empty or flat: the plane')
     terrain_seed: int = param(1000, 'seed of the tile\'s heights (the training configs use 0: '
                               'another map)')
     training: bool = param(False, 'the control loop as an actor: step the train env and '
