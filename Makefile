@@ -15,7 +15,7 @@ RUN_DIR ?= runs/$(RUN_STAMP)
 TRAIN_ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: venv sysdeps train train-offline test bench bench-sac bench-opd bench-ros mutation clean-venv
+.PHONY: venv sysdeps train train-rough train-offline test bench bench-sac bench-opd bench-ros mutation clean-venv
 
 venv: $(STAMP)
 
@@ -43,6 +43,21 @@ train: venv sysdeps
 	$(BIN)/claw-rl up train --config $(TRAIN_CONFIG) --run-dir $(RUN_DIR) $(TRAIN_ARGS)
 	$(BIN)/claw-rl eval --model $(RUN_DIR)/student.onnx --config $(TRAIN_CONFIG) \
 	  --command 0.5 0 0 --episodes 1 --gif $(RUN_DIR)/gait.png
+
+# The terrain job: (1) a privileged teacher that sees the terrain (height scan) trained in one
+# process, the fast path (config/train_rough_teacher.yaml); (2) the blind student trained live
+# over the ROS 2 graph like the main job, distilled online from that frozen teacher
+# (PPO + alpha * KL(teacher || student), config/train_rough.yaml); then the student's
+# evaluation on the terrain tiles it has to walk on.
+ROUGH_DIR ?= runs/rough-$(RUN_STAMP)
+ROUGH_ALPHA ?= 1.0
+train-rough: venv sysdeps
+	$(BIN)/claw-rl train --config config/train_rough_teacher.yaml --run-dir $(ROUGH_DIR)/teacher
+	$(BIN)/claw-rl up train --config config/train_rough.yaml --run-dir $(ROUGH_DIR)/student \
+	  --teacher $$(ls -v $(ROUGH_DIR)/teacher/checkpoints/model_*.pt | tail -1) \
+	  --set distillation.alpha=$(ROUGH_ALPHA) $(TRAIN_ARGS)
+	$(BIN)/claw-rl eval --model $(ROUGH_DIR)/student/student.onnx --config config/train_rough.yaml \
+	  --command 0.5 0 0 --episodes 20 --terrain all
 
 # The same training in one process (the fast path; also SAC: TRAIN_CONFIG=config/train_sac.yaml).
 train-offline: venv sysdeps
