@@ -109,3 +109,27 @@ def test_a_teacher_keeps_the_distillation_overrides_beside_it(tmp_path):
     assert overrides == {'distillation': {'alpha': 0.7, 'teacher_mode': 'frozen',
                                           'teacher_checkpoint': str(teacher.resolve())},
                          'runner': {'seed': 4}}
+
+
+def test_a_terrain_run_ends_with_the_terrain_table_and_its_ground_in_the_model(
+        tmp_path, robot):
+    """The end of training on terrain evaluates on every type's top-level tile (not the
+    training map, where all worlds start on the easiest level), and a live student's export
+    names the terrain it learnt on (for the policy card)."""
+    import json
+    from claw_rl_ros.core.deploy.evaluate import export_and_evaluate
+    from claw_rl_ros.core.deploy.onnx_policy import OnnxPolicy
+    from claw_rl_ros.core.live.chunk_learner import ChunkLearner
+    cfg = tiny_config(**ENV, runner={'eval_episodes': 2})
+    runner = OnPolicyRunner(cfg, tmp_path / 'run')
+    runner.train_one_epoch()
+    out = export_and_evaluate(runner.learner, robot, tmp_path / 'run')
+    runner.close()
+    rows = out['eval_terrain']['rows']
+    assert [r['terrain'] for r in rows] == ['flat', 'rough:2', 'stairs_up:2']
+    assert out['eval_forward_0.5']['terrain'] == 'flat'
+    learner = ChunkLearner(cfg, runner.obs_dims, runner.env.num_actions)
+    learner.export_student(robot, tmp_path / 'live.onnx')
+    meta = OnnxPolicy(tmp_path / 'live.onnx', robot).metadata
+    terrain = meta['terrain'] if isinstance(meta['terrain'], dict) else json.loads(meta['terrain'])
+    assert terrain['enabled'] is True and terrain['types'] == TERRAIN['types']

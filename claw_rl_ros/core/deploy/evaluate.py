@@ -311,9 +311,9 @@ def evaluate_terrains(policy_fn: PolicyFn, env_cfg: EnvConfig, robot: RobotSpec,
 def export_and_evaluate(learner: Any, robot: RobotSpec, run_dir: str | Path) -> dict[str, Any]:
     """End of a training run (offline or live): the :class:`~..learning.learner.Learner`'s
     student as ``run_dir/student.onnx`` (its iteration, env steps, algorithm and env.terrain in
-    the metadata) and, if ``cfg.runner.eval_episodes``, its evaluation at 0.5 m/s forward; returns
-    the summary entries (nothing when the actor reads privileged observations: not
-    deployable)."""
+    the metadata) and, if ``cfg.runner.eval_episodes``, its evaluation at 0.5 m/s forward (on
+    terrain: on every type's top-level tile, :func:`evaluate_terrains`); returns the summary
+    entries (nothing when the actor reads privileged observations: not deployable)."""
     from .export import export_onnx
     from .onnx_policy import OnnxPolicy
     policy, cfg = learner.policy, learner.cfg
@@ -326,7 +326,18 @@ def export_and_evaluate(learner: Any, robot: RobotSpec, run_dir: str | Path) -> 
                             extra_metadata=extra_metadata, action_clip=cfg.env.clip_actions)
     out: dict[str, Any] = {'student_onnx': str(onnx_path)}
     episodes = cfg.runner.eval_episodes
-    if episodes:
+    if episodes and cfg.env.terrain.enabled:
+        # On terrain: each type it trained on at its top level, on a map of its own seed, not
+        # the training map (where every world starts on the easiest level); flat is the plane.
+        table = evaluate_terrains(OnnxPolicy(onnx_path, robot), cfg.env, robot,
+                                  cfg.env.terrain.columns, episodes=episodes,
+                                  seed=cfg.runner.seed + 1)
+        print(f'evaluation at 0.5 m/s forward on the terrain tiles:\n{table.format()}',
+              flush=True)
+        out['eval_terrain'] = table.to_dict()
+        out.update({'eval_forward_0.5': r.to_dict() for r in table.reports
+                    if r.terrain == 'flat'})
+    elif episodes:
         report = evaluate(OnnxPolicy(onnx_path, robot), cfg.env, robot, episodes=episodes,
                           command=(0.5, 0.0, 0.0), seed=cfg.runner.seed + 1)
         print(f'evaluation at 0.5 m/s forward:\n{report.format()}', flush=True)

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..config import to_dict
 from ..deploy.export import export_onnx
 from ..learning.learner import Learner
 from ..learning.networks import ActorCritic, gaussian_log_prob
@@ -167,5 +168,6 @@ class ChunkLearner(Learner):
         export_onnx(self.policy, robot, path, action_clip=self.cfg.env.clip_actions,
                     extra_metadata={'policy_version': self.policy_version, 'action_std': std,
                                     'iteration': self.iteration, 'total_steps': self.total_steps,
-                                    'algorithm': self.cfg.algorithm})
+                                    'algorithm': self.cfg.algorithm,
+                                    'terrain': to_dict(self.cfg.env.terrain)})
         return Path(path).read_bytes()

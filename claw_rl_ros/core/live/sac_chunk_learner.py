@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..config import to_dict
 from ..deploy.export import export_onnx
 from .chunk_learner import ChunkLearner
 from ..deploy.loop_record import BEHAVIOUR_KIND
@@ -121,5 +122,6 @@ class SACChunkLearner(ChunkLearner):
                                     'behaviour': {'kind': BEHAVIOUR_KIND, 'low': low,
                                                   'high': high},
                                     'iteration': self.iteration, 'total_steps': self.total_steps,
-                                    'algorithm': self.cfg.algorithm})
+                                    'algorithm': self.cfg.algorithm,
+                                    'terrain': to_dict(self.cfg.env.terrain)})
         return Path(path).read_bytes()
