@@ -146,6 +146,10 @@ def test_claw_rl_train_and_the_train_graph_resume_each_other(ros_env, tmp_path):
     assert f'resumed from {ckpt.checkpoint_path(run_dir, 2)} (iteration 2)' in graph.text, \
         graph.text
     live = json.loads((run_dir / 'summary.json').read_text())
+    # The terminal gets the numbers in one line; the tables stay in summary.json.
+    done = [line for line in graph.lines if 'training done: ' in line]
+    assert len(done) == 1 and "'iterations': 4" in done[0] and 'chunks' not in done[0], done
+    assert 'chunks' in live
     assert live['iterations'] == 4 and live['stopped_by_user'] is False, live
     assert iterations(run_dir) == [1, 2, 3, 4]
     back = subprocess.run(CLAW_RL + ['train', '--resume', str(run_dir), '--set',

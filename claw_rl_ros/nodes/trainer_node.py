@@ -136,7 +136,9 @@ class TrainerNode(Node):
         self.publish_metrics(metrics)
         if self.trainer.done():
             self.trainer.finish(stopped=False)
-            self.get_logger().info(f'training done: {self.trainer.summary}')
+            # The numbers; the tables (chunk counters, evaluations) are in summary.json.
+            brief = {k: v for k, v in self.trainer.summary.items() if not isinstance(v, dict)}
+            self.get_logger().info(f'training done: {brief} (all of it: summary.json)')
             rclpy.try_shutdown(context=self.context)
             return
         self.push()
