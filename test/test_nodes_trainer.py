@@ -278,7 +278,11 @@ def test_train_graph_ctrl_c_checkpoints_then_resumes_to_its_time_budget(
         for topic, nodes in (('/actor_0/model_version', ['actor_0']),
                              ('/actor_1/model_version', ['actor_1']),
                              ('/policy/model_version', ['policy_node'])):
-            assert publishers(probe, topic, nodes) == nodes, topic
+            # One publisher each (the point); its name when discovery delivered it (rmw
+            # reports _NODE_NAME_UNKNOWN_ for a participant whose node info was not received).
+            found = publishers(probe, topic, nodes)
+            assert len(found) == len(nodes) and all(
+                n in nodes or n == '_NODE_NAME_UNKNOWN_' for n in found), (topic, found)
         runner.proc.send_signal(signal.SIGINT)
         assert runner.finish(timeout=60) == 0, runner.text
     finally:
