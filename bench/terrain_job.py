@@ -1,7 +1,8 @@
 """The terrain job's measured goals, side by side in one run (issue 22; not a timed test).
 
 1. Every model given (``--model NAME=PATH``, e.g. the terrain student, the flat main job's
-   student) on the evaluation terrain set: every type of the terrain config at its top level
+   student; a ``.pt`` checkpoint, e.g. the privileged teacher, is evaluated in torch) on
+   the evaluation terrain set: every type of the terrain config at its top level
    (rough ground ~15 % of standing height, slopes 20 deg up and down, stairs ~20 % up and
    down, obstacles, flat), on a map of its own seed (never the training map), 20 episodes per
    type at 0.5 m/s forward with randomisation and noise on; one table, falls and vx error per
@@ -25,8 +26,9 @@ from pathlib import Path
 import re
 import sys
 
-from claw_rl_ros.core.deploy.evaluate import evaluate_terrains, side_by_side
+from claw_rl_ros.core.deploy.evaluate import evaluate_terrains, side_by_side, torch_policy_fn
 from claw_rl_ros.core.deploy.onnx_policy import OnnxPolicy
+from claw_rl_ros.core.learning.learner import load_policy
 from claw_rl_ros.core.learning.train_config import load_train_config
 from claw_rl_ros.core.sim.robot import load_robot
 
@@ -45,8 +47,14 @@ def named(items: list[str], flag: str) -> dict[str, Path]:
 
 
 def evaluate_model(path: Path, cfg, robot, episodes: int):
-    return evaluate_terrains(OnnxPolicy(path, robot), cfg.env, robot, ('all',),
-                             episodes=episodes, seed=cfg.runner.seed + 1)
+    """An exported student (.onnx) or a checkpoint (.pt: e.g. the privileged teacher, in
+    torch) on the evaluation terrain set."""
+    if path.suffix == '.pt':
+        policy = torch_policy_fn(load_policy(path)[0])
+    else:
+        policy = OnnxPolicy(path, robot)
+    return evaluate_terrains(policy, cfg.env, robot, ('all',), episodes=episodes,
+                             seed=cfg.runner.seed + 1)
 
 
 def rows(run: Path) -> list[dict[str, str]]:

@@ -288,6 +288,43 @@ def test_evaluate_terrains_reports_each_tile_against_the_criterion(robot):
         side_by_side({'a': result, 'b': TerrainEvaluation(result.reports[:1])})
 
 
+def test_a_privileged_actor_is_evaluated_on_its_groups_with_the_scan_on(robot):
+    """A teacher reads the scan: evaluate hands it the groups, on every tile (flat too, as a
+    flat heightfield), and its torch policy function acts on them."""
+    groups = ['policy_noise_free', 'privileged', 'height_scan']
+    from claw_rl_ros.core.sim.observations import observation_dims
+    dims = observation_dims(robot, env_cfg(terrain={'enabled': True,
+                                                    'height_scan': {'enabled': True}}))
+    width = sum(dims[g] for g in groups)
+    teacher = ActorCritic(width, width, 12, actor_hidden_dims=[8], critic_hidden_dims=[8],
+                          actor_obs_groups=groups, critic_obs_groups=groups)
+    act = torch_policy_fn(teacher)
+
+    def first_obs(tile):
+        seen = []
+
+        def recording(obs):
+            seen.append({g: obs[g].copy() for g in groups})
+            return act(obs)
+        recording.obs_groups = act.obs_groups
+        report = evaluate_terrains(recording, env_cfg(), robot, [tile], episodes=2,
+                                   settle_s=0.5).reports[0]
+        assert report.terrain in (tile, tile + ':9') and report.episodes == 2
+        return seen[0]
+    flat, rough = first_obs('flat'), first_obs('rough')
+    assert flat['height_scan'].shape == (2, dims['height_scan'])
+    # Flat ground: every scan point about a standing height below the base; rough: not.
+    assert np.ptp(flat['height_scan'], axis=1).max() < 0.02
+    assert np.ptp(rough['height_scan'], axis=1).min() > 0.02
+    with torch.no_grad():
+        expected = teacher.act_inference({g: torch.as_tensor(flat[g]) for g in groups}).numpy()
+    np.testing.assert_allclose(act(flat), expected, rtol=1e-6)
+    # A student still gets the policy vector alone.
+    assert not hasattr(torch_policy_fn(ActorCritic(dims['policy'], width, 12,
+                                                   actor_hidden_dims=[8],
+                                                   critic_hidden_dims=[8])), 'obs_groups')
+
+
 def test_cli_eval_on_terrain_prints_a_row_per_tile(run_dir, tmp_path, capsys, monkeypatch):
     model = tmp_path / 'student.onnx'
     assert cli.main(['export', '--checkpoint', str(run_dir / 'checkpoints' / 'model_0.pt'),

@@ -343,6 +343,52 @@ def test_the_env_state_round_trip_keeps_the_tiles(make_env):
     np.testing.assert_array_equal(a.step(actions)[0]['policy'], b.step(actions)[0]['policy'])
 
 
+def test_heading_commands_steer_the_yaw_rate_to_the_sampled_heading(make_env):
+    env = make_env(num_envs=64, commands={'heading_command': True, 'ang_vel_yaw': [-1.0, 1.0],
+                                          'standing_probability': 0.25})
+    target = env.heading_target.copy()
+    standing = ~np.isfinite(target)
+    assert 0 < standing.sum() < 48 and (np.abs(target[~standing]) <= math.pi).all()
+    np.testing.assert_array_equal(env.commands[standing], 0.0)
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        env.step(rng.normal(0, 0.3, (64, 12)))
+        yaw = base_yaw(env.physics.qpos[:, 3:7])
+        # Wrapped error (a heading just across +-pi is a small turn), gain 0.5, clipped to 1.
+        error = np.angle(np.exp(1j * (env.heading_target - yaw)))
+        moving = np.isfinite(env.heading_target)
+        np.testing.assert_allclose(env.commands[moving, 2],
+                                   np.clip(0.5 * error[moving], -1.0, 1.0), atol=1e-12)
+        np.testing.assert_array_equal(env.commands[~moving, 2], 0.0)
+    assert (np.abs(env.commands[:, 2]) == 1.0).any() and (np.abs(env.commands[:, 2]) < 1).any()
+
+
+def test_heading_mode_is_saved_with_the_env_state_and_off_by_default(make_env):
+    a = make_env(num_envs=8, seed=1, commands={'heading_command': True})
+    b = make_env(num_envs=8, seed=7, commands={'heading_command': True})
+    flat = make_env(num_envs=8)
+    assert not np.isfinite(flat.heading_target).any()
+    b.set_state(a.get_state())
+    np.testing.assert_array_equal(b.heading_target, a.heading_target)
+    actions = np.random.default_rng(3).normal(0, 0.3, (8, 12))
+    np.testing.assert_array_equal(a.step(actions)[0]['policy'], b.step(actions)[0]['policy'])
+    # A state saved before heading mode existed restores with no heading targets.
+    old = a.get_state()
+    del old['buffers']['heading_target']
+    b.set_state(old)
+    assert not np.isfinite(b.heading_target).any()
+
+
+def test_a_fixed_evaluation_command_is_not_steered(make_env):
+    from claw_rl_ros.core.deploy.evaluate import eval_env_config
+    cfg = make_env(num_envs=1, commands={'heading_command': True}).cfg
+    env = make_env(num_envs=4, **{'commands': vars(eval_env_config(
+        cfg, 4, (0.5, 0.0, 0.0), seed=0).commands)})
+    for _ in range(5):
+        env.step(np.zeros((4, 12)))
+    np.testing.assert_array_equal(env.commands, [[0.5, 0.0, 0.0]] * 4)
+
+
 # -------------------------------------------------------------------------- observations
 def test_the_height_scan_group_exists_only_with_the_scan_on(make_env):
     assert make_env().obs_dims == FLAT_DIMS

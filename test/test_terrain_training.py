@@ -133,3 +133,17 @@ def test_a_terrain_run_ends_with_the_terrain_table_and_its_ground_in_the_model(
     meta = OnnxPolicy(tmp_path / 'live.onnx', robot).metadata
     terrain = meta['terrain'] if isinstance(meta['terrain'], dict) else json.loads(meta['terrain'])
     assert terrain['enabled'] is True and terrain['types'] == TERRAIN['types']
+
+
+def test_a_teacher_run_ends_with_its_torch_evaluation_and_no_student_file(tmp_path, robot):
+    from claw_rl_ros.core.deploy.evaluate import export_and_evaluate
+    runner = OnPolicyRunner(tiny_config(**TEACHER, runner={'eval_episodes': 2}),
+                            tmp_path / 'teacher')
+    runner.train_one_epoch()
+    out = export_and_evaluate(runner.learner, robot, tmp_path / 'teacher')
+    runner.close()
+    assert 'student_onnx' not in out and not (tmp_path / 'teacher' / 'student.onnx').exists()
+    assert out['eval_policy'] == 'privileged actor in torch (not exported)'
+    rows = out['eval_terrain']['rows']
+    assert [r['terrain'] for r in rows] == ['flat', 'rough:2', 'stairs_up:2']
+    assert all(r['episodes'] == 2 for r in rows)

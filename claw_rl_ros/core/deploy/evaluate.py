@@ -29,7 +29,7 @@ from ..sim.env import VecLocomotionEnv
 from ..sim.env_config import EnvConfig
 from ..learning.networks import ActorCritic
 from ..sim.robot import RobotSpec
-from ..sim.sim_session import EVAL_TERRAIN_SEED, terrain_tiles, TerrainTile
+from ..sim.sim_session import EVAL_TERRAIN_SEED, terrain_tiles, tile_config, TerrainTile
 
 PolicyFn = Callable[[np.ndarray], np.ndarray]
 Command = tuple[float, float, float]
@@ -81,12 +81,32 @@ class EvalReport:
 
 
 def torch_policy_fn(policy: ActorCritic) -> PolicyFn:
-    """Deterministic ``act_inference`` of a torch student as a numpy policy function."""
-    def act(obs: np.ndarray) -> np.ndarray:
+    """Deterministic ``act_inference`` of a torch policy as a numpy policy function.
+
+    A student (actor groups ``['policy']``) maps ``obs_policy [N, obs_dim] -> [N, A]``; an
+    actor that reads other groups (a privileged teacher) maps the env's observation dict and
+    carries them in ``obs_groups``, so :func:`evaluate` hands it the groups (and switches the
+    height scan on when it reads it).
+    """
+    groups = list(policy.actor_obs_groups)
+    if groups == ['policy']:
+        def act(obs: np.ndarray) -> np.ndarray:
+            with torch.no_grad():
+                obs_t = torch.as_tensor(obs, dtype=torch.float32)
+                return policy.act_inference({'policy': obs_t}).numpy()
+        return act
+
+    def act_on_groups(obs: dict[str, np.ndarray]) -> np.ndarray:
         with torch.no_grad():
-            obs_t = torch.as_tensor(obs, dtype=torch.float32)
-            return policy.act_inference({'policy': obs_t}).numpy()
-    return act
+            return policy.act_inference({g: torch.as_tensor(obs[g], dtype=torch.float32)
+                                         for g in groups}).numpy()
+    act_on_groups.obs_groups = groups  # type: ignore[attr-defined]
+    return act_on_groups
+
+
+def obs_groups_of(policy_fn: PolicyFn) -> list[str] | None:
+    """The observation groups a policy function reads (None: just ``obs['policy']``)."""
+    return getattr(policy_fn, 'obs_groups', None)
 
 
 def fixed_command_overrides(command: Command, episode_length_s: float) -> dict[str, Any]:
@@ -94,18 +114,26 @@ def fixed_command_overrides(command: Command, episode_length_s: float) -> dict[s
     vx, vy, wz = (float(c) for c in command)
     return {'commands': {'lin_vel_x': [vx, vx], 'lin_vel_y': [vy, vy], 'ang_vel_yaw': [wz, wz],
                          'resample_time_s': episode_length_s, 'standing_probability': 0.0,
-                         'min_speed': 0.0}}
+                         'min_speed': 0.0, 'heading_command': False}}
 
 
 def eval_env_config(env_cfg: EnvConfig, episodes: int, command: Command | None,
-                    seed: int, terrain: TerrainTile | None = None) -> EnvConfig:
+                    seed: int, terrain: TerrainTile | None = None,
+                    height_scan: bool = False) -> EnvConfig:
     """``env_cfg`` with one world per episode, the seed and (optionally) a fixed command and
-    a terrain tile for every world (flat: the plane)."""
+    a terrain tile for every world (flat: the plane; with ``height_scan``, for a policy that
+    reads it, the tile keeps the scan on and flat is a flat heightfield)."""
     overrides: dict[str, Any] = {'num_envs': episodes, 'seed': seed}
     if command is not None:
         overrides.update(fixed_command_overrides(command, env_cfg.episode_length_s))
     cfg = from_dict(EnvConfig, merge(to_dict(env_cfg), overrides), source='evaluate')
-    return cfg if terrain is None else replace(cfg, terrain=on_tile(cfg, terrain))
+    if terrain is None:
+        return cfg
+    if not height_scan:
+        return replace(cfg, terrain=on_tile(cfg, terrain))
+    config = terrain.config or tile_config(cfg.terrain, 'flat', terrain.level, terrain.seed)
+    return replace(cfg, terrain=replace(config, height_scan=replace(
+        cfg.terrain.height_scan, enabled=True)))
 
 
 def on_tile(cfg: EnvConfig, tile: TerrainTile):
@@ -151,10 +179,12 @@ def run_episodes(env: VecLocomotionEnv, policy_fn: PolicyFn, settle_s: float) ->
     """Step every world until its first episode has ended (at most max_episode_length steps)."""
     tally = _Tally(env.num_envs)
     settle_steps = int(round(settle_s / env.dt))
+    groups = obs_groups_of(policy_fn)
     obs, _ = env.reset()
     for step in range(env.max_episode_length):
         commands = env.commands.copy()
-        obs, _, terminated, truncated, extras = env.step(policy_fn(obs['policy']))
+        obs, _, terminated, truncated, extras = env.step(
+            policy_fn(obs if groups else obs['policy']))
         done = terminated | truncated
         # Worlds that just finished were reset inside step(): their velocity is gone.
         if step + 1 > settle_steps:
@@ -172,7 +202,8 @@ def evaluate(policy_fn: PolicyFn, env_cfg: EnvConfig, robot: RobotSpec, *, episo
     """Run ``episodes`` worlds in parallel for one episode each and summarise them.
 
     Args:
-        policy_fn: ``obs_policy [N, obs_dim] -> actions [N, A]``.
+        policy_fn: ``obs_policy [N, obs_dim] -> actions [N, A]`` (or, with ``obs_groups``,
+            the observation dict: :func:`torch_policy_fn` of a privileged actor).
         env_cfg: the env (its DR and noise settings are used as given).
         robot: the robot spec the env simulates.
         episodes: number of worlds = number of episodes.
@@ -184,7 +215,8 @@ def evaluate(policy_fn: PolicyFn, env_cfg: EnvConfig, robot: RobotSpec, *, episo
     """
     if episodes < 1:
         raise ValueError(f'episodes must be >= 1, got {episodes}')
-    cfg = eval_env_config(env_cfg, episodes, command, seed, terrain)
+    cfg = eval_env_config(env_cfg, episodes, command, seed, terrain,
+                          height_scan='height_scan' in (obs_groups_of(policy_fn) or []))
     start = time.perf_counter()
     env = VecLocomotionEnv(cfg, robot)
     try:
@@ -313,32 +345,37 @@ def export_and_evaluate(learner: Any, robot: RobotSpec, run_dir: str | Path) -> 
     student as ``run_dir/student.onnx`` (its iteration, env steps, algorithm and env.terrain in
     the metadata) and, if ``cfg.runner.eval_episodes``, its evaluation at 0.5 m/s forward (on
     terrain: on every type's top-level tile, :func:`evaluate_terrains`); returns the summary
-    entries (nothing when the actor reads privileged observations: not deployable)."""
+    entries. An actor that reads privileged observations (a teacher) is not deployable: it is
+    not exported and is evaluated in torch on the same tiles (``eval_policy`` says so)."""
     from .export import export_onnx
     from .onnx_policy import OnnxPolicy
     policy, cfg = learner.policy, learner.cfg
     extra_metadata = {'iteration': learner.iteration, 'total_steps': learner.total_steps,
                       'algorithm': cfg.algorithm, 'terrain': to_dict(cfg.env.terrain)}
+    out: dict[str, Any] = {}
     if policy.actor_obs_groups != ['policy']:
-        print('actor reads privileged observations: not deployable, no student.onnx exported')
-        return {}
-    onnx_path = export_onnx(policy, robot, Path(run_dir) / 'student.onnx',
-                            extra_metadata=extra_metadata, action_clip=cfg.env.clip_actions)
-    out: dict[str, Any] = {'student_onnx': str(onnx_path)}
+        print(f'actor reads {", ".join(policy.actor_obs_groups)}: not deployable, no '
+              'student.onnx exported; evaluated in torch (the simulation\'s upper bound)')
+        policy_fn: PolicyFn = torch_policy_fn(policy)
+        out['eval_policy'] = 'privileged actor in torch (not exported)'
+    else:
+        onnx_path = export_onnx(policy, robot, Path(run_dir) / 'student.onnx',
+                                extra_metadata=extra_metadata, action_clip=cfg.env.clip_actions)
+        out['student_onnx'] = str(onnx_path)
+        policy_fn = OnnxPolicy(onnx_path, robot)
     episodes = cfg.runner.eval_episodes
     if episodes and cfg.env.terrain.enabled:
         # On terrain: each type it trained on at its top level, on a map of its own seed, not
         # the training map (where every world starts on the easiest level); flat is the plane.
-        table = evaluate_terrains(OnnxPolicy(onnx_path, robot), cfg.env, robot,
-                                  cfg.env.terrain.columns, episodes=episodes,
-                                  seed=cfg.runner.seed + 1)
+        table = evaluate_terrains(policy_fn, cfg.env, robot, cfg.env.terrain.columns,
+                                  episodes=episodes, seed=cfg.runner.seed + 1)
         print(f'evaluation at 0.5 m/s forward on the terrain tiles:\n{table.format()}',
               flush=True)
         out['eval_terrain'] = table.to_dict()
         out.update({'eval_forward_0.5': r.to_dict() for r in table.reports
                     if r.terrain == 'flat'})
     elif episodes:
-        report = evaluate(OnnxPolicy(onnx_path, robot), cfg.env, robot, episodes=episodes,
+        report = evaluate(policy_fn, cfg.env, robot, episodes=episodes,
                           command=(0.5, 0.0, 0.0), seed=cfg.runner.seed + 1)
         print(f'evaluation at 0.5 m/s forward:\n{report.format()}', flush=True)
         out['eval_forward_0.5'] = report.to_dict()

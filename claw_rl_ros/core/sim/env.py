@@ -92,6 +92,8 @@ class VecLocomotionEnv:
 
         # Per-world buffers.
         self.commands = np.zeros((n, 3))
+        # Heading mode: each world's target heading [rad] (NaN: its yaw rate is left as set).
+        self.heading_target = np.full(n, np.nan)
         self.actions = np.zeros((n, j))
         self.last_actions = np.zeros((n, j))
         self.targets = np.tile(r.default_joint_pos, (n, 1))
@@ -147,6 +149,7 @@ class VecLocomotionEnv:
         if seed is not None:
             self.seed(seed)
         self._reset_worlds(np.arange(self.num_envs))
+        self._steer_to_heading()
         return self._observe(self.robot_state()), {}
 
     def step(self, actions: np.ndarray, targets: np.ndarray | None = None):
@@ -205,6 +208,7 @@ class VecLocomotionEnv:
         if self._push_steps > 0 and cfg.randomization.enabled:
             self._push(np.flatnonzero((self.episode_step % self._push_steps == 0)
                                       & (self.episode_step > 0)))
+        self._steer_to_heading()
         # Always from the current state: resets and pushes changed it after `data` was read.
         obs = self._observe(self.robot_state())
         return obs, reward.astype(np.float32), terminated, truncated, extras
@@ -219,7 +223,9 @@ class VecLocomotionEnv:
     _BUFFERS = ('commands', 'actions', 'last_actions', 'targets', 'last_joint_vel',
                 'episode_step', 'episode_return', 'feet_air_time', 'last_contacts',
                 'foot_contact', 'gait_phase', 'latency', 'friction', 'added_mass',
-                'mass_scale', 'com_offset', 'motor_strength')
+                'mass_scale', 'com_offset', 'motor_strength', 'heading_target')
+    # Buffers a state saved before they existed may lack (restored to their reset value).
+    _NEW_BUFFERS = {'heading_target': np.nan}
 
     def get_state(self) -> dict[str, Any]:
         """Everything needed to continue bit-for-bit: physics, buffers, RNG, episode sums."""
@@ -240,8 +246,9 @@ class VecLocomotionEnv:
             raise ValueError(f'saved env state has shape {state["physics"].shape}, this env '
                              f'{self.physics.state.shape}: num_envs or robot differ')
         self.physics.state[:] = state['physics']
+        buffers = {**self._NEW_BUFFERS, **state['buffers']}
         for k in self._BUFFERS:
-            getattr(self, k)[...] = state['buffers'][k]
+            getattr(self, k)[...] = buffers[k]
         for k, v in state['episode_sums'].items():
             self.reward_manager.episode_sums[k][:] = v
         self.rng.bit_generator.state = state['rng']
@@ -442,8 +449,26 @@ class VecLocomotionEnv:
                         rng.uniform(*c.ang_vel_yaw, k)], axis=1)
         # Slow planar commands become 0; some commands are "stand still".
         cmd[np.linalg.norm(cmd[:, :2], axis=1) < c.min_speed, :2] = 0.0
-        cmd[rng.random(k) < c.standing_probability] = 0.0
+        standing = rng.random(k) < c.standing_probability
+        cmd[standing] = 0.0
         self.commands[ids] = cmd
+        if c.heading_command:
+            # Heading mode: a target heading replaces the yaw rate (standing worlds keep 0).
+            heading = rng.uniform(*c.heading, k)
+            self.heading_target[ids] = np.where(standing, np.nan, heading)
+
+    def _steer_to_heading(self) -> None:
+        """Heading mode: yaw-rate command = stiffness x heading error wrapped to [-pi, pi),
+        clipped to the yaw-rate range (legged_gym), for worlds with a heading target."""
+        c = self.cfg.commands
+        if not c.heading_command:
+            return
+        steered = np.isfinite(self.heading_target)
+        yaw = base_yaw(self.physics.qpos[:, 3:7])
+        error = np.remainder(self.heading_target - yaw + math.pi, 2 * math.pi) - math.pi
+        self.commands[:, 2] = np.where(
+            steered, np.clip(c.heading_stiffness * np.nan_to_num(error), *c.ang_vel_yaw),
+            self.commands[:, 2])
 
     def _push(self, ids: np.ndarray) -> None:
         if len(ids) == 0:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Optional
 
@@ -26,6 +27,13 @@ class CommandConfig:
     ang_vel_yaw: tuple[float, float] = param((-1.0, 1.0), 'yaw rate range [rad/s]', ordered=True)
     standing_probability: float = param(0.05, 'chance a sampled command is zero', ge=0, le=1)
     min_speed: float = param(0.1, 'planar commands slower than this become 0 [m/s]', ge=0)
+    heading_command: bool = param(False, 'sample a heading instead of a yaw rate and steer '
+                                  'to it (legged_gym rough terrain): worlds walk straight, so '
+                                  'the terrain curriculum sees how far they get')
+    heading: tuple[float, float] = param((-math.pi, math.pi), 'heading target range, world '
+                                         'frame [rad]', ordered=True)
+    heading_stiffness: float = param(0.5, 'yaw-rate command per rad of heading error [1/s] '
+                                     '(clipped to ang_vel_yaw)', gt=0)
 
 
 DEFAULT_REWARD_SCALES = {

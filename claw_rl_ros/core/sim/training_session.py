@@ -73,7 +73,9 @@ class TrainingSession(SimSession):
 
     @commands.setter
     def commands(self, value: np.ndarray) -> None:
+        # A command set from outside holds as given (no heading steering) until a resample.
         self.env.commands[0] = value
+        self.env.heading_target[0] = np.nan
 
     def observe(self, last_action: np.ndarray, gait_phase: float) -> dict[str, np.ndarray]:
         """{group: [dim]} of the current state with the policy node's memory: its [J] last
