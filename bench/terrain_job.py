@@ -15,13 +15,15 @@
 
     .venv/bin/python bench/terrain_job.py --model student=runs/r/student/student.onnx \\
         --model flat=runs/f/student.onnx --run opd=runs/r/student --run blind=runs/b \\
-        [--config config/train_rough.yaml] [--episodes 20] [--grid-s 120] [--png out.png]
+        [--teacher-run opd=runs/r/teacher] [--config config/train_rough.yaml] \\
+        [--episodes 20] [--grid-s 120] [--png out.png]
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import json
 from pathlib import Path
 import re
 import sys
@@ -76,20 +78,28 @@ def pushed_on_grid(run: Path, grid_s: float) -> list[tuple[float, Path]]:
     return out
 
 
-def plot(runs: dict[str, Path], png: Path) -> None:
+def training_wall_s(run: Path) -> float:
+    """A finished run's training wall time [s] (summary.json; else its last metrics row)."""
+    summary = run / 'summary.json'
+    if summary.is_file():
+        return float(json.loads(summary.read_text())['wall_time_s'])
+    return float(rows(run)[-1]['wall_time_s'])
+
+
+def plot(runs: dict[str, Path], png: Path, offsets: dict[str, float]) -> None:
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.4))
     for name, run in runs.items():
         table = rows(run)
-        wall = [float(r['wall_time_s']) for r in table]
+        wall = [float(r['wall_time_s']) + offsets.get(name, 0.0) for r in table]
         for ax, key in zip(axes, ('tracking_error/lin_vel_x', 'terrain_level/mean')):
             ax.plot(wall, [float(r[key]) if r.get(key) else float('nan') for r in table],
                     label=name)
     for ax, title in zip(axes, ('vx tracking error [m/s]', 'mean terrain level')):
         ax.set_title(title)
-        ax.set_xlabel('training wall time [s]')
+        ax.set_xlabel('training wall time [s] (a distilled run: after its teacher\'s)')
         ax.grid(alpha=0.3)
         ax.legend()
     fig.tight_layout()
@@ -106,9 +116,17 @@ def main() -> int:
     parser.add_argument('--episodes', type=int, default=20)
     parser.add_argument('--grid-s', type=float, default=0.0,
                         help='evaluate the runs\' pushed students every this many seconds')
+    parser.add_argument('--teacher-run', action='append', default=[], metavar='NAME=RUN_DIR',
+                        help='the teacher run the run NAME was distilled from: its training '
+                        'wall time is added to NAME\'s (the whole job on one clock)')
     parser.add_argument('--png', default='terrain_job.png')
     args = parser.parse_args()
     models, runs = named(args.model, '--model'), named(args.run, '--run')
+    teachers = named(args.teacher_run, '--teacher-run')
+    unknown = sorted(set(teachers) - set(runs))
+    if unknown:
+        sys.exit(f'--teacher-run {unknown[0]}=...: no --run {unknown[0]}=RUN_DIR to add it to')
+    offsets = {name: training_wall_s(path) for name, path in teachers.items()}
     cfg = load_train_config(args.config)
     robot = load_robot(cfg.env.robot)
     if models:
@@ -117,11 +135,12 @@ def main() -> int:
         print(side_by_side({name: evaluate_model(path, cfg, robot, args.episodes)
                             for name, path in models.items()}))
     if runs:
-        plot(runs, Path(args.png))
+        plot(runs, Path(args.png), offsets)
         print(f'curves of {", ".join(runs)}: {args.png}')
     for name, run in runs.items() if args.grid_s else ():
         met = None
         for wall, path in pushed_on_grid(run, args.grid_s):
+            wall += offsets.get(name, 0.0)
             ev = evaluate_model(path, cfg, robot, args.episodes)
             worst = max(r['vx_error'] or float('inf') for r in ev.rows())
             falls = max(r['fall_rate'] for r in ev.rows())
@@ -129,7 +148,8 @@ def main() -> int:
                   f'worst fall rate {falls:.0%}{"  MEETS" if ev.passed else ""}')
             if ev.passed and met is None:
                 met = wall
-        print(f'{name}: criterion first met at {met:.0f} s of training' if met is not None
+        note = f' (its teacher\'s {offsets[name]:.0f} s included)' if name in offsets else ''
+        print(f'{name}: criterion first met at {met:.0f} s of training{note}' if met is not None
               else f'{name}: criterion not met on the grid')
     return 0
 

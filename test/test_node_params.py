@@ -1,4 +1,5 @@
-"""Node parameters are declared once (claw_rl_ros/nodes/node_params.py): every key a parameter
+"""Node parameters are declared once (claw_rl_ros/core/deploy/node_config.py, declared on a node
+by claw_rl_ros/nodes/node_params.py): every key a parameter
 file under config/ or a graph gives a node is a declared field of that node's dataclass, with a
 value of its type (rcl refuses a YAML ``3`` for a double parameter at start-up); the files
 state only what differs from the defaults; every field has a description; and a running node
@@ -16,12 +17,13 @@ from rclpy.parameter import Parameter, parameter_value_to_python
 import pytest
 import yaml
 
+from claw_rl_ros.core.deploy.node_config import (default_of, PARAMETERS, PolicyParams,
+                                                 SafetyParams, SimParams)
 from claw_rl_ros.core.deploy.safety import SafetyConfig
 from claw_rl_ros.launch_graph.description import resolve
 from claw_rl_ros.launch_graph.graphs import GRAPHS
 from claw_rl_ros.nodes import sim_node
-from claw_rl_ros.nodes.node_params import (default_of, PARAMETERS, PolicyParams, ros_type,
-                                           SafetyParams, SimParams)
+from claw_rl_ros.nodes.node_params import ros_type
 from claw_rl_ros.nodes.safety_io import QOS
 from control_models import good_model
 from ros_helpers import NodeProcess, probe, ros_env, ROOT  # noqa: F401 - fixtures
@@ -172,10 +174,15 @@ def test_every_field_has_a_description_a_ros_type_and_a_default_of_it():
 
 
 def test_the_safety_parameters_are_safety_configs_fields_with_its_defaults():
-    fields = {f.name: default_of(f) for f in dataclasses.fields(SafetyParams)}
+    fields = {f.name: f for f in dataclasses.fields(SafetyParams)}
     for f in dataclasses.fields(SafetyConfig):
         assert f.name in fields, f.name
-        assert fields[f.name] == (list(f.default) if f.name == 'sit_pose' else f.default)
+        assert default_of(fields[f.name]) == (list(f.default) if f.name == 'sit_pose'
+                                              else f.default)
+        # One description, SafetyConfig's, shown by the node's parameter.
+        assert fields[f.name].metadata['doc'] == f.metadata['doc'] and f.metadata['doc']
+    assert ros_type(SafetyParams, 'sit_pose') == Parameter.Type.DOUBLE_ARRAY
+    assert ros_type(SafetyParams, 'saturation_ticks') == Parameter.Type.INTEGER
 
 
 def test_the_qos_choices_are_the_ones_the_nodes_map():

@@ -19,7 +19,7 @@ from claw_rl_ros.core.sim.env import VecLocomotionEnv
 from claw_rl_ros.core.sim.env_config import EnvConfig
 from claw_rl_ros.core.sim.sim_session import terrain_tile
 from claw_rl_ros.core.sim.terrain import generate_terrain, TerrainConfig
-from claw_rl_ros.nodes.node_params import SimParams
+from claw_rl_ros.core.deploy.node_config import SimParams
 from claw_rl_ros.nodes.ros_io import COMMAND_QOS, doubles, RELIABLE_STATE_QOS, to_sec
 from ros_helpers import NodeProcess, probe, ros_env, ROOT, ros_value, stop_all  # noqa: F401
 

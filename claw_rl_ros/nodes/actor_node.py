@@ -35,7 +35,8 @@ from ..core.learning.train_config import load_train_config, split_overrides
 from ..core.live.batched_actor import BatchedActor, OnnxBehaviour
 from ..core.live.rollout_chunk import encode_chunk
 from ..core.sim.env import VecLocomotionEnv
-from .node_params import ActorParams, declare
+from ..core.deploy.node_config import ActorParams
+from .node_params import declare
 from .ros_io import COMMAND_QOS, exit_without_teardown, spin, STATE_QOS
 
 

@@ -30,7 +30,7 @@ from ..core.live.loop_actor import ControlLoopActor
 from ..core.live.rollout_chunk import encode_chunk
 from ..core.sim.robot import RobotSpec
 from ..core.sim.training_session import TrainingSession
-from .node_params import SimParams
+from ..core.deploy.node_config import SimParams
 from .ros_io import COMMAND_QOS, doubles, publisher
 
 RECORD_TOPIC = 'policy/training_step'

@@ -1,46 +1,29 @@
-"""Every node's parameters, declared once: one dataclass per node, a description per field.
+"""Declare a node's parameters from its dataclass in core/deploy/node_config.py.
 
-A field made with :func:`param` carries its default, its description and whether it is
-read-only; :func:`declare` declares every field of a dataclass on a node with a
-``ParameterDescriptor`` and returns the dataclass holding what the node got (the default, then
-``--params-file`` YAML, then ``-p``). ``ros2 param describe <node> <name>`` shows the
-description and the read-only flag; rclpy itself refuses ``set_parameters`` on a read-only
-one. An empty list default is declared by its element type (``STRING_ARRAY`` ...) and reads
-back as ``[]``. config/*.yaml and launch_graph/graphs.py state only what differs from these
-defaults; test/test_node_params.py checks every key they give is a field here.
+:func:`declare` declares every field of such a dataclass on a node with a
+``ParameterDescriptor`` (its description, read-only flag and choices) and returns the
+dataclass holding what the node got (the default, then ``--params-file`` YAML, then ``-p``).
+``ros2 param describe <node> <name>`` shows the description and the read-only flag; rclpy
+itself refuses ``set_parameters`` on a read-only one. An empty list default is declared by its
+element type (``STRING_ARRAY`` ...) and reads back as ``[]``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 import typing
 
 from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 
-from ..core.deploy.model_swap import DEFAULT_MAX_MODEL_BYTES
-from ..core.deploy.safety import SafetyConfig
-from ..core.sim.terrain import TERRAIN_TYPES
-from .ros_io import EXECUTORS
+from ..core.deploy.node_config import default_of
 
 T = typing.TypeVar('T')
 TYPES = {bool: Parameter.Type.BOOL, int: Parameter.Type.INTEGER, float: Parameter.Type.DOUBLE,
          str: Parameter.Type.STRING, list[bool]: Parameter.Type.BOOL_ARRAY,
          list[int]: Parameter.Type.INTEGER_ARRAY, list[float]: Parameter.Type.DOUBLE_ARRAY,
          list[str]: Parameter.Type.STRING_ARRAY}
-
-
-def param(default, doc: str, read_only: bool = True, choices: tuple = ()):
-    """A parameter field: ``default``, its one-line description, read-only after start-up
-    unless ``read_only`` is false, and the values it may take (empty: any of its type)."""
-    if not doc.strip():
-        raise ValueError('param: give every parameter a description')
-    metadata = {'doc': doc, 'read_only': read_only, 'choices': choices}
-    if isinstance(default, list):
-        return dataclasses.field(default_factory=lambda: list(default), metadata=metadata)
-    return dataclasses.field(default=default, metadata=metadata)
 
 
 def ros_type(cls: type, name: str) -> Parameter.Type:
@@ -50,10 +33,6 @@ def ros_type(cls: type, name: str) -> Parameter.Type:
         raise TypeError(f'{cls.__name__}.{name}: type {hint} is not a ROS parameter type; use '
                         'bool, int, float, str or a list of one of them')
     return TYPES[hint]
-
-
-def default_of(f: dataclasses.Field):
-    return f.default_factory() if f.default is dataclasses.MISSING else f.default
 
 
 def declare(node: Node, cls: type[T]) -> T:
@@ -74,201 +53,3 @@ def declare(node: Node, cls: type[T]) -> T:
             raise ValueError(f'parameter {f.name} = {value!r}; use one of {choices}')
         values[f.name] = list(value or ()) if isinstance(default, list) else value
     return cls(**values)
-
-
-EXECUTOR = ("callback executor: events (rclpy's EventsExecutor, each message as it arrives) "
-            'or single_threaded (the Python SingleThreadedExecutor)')
-MODES = ('realtime', 'lockstep')
-STATE_QOS = ('reliable', 'sensor_data')
-ROBOT = 'robot name (config/robots/<name>.yaml) or the path of a robot YAML'
-JOINTS = 'joint_commands element order (empty: the spec order)'
-TRAIN_CONFIG = 'train YAML (config/<name> or a path)'
-OVERRIDES = ('config overrides KEY=VALUE separated by spaces, as claw-rl train --set takes '
-             "them (the train graph's set)")
-CHUNK_TOPIC = 'topic of the rollout chunks (std_msgs/UInt8MultiArray)'
-MODEL_SHA = ('set it to the sha256 (or a prefix) of model bytes received on policy/model to '
-             'act with that model (the hot swap); the reply says why not')
-
-
-@dataclass(frozen=True)
-class SimParams:
-    """sim_node (the MuJoCo robot)."""
-
-    robot: str = param('claw_quadruped', ROBOT)
-    mode: str = param('realtime', 'realtime (steady-clock timer at the control rate) or '
-                      'lockstep (one control step per command)', choices=MODES)
-    real_time_factor: float = param(1.0, 'realtime mode: sim seconds per wall second (> 0; '
-                                    '1.0 = realtime)')
-    randomization: bool = param(False, "domain randomisation from the env config's "
-                                'randomization section, drawn at every reset')
-    pushes: bool = param(False, 'random planar pushes every randomization.push_interval_s')
-    noise: bool = param(False, "sensor noise at the env config's observation-noise levels")
-    command_timeout_s: float = param(0.25, 'realtime: no command for this long holds the '
-                                     'default pose (damped); lockstep: the state is re-sent '
-                                     'after this long without an answer [s]')
-    publish_clock: bool = param(True, 'publish /clock and stamp the state with sim time '
-                                '(the other nodes then run with use_sim_time)')
-    seed: int = param(0, 'seed of resets, randomisation, pushes and noise')
-    env_config: str = param('', 'train YAML whose env: section is used (empty: the env '
-                            'defaults; training: the whole config, empty = train_ppo.yaml)')
-    overrides: str = param('', OVERRIDES + ', applied to env_config')
-    reset_on_fall: bool = param(True, "reset when the env's failure conditions hit")
-    terrain: str = param('', 'stand the world on one terrain tile: TYPE[:LEVEL], TYPE one of '
-                         f'{", ".join(TERRAIN_TYPES)}, LEVEL 0..env_config\'s '
-                         'env.terrain.num_levels - 1 (default the top); empty or flat: the plane')
-    terrain_seed: int = param(1000, 'seed of the tile\'s heights (the training configs use 0: '
-                              'another map)')
-    training: bool = param(False, 'the control loop as an actor: step the train env and '
-                           'publish rollout chunks of the policy node\'s records')
-    chunk_topic: str = param('/rollout_chunks', 'training: ' + CHUNK_TOPIC)
-    state_qos: str = param('reliable', 'QoS of joint_states, imu, odom and /clock: reliable '
-                           "(as ros2_control's joint_state_broadcaster) or sensor_data "
-                           '(best effort)', choices=STATE_QOS)
-    joints: list[str] = param([], JOINTS)
-    executor: str = param('events', EXECUTOR, choices=EXECUTORS)
-
-    def __post_init__(self):
-        if not self.real_time_factor > 0:
-            raise ValueError(f'parameter real_time_factor = {self.real_time_factor!r}; use sim '
-                             'seconds per wall second > 0 (1.0 = realtime)')
-        if self.training and self.terrain:
-            raise ValueError(f'parameter terrain = {self.terrain!r} with training: the train '
-                             "config's env.terrain places the world; set it there and leave "
-                             'terrain empty')
-
-
-@dataclass(frozen=True)
-class SafetyParams:
-    """The policy node's safety parameters (wiring in safety_io.py, logic in core/deploy/
-    safety.py); defaults from SafetyConfig where it has the field."""
-
-    autostart: bool = param(SafetyConfig.autostart, 'skip the operator steps: enter RL at the '
-                            'first complete fresh state, re-arm after a fault (not after an '
-                            'e-stop); false: the operator drives ~/operator or the services')
-    stand_up_s: float = param(SafetyConfig.stand_up_s, 'STAND_UP: measured pose -> default '
-                              'pose in this time [s]')
-    sit_down_s: float = param(SafetyConfig.sit_down_s, 'SIT_DOWN: measured pose -> sit_pose '
-                              'in this time [s]')
-    fade_in_s: float = param(SafetyConfig.fade_in_s, 'RL command fade-in from the default '
-                             'pose [s]')
-    tilt_limit: float = param(SafetyConfig.tilt_limit, 'trunk tilt from upright that faults '
-                              'to PASSIVE (damping) [rad]')
-    joint_limit_margin: float = param(SafetyConfig.joint_limit_margin, 'a measured joint this '
-                                      'far beyond its URDF limit faults to PASSIVE [rad]')
-    saturation_tol: float = param(SafetyConfig.saturation_tol, 'a command clipped by more '
-                                  'than this is saturated [rad]')
-    saturation_ticks: int = param(SafetyConfig.saturation_ticks, 'saturated RL ticks in a '
-                                  'row that fault to PASSIVE')
-    inference_deadline_s: float = param(SafetyConfig.inference_deadline_s, 'policy time that '
-                                        'counts as an overrun [s] (0: half a control period)')
-    overrun_ticks: int = param(SafetyConfig.overrun_ticks, 'overruns in a row that fault to '
-                               'PASSIVE')
-    sit_pose: list[float] = param(list(SafetyConfig.sit_pose), 'SIT_DOWN target, spec joint '
-                                  'order [rad] (empty: the pose STAND_UP began at)')
-    publish_gains: bool = param(False, 'publish [Kp x J, Kd x J] on joint_gains with every '
-                                'command, for drivers that take gains (Kp = 0 in PASSIVE)')
-    controllers_file: str = param('', 'ros2_control controllers YAML: the self-check compares '
-                                  "command_controller's joints with joints (empty: skip)")
-    command_controller: str = param('forward_position_controller', 'the '
-                                    'forward_command_controller in controllers_file')
-    cmd_vel_timeout_s: float = param(0.5, 'cmd_vel older than this [s, monotonic] is a zero '
-                                     'command (0: never stale)')
-    wall_stale_after_s: float = param(0.0, 'wall time without an accepted state that faults '
-                                      '[s] (0: the stale limit; 1 s under use_sim_time, where '
-                                      'a paced or lockstep simulator may be slower)')
-    max_delta_per_tick: float = param(0.0, 'largest target change per tick [rad] (0: the '
-                                      'velocity limit x control dt)')
-    require_verification: bool = param(False, 'enter RL only with a passing <model stem>.'
-                                       'verify.json of this model (claw-rl verify)')
-    state_qos: str = param('sensor_data', 'QoS of the joint_states / imu subscriptions: '
-                           'sensor_data (best effort, matches any publisher) or reliable',
-                           choices=STATE_QOS)
-
-
-@dataclass(frozen=True)
-class PolicyParams(SafetyParams):
-    """policy_node (the ONNX student); the safety parameters above, then its own."""
-
-    robot: str = param('claw_quadruped', ROBOT + "; must match the model's embedded spec")
-    model_path: str = param('', 'exported student .onnx to serve (empty: hold the default '
-                            'pose); set it to load another', read_only=False)
-    model_sha256: str = param('', MODEL_SHA, read_only=False)
-    stale_after_periods: float = param(3.0, 'a state or IMU reading this many control periods '
-                                       'old faults to PASSIVE (damping); a stamp this far '
-                                       'ahead is a future_stamp fault; 1.5 to 100')
-    joints: list[str] = param([], JOINTS)
-    max_model_bytes: int = param(DEFAULT_MAX_MODEL_BYTES, 'size cap of a model [bytes]')
-    training: bool = param(False, 'the control loop as an actor: actions sampled around the '
-                           'mean, one record per RL tick on policy/training_step (never on a '
-                           'robot)')
-    seed: int = param(0, "seed of the training mode's action sampling")
-    executor: str = param('events', EXECUTOR, choices=EXECUTORS)
-
-
-@dataclass(frozen=True)
-class TrainerParams:
-    """trainer_node (the live trainer)."""
-
-    config: str = param('train_ppo.yaml', TRAIN_CONFIG)
-    robot: str = param('', ROBOT + " (empty: the config's env.robot)")
-    run_dir: str = param('runs/live', 'run directory: checkpoints, students, metrics, summary')
-    resume: bool = param(False, "continue run_dir's newest checkpoint (false refuses a run_dir "
-                         'that has one)')
-    teacher: str = param('', 'checkpoint of a frozen OPD teacher (empty: the config\'s '
-                         'distillation settings)')
-    time_budget_s: float = param(0.0, "training wall time [s] (0: the config's)")
-    max_iterations: int = param(0, "iterations to train (0: the config's)")
-    torch_threads: int = param(1, 'torch intra-op threads')
-    push_targets: list[str] = param(['policy_node'], 'nodes to push every new student to '
-                                    "(relative names: in the trainer's namespace)")
-    chunk_topic: str = param('/rollout_chunks', 'the batched actors\' ' + CHUNK_TOPIC)
-    loop_chunk_topic: str = param('', "the control-loop actor's own chunk topic, so its rate "
-                                  "cannot evict the batched actors' chunks (empty: none)")
-    chunks_per_iteration: int = param(1, 'chunks that make one learning iteration')
-    max_policy_lag: int = param(0, 'policy versions a chunk may be behind (older: dropped)')
-    batch_timeout_s: float = param(10.0, 'learn from fewer chunks once the oldest pending one '
-                                   'waited this long (an actor died) [s]')
-    min_chunk_envs: int = param(1, 'only chunks of at least this many worlds count towards '
-                                'chunks_per_iteration and the timeout (smaller ones are learnt '
-                                'from but start no iteration)')
-    overrides: str = param('', OVERRIDES)
-    executor: str = param('single_threaded', EXECUTOR, choices=EXECUTORS)
-
-
-@dataclass(frozen=True)
-class ActorParams:
-    """actor_node (N MuJoCo worlds and the pushed student)."""
-
-    config: str = param('train_ppo.yaml', TRAIN_CONFIG + ': env, num_steps_per_env')
-    overrides: str = param('', OVERRIDES)
-    robot: str = param('', ROBOT + " (empty: the config's env.robot)")
-    num_envs: int = param(0, "MuJoCo worlds (0: the config's env.num_envs)")
-    seed: int = param(0, 'env and action-sampling seed')
-    chunk_topic: str = param('/rollout_chunks', CHUNK_TOPIC)
-    max_model_bytes: int = param(DEFAULT_MAX_MODEL_BYTES, 'size cap of a model [bytes]')
-    physics_threads: int = param(1, "physics threads (0: the config's env.num_threads)")
-    chunks_in_flight: int = param(1, 'chunks the actor may be ahead of the trainer (1: '
-                                  'synchronous PPO)')
-    credit_timeout_s: float = param(30.0, 'collect one more chunk after this long without a '
-                                    'new model (a chunk was lost) [s]')
-    model_sha256: str = param('', MODEL_SHA, read_only=False)
-    executor: str = param('single_threaded', EXECUTOR, choices=EXECUTORS)
-
-
-@dataclass(frozen=True)
-class RecorderParams:
-    """recorder_node (MCAP recording)."""
-
-    path: str = param('', 'MCAP file to write (required; <path>.part until shutdown)')
-    topics: list[str] = param([], 'topics to record, a subset of recorder_node.TOPICS '
-                              '(empty: all of them)')
-    robot: str = param('claw_quadruped', ROBOT)
-    joints: list[str] = param([], 'the command element order, stored as metadata (empty: the '
-                              'spec order)')
-    executor: str = param('single_threaded', EXECUTOR, choices=EXECUTORS)
-
-
-# Each node executable's parameters (the nodes use the same classes).
-PARAMETERS = {'sim_node': SimParams, 'policy_node': PolicyParams,
-              'trainer_node': TrainerParams, 'actor_node': ActorParams,
-              'recorder_node': RecorderParams}

@@ -54,7 +54,8 @@ from ..core.deploy.policy_controller import PolicyController, WATCHDOG_POLLS
 from ..core.deploy.run_marker import RunMarker
 from ..core.sim.robot import load_robot
 from .loop_actor_io import record_msg, RECORD_TOPIC
-from .node_params import declare, PolicyParams
+from ..core.deploy.node_config import PolicyParams
+from .node_params import declare
 from .ros_io import (COMMAND_QOS, diagnostics, doubles, LATCHED_QOS, now_sec, publisher, spin,
                      steady_timer, take_queued, to_sec)
 from .safety_io import QOS, safety_kwargs, SafetyIO

@@ -28,7 +28,8 @@ from std_msgs.msg import Float64MultiArray, String
 
 from ..core.deploy.recording import Recorder
 from ..core.sim.robot import load_robot
-from .node_params import declare, RecorderParams
+from ..core.deploy.node_config import RecorderParams
+from .node_params import declare
 from .ros_io import diagnostics, SENSOR_QOS, spin, steady_timer
 
 # Deep queues: a recorder that falls behind for a moment (a loaded machine) catches up

@@ -41,10 +41,6 @@ STATE_QOS = QoSProfile(depth=1, history=HistoryPolicy.KEEP_LAST,
                        reliability=ReliabilityPolicy.RELIABLE,
                        durability=DurabilityPolicy.TRANSIENT_LOCAL)
 LATCHED_QOS = STATE_QOS  # the older name, kept for importers
-# Executors (node parameter ``executor``): rclpy's C++ EventsExecutor takes each message as
-# it arrives; the Python SingleThreadedExecutor rebuilds its wait set on every wake-up (measured
-# in bench/ros_control.py: it doubled the realtime joint_states -> command latency).
-EXECUTORS = ('events', 'single_threaded')
 # The EventsExecutor spins in slices: in rclpy 9.1 its spin() without a timeout busy-waits
 # (a core at 100 %) and never returns to Python, so Ctrl-C was never seen. Between slices the
 # loop looks at the Ctrl-C flag: a stop within a slice, and no KeyboardInterrupt raised inside
@@ -121,7 +117,7 @@ def spin(make_node: Callable[[], Node], args: list[str] | None = None) -> int:
     """``rclpy.init(args)``, spin the node, clean shutdown on Ctrl-C; exit code 1 on refusal.
 
     The node's ``executor`` parameter (declared with its others, node_params.py) picks one of
-    :data:`EXECUTORS`.
+    :data:`~..core.deploy.node_config.EXECUTORS`.
     """
     interrupted: list[int] = []
     kind = ''

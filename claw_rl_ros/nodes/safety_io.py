@@ -21,7 +21,7 @@ from std_srvs.srv import Trigger
 
 from ..core.deploy.safety import REQUESTS, SafetyConfig
 from ..core.deploy.self_check import controller_joints
-from .node_params import SafetyParams
+from ..core.deploy.node_config import SafetyParams
 from .ros_io import COMMAND_QOS, doubles, LATCHED_QOS, now_sec, publisher, SENSOR_QOS
 
 # QoS of the joint_states / imu subscriptions by parameter state_qos.

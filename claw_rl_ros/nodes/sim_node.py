@@ -35,7 +35,8 @@ from ..core.learning.train_config import split_overrides
 from ..core.sim.robot import load_robot
 from ..core.sim.sim_session import env_section, SimSession, terrain_tile
 from .loop_actor_io import LoopActorIO
-from .node_params import declare, SimParams
+from ..core.deploy.node_config import SimParams
+from .node_params import declare
 from .ros_io import (COMMAND_QOS, diagnostics, doubles, now_sec, publisher,
                      RELIABLE_STATE_QOS, SENSOR_QOS, spin, steady_timer, to_stamp)
 

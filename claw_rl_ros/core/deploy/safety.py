@@ -27,7 +27,7 @@ transition is kept as a :class:`Transition` for the node to log and publish.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 import math
 from typing import Sequence
 
@@ -47,21 +47,34 @@ FAULTS = ('tilt', 'stale_joint_states', 'stale_imu', 'non_finite', 'bad_input',
 LATCHING = ('estop', 'restarted')
 
 
+def limit(default, doc: str):
+    """A SafetyConfig field: its default and the description the policy node's parameter of
+    the same name shows (core/deploy/node_config.py)."""
+    return field(default=default, metadata={'doc': doc})
+
+
 @dataclass
 class SafetyConfig:
     """Limits and timings of the state machine (ROS parameters of the policy node)."""
 
-    autostart: bool = True        # skip operator steps; re-arm after faults (not after estop)
-    stand_up_s: float = 2.0       # STAND_UP interpolation time [s]
-    sit_down_s: float = 2.0       # SIT_DOWN interpolation time [s]
-    fade_in_s: float = 1.0        # RL command fade-in from the default pose [s]
-    tilt_limit: float = 1.0       # trunk tilt from upright that faults [rad]
-    joint_limit_margin: float = 0.1   # measured position this far beyond a limit faults [rad]
-    saturation_tol: float = 0.05  # a command clipped by more than this is saturated [rad]
-    saturation_ticks: int = 50    # consecutive saturated RL ticks that fault
-    inference_deadline_s: float = 0.0  # policy time that counts as an overrun (0: dt / 2)
-    overrun_ticks: int = 3        # consecutive overruns that fault
-    sit_pose: Sequence[float] = ()  # SIT_DOWN target [J] (empty: the pose STAND_UP began at)
+    autostart: bool = limit(True, 'skip the operator steps: enter RL at the first complete '
+                            'fresh state, re-arm after a fault (not after an e-stop); false: '
+                            'the operator drives ~/operator or the services')
+    stand_up_s: float = limit(2.0, 'STAND_UP: measured pose -> default pose in this time [s]')
+    sit_down_s: float = limit(2.0, 'SIT_DOWN: measured pose -> sit_pose in this time [s]')
+    fade_in_s: float = limit(1.0, 'RL command fade-in from the default pose [s]')
+    tilt_limit: float = limit(1.0, 'trunk tilt from upright that faults to PASSIVE (damping) '
+                              '[rad]')
+    joint_limit_margin: float = limit(0.1, 'a measured joint this far beyond its URDF limit '
+                                      'faults to PASSIVE [rad]')
+    saturation_tol: float = limit(0.05, 'a command clipped by more than this is saturated '
+                                  '[rad]')
+    saturation_ticks: int = limit(50, 'saturated RL ticks in a row that fault to PASSIVE')
+    inference_deadline_s: float = limit(0.0, 'policy time that counts as an overrun [s] (0: '
+                                        'half a control period)')
+    overrun_ticks: int = limit(3, 'overruns in a row that fault to PASSIVE')
+    sit_pose: Sequence[float] = limit((), 'SIT_DOWN target, spec joint order [rad] (empty: the '
+                                      'pose STAND_UP began at)')
 
     def validate(self, num_joints: int) -> None:
         """Raise ValueError naming the field, the value and the fix."""
