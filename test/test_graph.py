@@ -326,6 +326,18 @@ def test_train_graph_set_is_checked_once_and_reaches_every_node(tmp_path):
                        split_overrides(text)).commands.lin_vel_x == (0.5, 0.5)
 
 
+def test_repeated_set_options_of_claw_rl_up_add_up(capsys):
+    """`claw-rl up train --set a --set b` applies both (a second --set replaced the first)."""
+    from claw_rl_ros import cli
+    assert cli.main(['up', 'train', '--print', '--set', 'runner.seed=7',
+                     '--set', 'env.num_envs=32 runner.max_iterations=3']) == 0
+    out = capsys.readouterr().out
+    assert out.count('overrides: runner.seed=7 env.num_envs=32 runner.max_iterations=3') >= 3
+    assert '7000' in out  # the actors' seeds follow runner.seed: the graph read it too
+    assert cli.main(['up', 'train', '--print']) == 0
+    assert 'runner.seed' not in capsys.readouterr().out
+
+
 def test_train_graph_control_actor_makes_the_loop_an_actor():
     trainer, actor, sim, policy = resolve(GRAPHS['train'], {'actors': '1', 'worlds': '16',
                                                             'control_actor': 'true'})

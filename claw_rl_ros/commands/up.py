@@ -11,6 +11,11 @@ from __future__ import annotations
 import argparse
 import shlex
 
+# Graph arguments whose option may be given several times; the values join with spaces
+# (``--set a=1 --set b=2`` is ``set:='a=1 b=2'``), so a second one cannot silently replace
+# the first.
+REPEATABLE = ('set',)
+
 
 def _cmd_up(args: argparse.Namespace) -> int:
     from ..launch_graph import GRAPHS, resolve
@@ -18,6 +23,9 @@ def _cmd_up(args: argparse.Namespace) -> int:
     from ..launch_graph.graph_runner import command_line, GraphRunner
     graph = GRAPHS[args.graph]
     values = {arg.name: getattr(args, arg.name) for arg in graph.arguments}
+    for arg in graph.arguments:
+        if arg.name in REPEATABLE:
+            values[arg.name] = ' '.join(values[arg.name] or [arg.default])
     nodes = resolve(graph, values)
     if args.print:
         for node in nodes:
@@ -39,6 +47,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         sub = graphs.add_parser(graph.name, help=graph.description,
                                 description=graph.description)
         for arg in graph.arguments:
+            if arg.name in REPEATABLE:
+                sub.add_argument(f'--{arg.name}', dest=arg.name, action='append',
+                                 default=None, help=f'{arg.description}; may be given several '
+                                 'times (the values are joined)')
+                continue
             sub.add_argument(f'--{arg.name.replace("_", "-")}', dest=arg.name,
                              default=arg.default, choices=arg.choices or None,
                              help=f'{arg.description} (default: {arg.default!r})')
