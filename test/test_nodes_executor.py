@@ -5,7 +5,8 @@ SIGINT; an unknown executor is refused by name."""
 import pytest
 from rosgraph_msgs.msg import Clock
 
-from claw_rl_ros.nodes.ros_io import EXECUTORS, SENSOR_QOS, to_sec
+from claw_rl_ros.core.deploy.node_config import EXECUTORS
+from claw_rl_ros.nodes.ros_io import SENSOR_QOS, to_sec
 from control_models import good_model
 from ros_helpers import NodeProcess, probe, ros_env, stop_all  # noqa: F401 - fixtures
 
