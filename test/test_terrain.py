@@ -363,6 +363,18 @@ def test_heading_commands_steer_the_yaw_rate_to_the_sampled_heading(make_env):
     assert (np.abs(env.commands[:, 2]) == 1.0).any() and (np.abs(env.commands[:, 2]) < 1).any()
 
 
+@pytest.mark.parametrize('commands, key', [
+    ({'heading_stiffness': math.inf}, 'heading_stiffness'),
+    ({'heading_stiffness': 0.0}, 'heading_stiffness'),
+    ({'heading': [-math.inf, math.inf]}, 'heading'),
+    ({'heading': [-4.0, 0.0]}, 'heading'),
+    ({'heading': [1.0, 0.0]}, 'heading')])
+def test_bad_heading_settings_are_refused_by_name(commands, key):
+    # An infinite gain times a zero error is NaN: it would reach the yaw-rate command.
+    with pytest.raises(ConfigError, match=f'commands.{key}'):
+        from_dict(EnvConfig, {'commands': {'heading_command': True, **commands}}, source='t')
+
+
 def test_heading_mode_is_saved_with_the_env_state_and_off_by_default(make_env):
     a = make_env(num_envs=8, seed=1, commands={'heading_command': True})
     b = make_env(num_envs=8, seed=7, commands={'heading_command': True})

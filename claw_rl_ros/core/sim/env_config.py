@@ -31,9 +31,9 @@ class CommandConfig:
                                   'to it (legged_gym rough terrain): worlds walk straight, so '
                                   'the terrain curriculum sees how far they get')
     heading: tuple[float, float] = param((-math.pi, math.pi), 'heading target range, world '
-                                         'frame [rad]', ordered=True)
+                                         'frame [rad]', ordered=True, ge=-math.pi, le=math.pi)
     heading_stiffness: float = param(0.5, 'yaw-rate command per rad of heading error [1/s] '
-                                     '(clipped to ang_vel_yaw)', gt=0)
+                                     '(clipped to ang_vel_yaw)', gt=0, le=100)
 
 
 DEFAULT_REWARD_SCALES = {
