@@ -28,6 +28,7 @@ from ..config import ConfigError, from_dict, merge, to_dict
 from ..sim.env import VecLocomotionEnv
 from ..sim.env_config import EnvConfig
 from ..learning.networks import ActorCritic
+from ..learning.rollout import obs_to_torch
 from ..sim.robot import RobotSpec
 from ..sim.sim_session import EVAL_TERRAIN_SEED, terrain_tiles, tile_config, TerrainTile
 
@@ -98,8 +99,7 @@ def torch_policy_fn(policy: ActorCritic) -> PolicyFn:
 
     def act_on_groups(obs: dict[str, np.ndarray]) -> np.ndarray:
         with torch.no_grad():
-            return policy.act_inference({g: torch.as_tensor(obs[g], dtype=torch.float32)
-                                         for g in groups}).numpy()
+            return policy.act_inference(obs_to_torch(obs)).numpy()
     act_on_groups.obs_groups = groups  # type: ignore[attr-defined]
     return act_on_groups
 
@@ -366,7 +366,8 @@ def export_and_evaluate(learner: Any, robot: RobotSpec, run_dir: str | Path) -> 
     episodes = cfg.runner.eval_episodes
     if episodes and cfg.env.terrain.enabled:
         # On terrain: each type it trained on at its top level, on a map of its own seed, not
-        # the training map (where every world starts on the easiest level); flat is the plane.
+        # the training map (where every world starts on the easiest level); flat is the plane
+        # (a flat heightfield for an actor that reads the scan).
         table = evaluate_terrains(policy_fn, cfg.env, robot, cfg.env.terrain.columns,
                                   episodes=episodes, seed=cfg.runner.seed + 1)
         print(f'evaluation at 0.5 m/s forward on the terrain tiles:\n{table.format()}',
