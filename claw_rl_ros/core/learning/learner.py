@@ -36,6 +36,7 @@ from .opd import alpha_at
 from .ppo import PPO
 from .sac import SAC
 from .sac_networks import SACPolicy
+from .symmetry import build_obs_mirror
 from .train_config import TrainConfig
 
 # The trainer of each ``algorithm`` value: the only place the algorithm is chosen.
@@ -166,6 +167,8 @@ class Learner:
             if cfg.distillation.teacher_mode == 'frozen' else None
         self.alg = ALGORITHMS[cfg.algorithm](self.policy, getattr(cfg, cfg.algorithm),
                                              cfg.distillation, teacher, self.generator)
+        if cfg.algorithm == 'ppo' and cfg.ppo.symmetry.enabled:
+            self.alg.mirror = build_obs_mirror(cfg, self.obs_dims, num_actions)
         self.iteration = 0
         self.policy_version = 0  # updates of the student (the live trainer's model version)
         self.total_steps = 0

@@ -14,6 +14,7 @@ from .networks import ActorCritic, gaussian_entropy, gaussian_log_prob, sample_g
 from .opd import combined_loss, compute_distillation_loss, gaussian_kl
 from .registry import Obs
 from .storage import MiniBatch, RolloutStorage
+from .symmetry import augment_mini_batch, mirror_loss, ObsMirror
 from .train_config import DistillationConfig, PPOConfig
 
 
@@ -47,6 +48,8 @@ class PPO(Algorithm):
         self._pending: dict[str, torch.Tensor] = {}
         # Fraction of training done before this update (the loop sets it): linear schedule.
         self.progress = 0.0
+        # The robot's mirror (the Learner sets it when ppo.symmetry is on).
+        self.mirror: ObsMirror | None = None
 
     def init_storage(self, num_steps: int, num_envs: int, obs_dims: dict[str, int],
                      num_actions: int) -> None:
@@ -115,7 +118,7 @@ class PPO(Algorithm):
                                                self.generator):
             losses = self._update_mini_batch(batch, alpha)
             for k, v in losses.items():
-                sums[k] += v
+                sums[k] = sums.get(k, 0.0) + v
             count += 1
         self.storage.clear()
         out = {k: v / count for k, v in sums.items()}
@@ -127,12 +130,18 @@ class PPO(Algorithm):
 
     def _update_mini_batch(self, b: MiniBatch, alpha: float) -> dict[str, float]:
         cfg = self.cfg
+        symmetry = cfg.symmetry if self.mirror is not None else None
+        acted = len(b.actions)  # the first rows are the acted transitions, then their mirror
+        if symmetry is not None and symmetry.data_augmentation:
+            b = augment_mini_batch(b, self.mirror)
         mu, sigma = self.policy.action_mean_std(b.obs)
         log_probs = gaussian_log_prob(b.actions, mu, sigma)
         entropy = gaussian_entropy(sigma).mean()
-        # Adaptive learning rate from the KL between behaviour and current policy (rsl_rl).
+        # Adaptive learning rate from the KL between behaviour and current policy (rsl_rl),
+        # on the acted half only.
         with torch.no_grad():
-            approx_kl = gaussian_kl(b.mu, b.sigma, mu, sigma).sum(-1).mean().item()
+            approx_kl = gaussian_kl(b.mu[:acted], b.sigma[:acted], mu[:acted],
+                                    sigma[:acted]).sum(-1).mean().item()
         if cfg.schedule == 'adaptive':
             if approx_kl > 2.0 * cfg.desired_kl:
                 self.learning_rate = max(1e-5, self.learning_rate / 1.5)
@@ -162,6 +171,15 @@ class PPO(Algorithm):
                                                  student_logits=(mu, sigma)) \
             if alpha > 0.0 and 'teacher' in self.registry else None
         loss = combined_loss(rl_loss, distillation, alpha)
+        extra = {}
+        if symmetry is not None and symmetry.mirror_loss_coef > 0:
+            # || mu(mirror(o)) - mirror(mu(o)) ||^2: the augmented half when there is one,
+            # else one more forward pass on the mirrored observations.
+            mirrored_mu = mu[acted:] if symmetry.data_augmentation else \
+                self.policy.action_mean_std(self.mirror.obs(b.obs))[0]
+            symmetric = mirror_loss(mu[:acted], mirrored_mu, self.mirror)
+            loss = loss + symmetry.mirror_loss_coef * symmetric
+            extra['mirror_loss'] = symmetric.item()
         self.optimizer.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.max_grad_norm, foreach=True)
@@ -169,4 +187,5 @@ class PPO(Algorithm):
         self.policy.clamp_std_()
         return {'value_loss': value_loss.item(), 'surrogate_loss': surrogate.item(),
                 'entropy': entropy.item(), 'approx_kl': approx_kl,
-                'distillation_loss': distillation.item() if distillation is not None else 0.0}
+                'distillation_loss': distillation.item() if distillation is not None else 0.0,
+                **extra}

@@ -39,6 +39,20 @@ class PolicyConfig:
 
 
 @dataclass
+class SymmetryConfig:
+    """Left/right mirror symmetry (rsl_rl's symmetry module); needs the robot's mirror.swap."""
+
+    data_augmentation: bool = param(False, 'append the mirror of every mini-batch (obs, '
+                                           'actions; values, advantages, log-probs repeated)')
+    mirror_loss_coef: float = param(0.0, 'weight of || mu(mirror(o)) - mirror(mu(o)) ||^2 in '
+                                         'the loss (0 = off)', ge=0)
+
+    @property
+    def enabled(self) -> bool:
+        return self.data_augmentation or self.mirror_loss_coef > 0
+
+
+@dataclass
 class PPOConfig:
     """PPO hyper-parameters (rsl_rl defaults)."""
 
@@ -59,6 +73,7 @@ class PPOConfig:
     normalize_advantage_per_mini_batch: bool = param(False, 'else over the whole rollout')
     adam_eps: float = param(1e-8, 'Adam epsilon (PyTorch 1e-8; SB3 / CleanRL PPO use 1e-5)',
                             gt=0)
+    symmetry: SymmetryConfig = param(SymmetryConfig(), 'mirror symmetry (off by default)')
 
 
 @dataclass
@@ -158,6 +173,9 @@ class TrainConfig:
         if d.alpha_final is not None and d.alpha_schedule_iterations == 0:
             raise ConfigError('', 'distillation.alpha_schedule_iterations', 'alpha_final is set '
                               'but the schedule has 0 iterations; give its length')
+        if self.algorithm == 'sac' and self.ppo.symmetry.enabled:
+            raise ConfigError('', 'ppo.symmetry', 'mirror symmetry is a PPO option; turn it off '
+                              'or set algorithm: ppo')
         if self.algorithm == 'sac':
             for key, default in (('obs_normalizer', 'rsl_rl'), ('init', 'torch')):
                 if getattr(self.policy, key) != default:

@@ -55,14 +55,27 @@ class RobotState:
     gait_phase: Optional[np.ndarray] = None
 
 
+# How a term changes under the robot's left/right mirror (reflection y -> -y of the base
+# frame, ``symmetry.RobotMirror``): polar vectors flip y, axial vectors (angular velocity) flip
+# x and z, a command (vx, vy, yaw rate) flips vy and yaw rate, joint terms permute and sign per
+# joint, foot terms permute, scalars stay, and the gait clock shifts by the mirror's phase.
+MIRROR_KINDS = ('polar', 'axial', 'command', 'joints', 'feet', 'scalar', 'phase')
+
+
 @dataclass(frozen=True)
 class ObsTerm:
-    """size(num_joints, num_feet) -> int; compute(state, default_joint_pos) -> [N, size]."""
+    """size(num_joints, num_feet) -> int; compute(state, default_joint_pos) -> [N, size];
+    ``mirror`` one of :data:`MIRROR_KINDS`."""
 
     size: Callable[[int, int], int]
     compute: Callable[[RobotState, np.ndarray], np.ndarray]
     privileged: bool
     doc: str
+    mirror: str
+
+    def __post_init__(self):
+        if self.mirror not in MIRROR_KINDS:
+            raise ValueError(f'ObsTerm mirror {self.mirror!r}: expected one of {MIRROR_KINDS}')
 
 
 def _column(x: np.ndarray) -> np.ndarray:
@@ -76,33 +89,34 @@ def _phase(phase: np.ndarray) -> np.ndarray:
 
 TERMS: dict[str, ObsTerm] = {
     'base_ang_vel': ObsTerm(lambda j, f: 3, lambda s, q0: s.base_ang_vel, False,
-                            'gyro, body frame [rad/s]'),
+                            'gyro, body frame [rad/s]', 'axial'),
     'projected_gravity': ObsTerm(lambda j, f: 3, lambda s, q0: gravity_in_body(s.base_quat),
-                                 False, 'unit gravity in the body frame (IMU orientation)'),
+                                 False, 'unit gravity in the body frame (IMU orientation)',
+                                 'polar'),
     'velocity_commands': ObsTerm(lambda j, f: 3, lambda s, q0: s.commands, False,
-                                 'commanded vx [m/s], vy [m/s], yaw rate [rad/s]'),
+                                 'commanded vx [m/s], vy [m/s], yaw rate [rad/s]', 'command'),
     'joint_pos': ObsTerm(lambda j, f: j, lambda s, q0: s.joint_pos - q0, False,
-                         'joint positions minus the default pose [rad]'),
+                         'joint positions minus the default pose [rad]', 'joints'),
     'joint_vel': ObsTerm(lambda j, f: j, lambda s, q0: s.joint_vel, False,
-                         'joint velocities [rad/s]'),
+                         'joint velocities [rad/s]', 'joints'),
     'last_action': ObsTerm(lambda j, f: j, lambda s, q0: s.last_action, False,
-                           'the policy output of the previous control step'),
+                           'the policy output of the previous control step', 'joints'),
     'gait_phase': ObsTerm(lambda j, f: 2, lambda s, q0: _phase(s.gait_phase), False,
-                          'sin and cos of the gait clock phase'),
+                          'sin and cos of the gait clock phase', 'phase'),
     'base_lin_vel': ObsTerm(lambda j, f: 3, lambda s, q0: s.base_lin_vel, True,
-                            'true base linear velocity, body frame [m/s]'),
+                            'true base linear velocity, body frame [m/s]', 'polar'),
     'base_height': ObsTerm(lambda j, f: 1, lambda s, q0: _column(s.base_height), True,
-                           'trunk height above the floor [m]'),
+                           'trunk height above the floor [m]', 'scalar'),
     'foot_contact': ObsTerm(lambda j, f: f, lambda s, q0: s.foot_contact, True,
-                            '1 where a foot touches the ground'),
+                            '1 where a foot touches the ground', 'feet'),
     'friction': ObsTerm(lambda j, f: 1, lambda s, q0: _column(s.friction), True,
-                        'randomised foot friction coefficient'),
+                        'randomised foot friction coefficient', 'scalar'),
     'added_mass': ObsTerm(lambda j, f: 1, lambda s, q0: _column(s.added_mass), True,
-                          'randomised payload on the trunk [kg]'),
+                          'randomised payload on the trunk [kg]', 'scalar'),
     'com_offset': ObsTerm(lambda j, f: 3, lambda s, q0: s.com_offset, True,
-                          'randomised trunk centre-of-mass shift [m]'),
+                          'randomised trunk centre-of-mass shift [m]', 'polar'),
     'motor_strength': ObsTerm(lambda j, f: 1, lambda s, q0: _column(s.motor_strength), True,
-                              'randomised PD gain multiplier'),
+                              'randomised PD gain multiplier', 'scalar'),
 }
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, TYPE_CHECKING
 
 import numpy as np
 
@@ -16,6 +16,9 @@ from .. import paths
 from ..config import ConfigError, from_dict, load_yaml, param
 from .observations import ObservationLayout
 from .urdf import load_urdf, UrdfError
+
+if TYPE_CHECKING:  # symmetry derives the mirror from a RobotSpec
+    from .symmetry import RobotMirror
 
 SPEC_VERSION = 1
 # Key of the JSON robot spec in an exported ONNX model's metadata_props.
@@ -49,6 +52,14 @@ class GaitConfig:
 
 
 @dataclass
+class MirrorConfig:
+    """The left/right mirror (symmetry augmentation, ``ppo.symmetry``), derived from the URDF."""
+
+    swap: dict[str, str] = param({}, 'name parts of mirrored joints and links, left: right '
+                                     '(e.g. {FL_: FR_, RL_: RR_}); empty = no mirror')
+
+
+@dataclass
 class RobotConfig:
     """A legged robot described by YAML + its URDF; no robot-specific code anywhere else."""
 
@@ -73,6 +84,7 @@ class RobotConfig:
                                                       'episode')
     observations: ObservationConfig = param(ObservationConfig(), 'observation groups')
     gait: GaitConfig = param(GaitConfig(), 'gait clock (period 0 = none)')
+    mirror: MirrorConfig = param(MirrorConfig(), 'left/right mirror (symmetry)')
     # Robot-sized constants of rewards, failures and randomisation; each defaults to a value
     # derived from the URDF (standing height H at the default pose, total mass M).
     base_height_target: Optional[float] = param(None, 'trunk height rewarded by base_height '
@@ -124,6 +136,7 @@ class RobotSpec:
     gait_period: float = 0.0
     gait_duty: float = 0.5
     gait_offsets: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    mirror: Optional['RobotMirror'] = None
     source: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -329,4 +342,7 @@ def _resolve_sizes(spec: RobotSpec, cfg: RobotConfig, source: str) -> RobotSpec:
     spec.min_base_height = cfg.min_base_height if cfg.min_base_height is not None else 0.3 * h
     spec.payload_range = tuple(cfg.payload_range or (-0.05 * m, 0.15 * m))
     spec.com_offset_range = tuple(cfg.com_offset_range or (-0.12 * h, 0.12 * h))
+    if cfg.mirror.swap:
+        from .symmetry import derive_mirror
+        spec.mirror = derive_mirror(spec, cfg.mirror.swap, source)
     return spec
