@@ -303,6 +303,33 @@ def test_time_outs_bootstrap_from_their_final_state_and_terminations_do_not():
     runner.close()
 
 
+def test_the_critic_target_comes_from_the_target_critic_not_the_online_one():
+    runner, alg = sac_on_reach(learning_starts=0)
+    fill_replay(alg)
+    # A target critic that differs from the online one, as it does after Polyak steps.
+    gen = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        for p in alg.target_critic.parameters():
+            p.add_(0.3 * torch.randn(p.shape, generator=gen))
+    policy, dtype, state = alg.policy, alg.matmul_dtype, alg.generator.get_state()
+    # The critic loss of the step, rebuilt with the generator draws the step will make.
+    b = alg.storage.sample(alg.cfg.batch_size, alg.generator)
+    with torch.no_grad():
+        next_a, next_logp = policy.sample(b.next_obs, alg.generator, dtype)
+        ent_coef = alg.log_ent_coef.exp()
+
+        def critic_loss_with(target):
+            next_q = target(policy.critic_input(b.next_obs), next_a, hidden_dtype=dtype).amin(0)
+            y = b.rewards + b.discounts * (1.0 - b.terminated) * (next_q - ent_coef * next_logp)
+            q = policy.critic(policy.critic_input(b.obs), b.actions, hidden_dtype=dtype)
+            return ((q - y) ** 2).mean()
+        expected, online = critic_loss_with(alg.target_critic), critic_loss_with(policy.critic)
+    assert abs(float(expected - online)) > 1e-3 * float(expected)  # the two targets differ
+    alg.generator.set_state(state)
+    torch.testing.assert_close(alg._update_batch(0.0)[0], expected)
+    runner.close()
+
+
 @pytest.mark.parametrize('target_entropy, grows', [(5.0, True), (-50.0, False)])
 def test_temperature_moves_towards_the_target_entropy(target_entropy, grows):
     runner, alg = sac_on_reach(target_entropy=target_entropy, learning_starts=0)
