@@ -1,7 +1,7 @@
 """Bringing another robot (README "Porting a robot"): a structurally different robot description
-(test/robots/strider: 8 joints, no gait clock, point feet on their own links, an IMU mounted
-upside down, a mesh, no <mujoco> block in the URDF) loads, trains, exports and evaluates with
-no code change, and the mistakes a new user makes get errors that say what to do."""
+(test/robots/strider: 8 joints, no gait clock in its YAML, point feet on their own links, an IMU
+mounted upside down, a mesh, no <mujoco> block in the URDF) loads, trains, exports and evaluates
+with no code change, and the mistakes a new user makes get errors that say what to do."""
 
 from pathlib import Path
 import shutil
@@ -35,6 +35,45 @@ def test_robot_sized_constants_are_derived_from_the_urdf(strider):
     assert strider.min_base_height == pytest.approx(0.3 * h)
     assert strider.payload_range == pytest.approx((-0.05 * m, 0.15 * m))
     assert strider.com_offset_range == pytest.approx((-0.12 * h, 0.12 * h))
+
+
+def test_a_robot_without_a_gait_gets_a_trot_sized_from_its_height(strider):
+    # Diagonal pairs (lf + rh, then rf + lh) half a cycle apart, the period at equal Froude
+    # number with the claw quadruped's 0.4 s at 0.266 m.
+    assert strider.gait_offsets.tolist() == [0.0, 0.5, 0.5, 0.0]
+    assert strider.gait_period == pytest.approx(0.4 * np.sqrt(strider.standing_height / 0.266),
+                                                abs=1e-3)
+    assert strider.gait_duty == 0.5
+    # The policy observes the clock it is rewarded for following (appended to its layout).
+    assert strider.policy_obs.names[-1] == 'gait_phase'
+    assert strider.to_metadata()['gait']['period_s'] == strider.gait_period
+
+
+def _strider_variant(tmp_path, edit):
+    import yaml
+    raw = yaml.safe_load(STRIDER.read_text())
+    edit(raw['robot'])
+    shutil.copy(STRIDER.parent / 'strider.urdf', tmp_path / 'strider.urdf')
+    shutil.copytree(STRIDER.parent / 'meshes', tmp_path / 'meshes', dirs_exist_ok=True)
+    path = tmp_path / 'strider.yaml'
+    path.write_text(yaml.safe_dump(raw))
+    return load_robot(path)
+
+
+def test_the_trot_comes_from_where_the_feet_stand_and_no_gait_stays_a_choice(tmp_path):
+    # Feet listed in another order get the same trot, by position, not by name or order.
+    shuffled = _strider_variant(tmp_path, lambda r: r.update(
+        foot_bodies=['rh_foot', 'lf_foot', 'lh_foot', 'rf_foot']))
+    assert shuffled.gait_offsets.tolist() == [0.0, 0.0, 0.5, 0.5]
+    none = _strider_variant(tmp_path, lambda r: r.update(gait={'period_s': 0}))
+    assert none.gait_period == 0 and 'gait_phase' not in none.policy_obs.names
+    # An explicit period keeps the derived trot offsets; explicit offsets are kept as given.
+    pace = _strider_variant(tmp_path, lambda r: r.update(
+        gait={'period_s': 0.5, 'offsets': [0.0, 0.5, 0.0, 0.5]}))
+    assert pace.gait_period == 0.5 and pace.gait_offsets.tolist() == [0.0, 0.5, 0.0, 0.5]
+    # A foot on the midline has no side: deriving a trot is refused with what to write instead.
+    with pytest.raises(ConfigError, match=r'gait\.offsets.*midline.*period_s: 0'):
+        _strider_variant(tmp_path, lambda r: r.update(foot_bodies=['body', 'lf_foot']))
 
 
 def test_claw_values_in_its_yaml_win_over_derived_ones(robot):
@@ -82,8 +121,8 @@ def test_strider_trains_exports_and_evaluates_through_the_cli(tmp_path):
     done = subprocess.run(CLAW_RL + ['train', '--config', str(config), '--run-dir', str(run)],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
-    # The gait terms of the default reward set switch off with a notice: strider has no clock.
-    assert 'no gait clock' in done.stderr and 'gait_contact' in done.stderr
+    # Strider's YAML gives no gait: it trains with the derived trot, the gait terms stay on.
+    assert 'no gait clock' not in done.stderr
     model = run / 'student.onnx'
     assert model.is_file()
     evaluated = subprocess.run(CLAW_RL + ['eval', '--model', str(model), '--robot', str(STRIDER),

@@ -7,6 +7,7 @@ from the URDF alone). Env, sim node, policy node and the exported ONNX metadata 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+import math
 from pathlib import Path
 from typing import Any, Optional, TYPE_CHECKING
 
@@ -41,13 +42,21 @@ class ObservationConfig:
     privileged: list[ObsTermConfig] = param([], 'simulation-only terms (critic and teacher)')
 
 
+# The derived gait clock's period: the claw quadruped's tuned 0.4 s trot at its standing
+# height, scaled to another robot's height H at equal Froude number (T ~ sqrt(H / g)).
+REFERENCE_GAIT_PERIOD_S, REFERENCE_STANDING_HEIGHT = 0.4, 0.266
+
+
 @dataclass
 class GaitConfig:
-    """Optional gait clock: a phase the policy observes and gait rewards refer to."""
+    """The gait clock: a phase the policy observes and gait rewards refer to. Left out, it is
+    derived from the robot: a trot (diagonal feet in phase) with a period from its height."""
 
-    period_s: float = param(0.0, 'gait cycle period [s] (0 = no gait clock)', ge=0, le=10)
+    period_s: Optional[float] = param(None, 'gait cycle period [s] (None: 0.4 s x sqrt(H / '
+                                            '0.266 m); 0 = no gait clock)', ge=0, le=10)
     duty: float = param(0.5, 'fraction of the cycle each foot is in stance', gt=0, lt=1)
-    offsets: list[float] = param([], 'phase offset of each foot (foot_bodies order), in [0, 1)',
+    offsets: list[float] = param([], 'phase offset of each foot (foot_bodies order), in [0, 1) '
+                                     '(empty: a trot derived from where the feet stand)',
                                  ge=0, lt=1)
 
 
@@ -293,12 +302,15 @@ def spec_from_config(cfg: RobotConfig, source: str = '<robot config>') -> RobotS
                           'outside the URDF joint limits')
     num_feet = len(cfg.foot_bodies)
     gait = cfg.gait
-    if gait.period_s > 0 and len(gait.offsets) != num_feet:
+    if gait.period_s != 0 and gait.offsets and len(gait.offsets) != num_feet:
         raise ConfigError(source, 'gait.offsets', f'has {len(gait.offsets)} values for '
                           f'{num_feet} feet')
+    policy_terms = [(t.name, t.scale) for t in cfg.observations.policy]
+    if gait.period_s is None and 'gait_phase' not in [name for name, _ in policy_terms]:
+        # A derived clock the policy could not see would ask for contacts it cannot time.
+        policy_terms.append(('gait_phase', 1.0))
     try:
-        policy = ObservationLayout([(t.name, t.scale) for t in cfg.observations.policy],
-                                   len(joints), num_feet, 'policy')
+        policy = ObservationLayout(policy_terms, len(joints), num_feet, 'policy')
         privileged = ObservationLayout([(t.name, t.scale) for t in cfg.observations.privileged],
                                        len(joints), num_feet, 'privileged')
     except ValueError as exc:
@@ -322,9 +334,36 @@ def spec_from_config(cfg: RobotConfig, source: str = '<robot config>') -> RobotS
         penalised_contact_bodies=list(cfg.penalised_contact_bodies),
         termination_contact_bodies=list(cfg.termination_contact_bodies),
         policy_obs=policy, privileged_obs=privileged, total_mass=urdf.total_mass,
-        gait_period=gait.period_s, gait_duty=gait.duty,
+        gait_period=gait.period_s or 0.0, gait_duty=gait.duty,
         gait_offsets=np.asarray(gait.offsets, dtype=np.float64), source={'config': source})
     return _resolve_sizes(spec, cfg, source)
+
+
+def trot_offsets(spec: RobotSpec, source: str) -> np.ndarray:
+    """[F] phase offsets of a trot from where the feet stand at the default pose: on each side
+    (left y > 0, right y < 0) the feet alternate front to back, and the right side starts half
+    a cycle on (a quadruped: FL + RR, then FR + RL; a biped: left, right; a hexapod: tripods)."""
+    from .scene import build_model, standing_qpos  # scene builds on RobotSpec
+    import mujoco
+    model = build_model(spec)
+    data = mujoco.MjData(model)
+    data.qpos[:] = standing_qpos(model, spec)
+    mujoco.mj_kinematics(model, data)
+    base = data.xpos[model.body(spec.base_body).id]
+    feet = np.array([data.xpos[model.body(f).id] - base for f in spec.foot_bodies])
+    tol = 0.05 * spec.standing_height
+    if np.any(np.abs(feet[:, 1]) < tol):
+        raise ConfigError(source, 'gait.offsets', f'cannot derive a trot: foot '
+                          f'{spec.foot_bodies[int(np.abs(feet[:, 1]).argmin())]!r} stands on '
+                          'the robot\'s midline; give gait: {period_s, duty, offsets}, or '
+                          'period_s: 0 for no gait clock')
+    offsets = np.zeros(len(feet))
+    for side, right in ((feet[:, 1] > 0, 0), (feet[:, 1] < 0, 1)):
+        ids = np.flatnonzero(side)
+        # Rank front (largest x) to back on this side.
+        for rank, i in enumerate(ids[np.argsort(-feet[ids, 0], kind='stable')]):
+            offsets[i] = 0.5 * ((rank + right) % 2)
+    return offsets
 
 
 def _resolve_sizes(spec: RobotSpec, cfg: RobotConfig, source: str) -> RobotSpec:
@@ -342,6 +381,11 @@ def _resolve_sizes(spec: RobotSpec, cfg: RobotConfig, source: str) -> RobotSpec:
     spec.min_base_height = cfg.min_base_height if cfg.min_base_height is not None else 0.3 * h
     spec.payload_range = tuple(cfg.payload_range or (-0.05 * m, 0.15 * m))
     spec.com_offset_range = tuple(cfg.com_offset_range or (-0.12 * h, 0.12 * h))
+    if cfg.gait.period_s is None:
+        spec.gait_period = round(REFERENCE_GAIT_PERIOD_S * math.sqrt(
+            h / REFERENCE_STANDING_HEIGHT), 3)
+    if spec.gait_period > 0 and not cfg.gait.offsets:
+        spec.gait_offsets = trot_offsets(spec, source)
     if cfg.mirror.swap:
         from .symmetry import derive_mirror
         spec.mirror = derive_mirror(spec, cfg.mirror.swap, source)
