@@ -23,7 +23,8 @@ the trainer comes from its summary.json (getrusage of the trainer process).
 
 4. time to walk (``--time-to-walk``, on its own: ~30 minutes): the main job offline
    (``claw-rl train``) and live (``claw-rl up train``: actors, trainer and the realtime control
-   loop), and live with alpha 0 when the main job distils, each for ``--walk-budget-s``; the
+   loop), live with alpha 0 when the main job distils, and a ``--walk-set`` variant (e.g.
+   symmetry) offline and live, each for ``--walk-budget-s`` per ``--walk-seeds`` seed; the
    checkpoints every ``--walk-grid-s`` seconds of training are evaluated at 0.5 m/s with and
    without the sim2sim perturbations (friction 0.4-1.25, mass and motor strength +-10 %, 15 ms
    latency, pushes) as bench/opd_main_job.py does. Prints each run's time to the walking
@@ -196,74 +197,113 @@ def distils(cfg) -> float:
     return 0.0 if cfg.teacher_mode == 'none' else max(cfg.alpha, cfg.alpha_final or 0.0)
 
 
-def walk_config(tmp: Path, name: str, worlds: int, budget_s: float, alpha: float | None) -> Path:
+def walk_config(tmp: Path, name: str, worlds: int, budget_s: float, alpha: float | None,
+                seed: int = 1, overrides: list[str] = ()) -> Path:
     """train_ppo.yaml for a time-to-walk run: a time budget, every checkpoint kept (offline:
-    every 5 iterations; live: every iteration), no final evaluation; ``alpha`` 0 = plain PPO."""
+    every 5 iterations; live: every iteration), no final evaluation; ``alpha`` 0 = plain PPO;
+    ``overrides`` are ``--set`` items (KEY=VALUE) applied last."""
     from claw_rl_ros.core import paths
+    from claw_rl_ros.core.config import merge
+    from claw_rl_ros.core.learning.train_config import parse_overrides
     data = yaml.safe_load(paths.config_path('train_ppo.yaml').read_text())
     data['env']['num_envs'] = worlds
     data['runner'].update(max_iterations=100000, time_budget_s=budget_s, eval_episodes=0,
-                          save_interval=5, keep_checkpoints=100000)
+                          save_interval=5, keep_checkpoints=100000, seed=seed)
     if alpha == 0:
         data['distillation'] = {'alpha': 0.0, 'teacher_mode': 'none'}
+    data = merge(data, parse_overrides(list(overrides)))
     path = tmp / f'{name}.yaml'
     path.write_text(yaml.safe_dump(data))
     return path
 
 
+def walk_runs(tmp: Path, args, main_alpha: float) -> list[tuple[str, str, Path]]:
+    """(label, offline | live, config) of every time-to-walk run, seed by seed (the variants
+    of one seed run back to back, so machine drift hits them alike)."""
+    runs = []
+    for seed in args.walk_seeds:
+        def cfg(name, alpha=None, overrides=()):
+            return walk_config(tmp, f'{name}_s{seed}', args.worlds, args.walk_budget_s, alpha,
+                               seed, overrides)
+        variants = [('offline', 'offline', cfg('walk_main')), ('live', 'live', cfg('walk_main'))]
+        if main_alpha and not args.walk_no_alpha0:
+            variants.append(('live, alpha 0', 'live', cfg('walk_ppo', 0.0)))
+        if args.walk_set:
+            for mode in ('offline', 'live'):
+                variants.append((f'{mode}, {args.walk_label}', mode,
+                                 cfg(f'walk_{args.walk_label}', None, args.walk_set)))
+        runs += [(f'{label} [seed {seed}]', mode, path) for label, mode, path in variants]
+    return runs
+
+
 def time_to_walk(tmp: Path, env: dict, args) -> dict[str, list[dict]]:
-    """The main job offline, live (the train graph with its control loop), and live with
-    alpha 0 when the main job distils: each for --walk-budget-s, checkpoints evaluated every
-    --walk-grid-s seconds of training at 0.5 m/s, nominal and sim2sim (bench/opd_main_job.py)."""
+    """The main job offline, live (the train graph with its control loop), live with alpha 0
+    when the main job distils, and with ``--walk-set`` overrides offline and live: each for
+    --walk-budget-s per seed, checkpoints evaluated every --walk-grid-s seconds of training at
+    0.5 m/s, nominal and sim2sim (bench/opd_main_job.py)."""
     sys.path.insert(0, str(ROOT / 'bench'))
     from opd_main_job import evaluate_run
     from claw_rl_ros.core.learning.train_config import load_train_config
-    runs = {}
-    main_cfg = walk_config(tmp, 'walk_main', args.worlds, args.walk_budget_s, None)
-    main_alpha = distils(load_train_config(main_cfg).distillation)
-    run_dir = tmp / 'walk_offline'
-    if run([sys.executable, '-m', 'claw_rl_ros.cli', 'train', '--config', str(main_cfg),
-            '--run-dir', str(run_dir), '--no-export'], env, tmp / 'walk_offline.log',
-           args.walk_budget_s + 600) != 0:
-        raise SystemExit(f'offline run failed: see {tmp}/walk_offline.log')
-    runs['offline'] = run_dir
-    variants = {'live': main_cfg}
-    if main_alpha:
-        variants['live, alpha 0'] = walk_config(tmp, 'walk_ppo', args.worlds,
-                                                args.walk_budget_s, 0.0)
-    for label, cfg in variants.items():
-        run_dir = tmp / label.replace(', ', '_').replace(' ', '_')
-        if run([sys.executable, '-m', 'claw_rl_ros.cli', 'up', 'train', '--config', str(cfg),
-                '--actors', str(args.actors), '--worlds', str(args.worlds // args.actors),
-                '--run-dir', str(run_dir)], env, tmp / f'{run_dir.name}.log',
+    main_alpha = distils(load_train_config('train_ppo.yaml').distillation)
+    results = {}
+    for label, mode, cfg in walk_runs(tmp, args, main_alpha):
+        name = ''.join(c if c.isalnum() else '_' for c in label)
+        run_dir = tmp / name
+        cmd = ['train', '--config', str(cfg), '--run-dir', str(run_dir), '--no-export'] \
+            if mode == 'offline' else \
+            ['up', 'train', '--config', str(cfg), '--actors', str(args.actors), '--worlds',
+             str(args.worlds // args.actors), '--run-dir', str(run_dir)]
+        if run([sys.executable, '-m', 'claw_rl_ros.cli', *cmd], env, tmp / f'{name}.log',
                args.walk_budget_s + 600) != 0:
-            raise SystemExit(f'{label} run failed: see {tmp}/{run_dir.name}.log')
-        runs[label] = run_dir
-    return {label: evaluate_run(run_dir, args.walk_episodes, args.walk_grid_s)
-            for label, run_dir in runs.items()}
+            raise SystemExit(f'{label} run failed: see {tmp}/{name}.log')
+        results[label] = evaluate_run(run_dir, args.walk_episodes, args.walk_grid_s)
+    return results
 
 
 def print_walk(results: dict[str, list[dict]], alpha: float) -> None:
     def first(rows: list[dict], label: str) -> float:
         return next((r['wall_time_s'] for r in rows if r[f'{label}_walks']), float('nan'))
+
+    def first_below(rows: list[dict], error: float) -> float:
+        return next((r['wall_time_s'] for r in rows if r['sim2sim_vx_error'] <= error and
+                     r['sim2sim_falls'] < 0.05), float('nan'))
     print(f'\ntime to walk (vx error <= 0.1 m/s at 0.5 m/s, falls < 5 %; main job alpha up '
           f'to {alpha:g}):')
     for name, rows in results.items():
         last = rows[-1]
-        print(f'{name:>14}: nominal {first(rows, "nominal"):6.0f} s, sim2sim '
-              f'{first(rows, "sim2sim"):6.0f} s | last checkpoint ({last["wall_time_s"]:.0f} '
-              f's): nominal vx err {last["nominal_vx_error"]:.3f} falls '
-              f'{last["nominal_falls"]:.0%}, sim2sim vx err {last["sim2sim_vx_error"]:.3f} '
-              f'falls {last["sim2sim_falls"]:.0%}')
+        print(f'{name:>28}: nominal {first(rows, "nominal"):6.0f} s, sim2sim '
+              f'{first(rows, "sim2sim"):6.0f} s, sim2sim <= 0.05 {first_below(rows, 0.05):6.0f} '
+              f's | last checkpoint ({last["wall_time_s"]:.0f} s): nominal vx err '
+              f'{last["nominal_vx_error"]:.3f} falls {last["nominal_falls"]:.0%}, sim2sim vx '
+              f'err {last["sim2sim_vx_error"]:.3f} falls {last["sim2sim_falls"]:.0%}')
+    # Medians over seeds per variant (NaN: not reached within the budget, counted as last).
+    by_variant: dict[str, list[list[dict]]] = {}
+    for name, rows in results.items():
+        by_variant.setdefault(name.split(' [seed')[0], []).append(rows)
+    medians = {}
+    print('\nmedian over seeds (inf: not within the budget):')
+    for variant, runs in by_variant.items():
+        times = {label: sorted(t if t == t else float('inf') for t in (fn(r) for r in runs))
+                 for label, fn in (('nominal', lambda r: first(r, 'nominal')),
+                                   ('sim2sim', lambda r: first(r, 'sim2sim')),
+                                   ('sim2sim <= 0.05', lambda r: first_below(r, 0.05)))}
+        medians[variant] = {k: v[len(v) // 2] for k, v in times.items()}
+        print(f'{variant:>22} ({len(runs)} seeds): ' + ', '.join(
+            f'{k} {v[len(v) // 2]:.0f} s {[round(t) if t < 1e9 else "-" for t in v]}'
+            for k, v in times.items()))
     for label in ('nominal', 'sim2sim'):
-        base = first(results['offline'], label)
-        for name in results:
+        base = medians['offline'][label]
+        for name, m in medians.items():
             if name != 'offline':
-                print(f'{name} / offline time to walk ({label}): '
-                      f'{first(results[name], label) / base:.2f}')
-        if 'live, alpha 0' in results:
-            print(f'live OPD / live alpha 0 time to walk ({label}): '
-                  f'{first(results["live"], label) / first(results["live, alpha 0"], label):.2f}')
+                print(f'{name} / offline median time to walk ({label}): {m[label] / base:.2f}')
+        if 'live, alpha 0' in medians:
+            print(f'live OPD / live alpha 0 median time to walk ({label}): '
+                  f'{medians["live"][label] / medians["live, alpha 0"][label]:.2f}')
+        for name, m in medians.items():
+            base_name = name.split(',')[0]
+            if ',' in name and base_name in medians and 'alpha 0' not in name:
+                print(f'{name} / {base_name} median time to walk ({label}): '
+                      f'{m[label] / medians[base_name][label]:.2f}')
 
 
 def main() -> int:
@@ -283,6 +323,14 @@ def main() -> int:
     parser.add_argument('--walk-grid-s', type=float, default=30.0,
                         help='evaluate a checkpoint every this many seconds of training')
     parser.add_argument('--walk-episodes', type=int, default=20)
+    parser.add_argument('--walk-seeds', type=int, nargs='+', default=[1],
+                        help='runner.seed of each run (the goal is a median of 3 seeds)')
+    parser.add_argument('--walk-set', action='append', default=[], metavar='KEY=VALUE',
+                        help='a variant run offline and live beside the main job, e.g. '
+                        '--walk-set ppo.symmetry.data_augmentation=true (repeatable)')
+    parser.add_argument('--walk-label', default='variant', help='name of the --walk-set runs')
+    parser.add_argument('--walk-no-alpha0', action='store_true',
+                        help='skip the live alpha-0 run')
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix='live_bench_', dir=args.keep))
     if args.time_to_walk:
