@@ -301,7 +301,9 @@ def print_walk(results: dict[str, list[dict]], alpha: float) -> None:
                   f'{medians["live"][label] / medians["live, alpha 0"][label]:.2f}')
         for name, m in medians.items():
             base_name = name.split(',')[0]
-            if ',' in name and base_name in medians and 'alpha 0' not in name:
+            # offline variants are printed against offline above.
+            if ',' in name and base_name in medians and base_name != 'offline' \
+                    and 'alpha 0' not in name:
                 print(f'{name} / {base_name} median time to walk ({label}): '
                       f'{m[label] / medians[base_name][label]:.2f}')
 
