@@ -6,7 +6,17 @@ and flat vs terrain vs terrain + height scan at 256 worlds (config/train_rough.y
 every world on level 0 as training starts), measured in alternating rounds so machine load
 hits all three alike; the ratio is each one's median rate over flat's.
 
+``--warmstart``: the solver's warm start. The env's rollout calls pass no warm start, so every
+control step's first physics step starts the constraint solver cold (mjSTATE_FULLPHYSICS holds
+no qacc_warmstart, and MuJoCo 4.0's rollout returns no warm start). Carried instead as the last
+physics step's acceleration, recovered from the last two output states ((qvel[-1] - qvel[-2]) /
+dt, passed as ``initial_warmstart``): rollout steps/s cold vs warm on the same 256 worlds and
+controls (alternating repetitions), and on 32 of those states one control step with the env's
+4 solver iterations against a converged solve (200 iterations): iterations used per physics
+step, the largest joint-velocity error, and mean deepest penetration.
+
     .venv/bin/python bench/env_throughput.py [--sizes 1 16 64 256] [--seconds 3] [--rounds 3]
+        [--warmstart]
 """
 
 import argparse
@@ -105,6 +115,74 @@ def terrain_rates(num_envs: int, seconds: float, rounds: int) -> dict[str, float
     return {name: float(np.median(v)) for name, v in rates.items()}
 
 
+def warmstart_comparison(floor: str, calls: int = 200, num_envs: int = 256,
+                         reps: int = 3) -> dict[str, float]:
+    """Cold vs carried solver warm start on the env's worlds (module docstring)."""
+    from mujoco import rollout
+    env = make_env(num_envs, floor)
+    rng = np.random.default_rng(0)
+    for _ in range(30):
+        env.step(rng.normal(0, 1.0, (num_envs, env.num_actions)))
+    p = env.physics
+    state0, dec, model, qv = p.state.copy(), p.decimation, p.model, p.qvel_slice
+    ctrls = [np.repeat(env.robot.action_to_target(
+        rng.normal(0, 1.0, (num_envs, env.num_actions)))[:, None], dec, 1) for _ in range(calls)]
+    rates: dict[str, list[float]] = {'cold': [], 'warm': []}
+    for mode in ('cold', 'warm') * reps:
+        state, warm = state0.copy(), None
+        runner = rollout.Rollout(nthread=p.num_threads)
+        datas = [mujoco.MjData(model) for _ in range(max(1, p.num_threads))]
+        out = np.zeros((num_envs, dec, p.nstate))
+        start = time.perf_counter()
+        for ctrl in ctrls:
+            runner.rollout(p.models, datas, state, ctrl, skip_checks=True, nstep=dec,
+                           control_spec=int(mujoco.mjtState.mjSTATE_CTRL), state=out,
+                           initial_warmstart=warm, chunk_size=p._chunk)
+            state = out[:, -1].copy()
+            if mode == 'warm':
+                # The last step's acceleration: what mj_step leaves in qacc_warmstart.
+                warm = (out[:, -1, qv] - out[:, -2, qv]) / model.opt.timestep
+        rates[mode].append(calls * num_envs / (time.perf_counter() - start))
+    quality = {k: {'iterations': [], 'error': [], 'penetration': []} for k in rates}
+    data = mujoco.MjData(model)
+    for i in range(32):
+        m = p.models[i]
+        mujoco.mj_setState(m, data, state0[i], STATE_SPEC)
+        data.ctrl[:] = ctrls[0][i, 0]
+        mujoco.mj_forward(m, data)
+        previous = data.qacc.copy()
+
+        def control_step(iterations, warmstart):
+            saved = m.opt.iterations, m.opt.tolerance
+            m.opt.iterations = iterations
+            if iterations > 50:
+                m.opt.tolerance = 1e-12
+            mujoco.mj_setState(m, data, state0[i], STATE_SPEC)
+            data.qacc_warmstart[:] = warmstart
+            data.ctrl[:] = ctrls[0][i, 0]
+            used, deepest = [], []
+            for _ in range(dec):
+                mujoco.mj_step(m, data)
+                used.append(data.solver_niter[0])
+                deepest.append(max([-c.dist for c in data.contact[:data.ncon]] + [0.0]))
+            m.opt.iterations, m.opt.tolerance = saved
+            return data.qvel.copy(), np.mean(used), np.mean(deepest)
+        converged = control_step(200, previous)[0]
+        for mode, start_acc in (('cold', np.zeros(model.nv)), ('warm', previous)):
+            qvel, used, deepest = control_step(model.opt.iterations, start_acc)
+            quality[mode]['iterations'].append(used)
+            quality[mode]['error'].append(np.abs(qvel - converged).max())
+            quality[mode]['penetration'].append(deepest)
+    env.close()
+    out = {}
+    for mode in rates:
+        out[f'{mode}_rate'] = float(np.median(rates[mode]))
+        out[f'{mode}_iterations'] = float(np.mean(quality[mode]['iterations']))
+        out[f'{mode}_error'] = float(np.median(quality[mode]['error']))
+        out[f'{mode}_penetration_mm'] = 1000 * float(np.mean(quality[mode]['penetration']))
+    return out
+
+
 def peak_rss_mib(num_envs: int, terrain: str = 'flat') -> float:
     """Peak RSS of a fresh process that builds and steps a num_envs batch.
 
@@ -128,7 +206,19 @@ def main() -> None:
     parser.add_argument('--seconds', type=float, default=3.0)
     parser.add_argument('--rounds', type=int, default=3, help='alternating rounds of the '
                         'flat / terrain / terrain + scan rows')
+    parser.add_argument('--warmstart', action='store_true', help='only the cold vs carried '
+                        'solver warm start comparison')
     args = parser.parse_args()
+    if args.warmstart:
+        print(f'{"floor":>8} {"cold /s":>8} {"warm /s":>8} {"ratio":>6} | solver iterations '
+              'cold / warm | max |qvel - converged| cold / warm | penetration cold / warm')
+        for floor in ('flat', 'terrain'):
+            r = warmstart_comparison(floor)
+            print(f'{floor:>8} {r["cold_rate"]:8,.0f} {r["warm_rate"]:8,.0f} '
+                  f'{r["warm_rate"] / r["cold_rate"]:6.3f} | {r["cold_iterations"]:.2f} / '
+                  f'{r["warm_iterations"]:.2f} | {r["cold_error"]:.1e} / {r["warm_error"]:.1e} '
+                  f'm/s | {r["cold_penetration_mm"]:.2f} / {r["warm_penetration_mm"]:.2f} mm')
+        return
     cores = os.cpu_count() or 1
     raw = raw_mj_step_rate(args.seconds)
     limit = raw * cores / 4
