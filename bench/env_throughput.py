@@ -15,8 +15,18 @@ controls (alternating repetitions), and on 32 of those states one control step w
 4 solver iterations against a converged solve (200 iterations): iterations used per physics
 step, the largest joint-velocity error, and mean deepest penetration.
 
+``--profile``: where an env step's time goes at 256 worlds (flat and terrain + scan): each
+part's inclusive wall time per control step and share of the step, from timers wrapped around
+the env's own methods (the rollout call, step data, rewards, resets with their randomisation
+and sensor refresh, observations, command resampling, pushes), and the rest (action clipping,
+bookkeeping, the wrappers' own cost).
+
+``--chunks``: env steps/s at 256 worlds with the rollout's thread-pool task size (worlds per
+task) at 2, 4, 8 (the default on 2 threads) and 32 (the earlier default), alternating rounds,
+each over 32's median.
+
     .venv/bin/python bench/env_throughput.py [--sizes 1 16 64 256] [--seconds 3] [--rounds 3]
-        [--warmstart]
+        [--warmstart] [--profile] [--chunks]
 """
 
 import argparse
@@ -183,6 +193,47 @@ def warmstart_comparison(floor: str, calls: int = 200, num_envs: int = 256,
     return out
 
 
+def step_profile(floor: str, seconds: float, num_envs: int = 256) -> dict[str, float]:
+    """{part: ms per control step} of ``num_envs`` worlds under random actions, and 'step'."""
+    env = make_env(num_envs, floor)
+    spent: dict[str, float] = {}
+
+    def timed(owner, name, label):
+        inner = getattr(owner, name)
+
+        def wrapper(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                spent[label] = spent.get(label, 0.0) + time.perf_counter() - start
+        setattr(owner, name, wrapper)
+    parts = [(env.physics, 'step', 'rollout call (physics)'),
+             (env, '_step_data', 'step data (contacts, velocities)'),
+             (env.reward_manager, 'compute', 'rewards'),
+             (env, '_reset_worlds', 'resets (randomisation, sensor refresh)'),
+             (env, '_observe', 'observations'),
+             (env, '_resample_commands', 'command resampling'),
+             (env, '_push', 'pushes')]
+    for owner, name, label in parts:
+        timed(owner, name, label)
+    rng = np.random.default_rng(0)
+    actions = [rng.normal(0, 1.0, (num_envs, env.num_actions)) for _ in range(64)]
+    for a in actions[:10]:
+        env.step(a)
+    spent.clear()
+    steps, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        env.step(actions[steps % 64])
+        steps += 1
+    total = time.perf_counter() - start
+    env.close()
+    out = {label: 1000 * spent.get(label, 0.0) / steps for _, _, label in parts}
+    out['rest'] = 1000 * total / steps - sum(out.values())
+    out['step'] = 1000 * total / steps
+    return out
+
+
 def peak_rss_mib(num_envs: int, terrain: str = 'flat') -> float:
     """Peak RSS of a fresh process that builds and steps a num_envs batch.
 
@@ -208,7 +259,33 @@ def main() -> None:
                         'flat / terrain / terrain + scan rows')
     parser.add_argument('--warmstart', action='store_true', help='only the cold vs carried '
                         'solver warm start comparison')
+    parser.add_argument('--profile', action='store_true', help='only where a step\'s time '
+                        'goes at 256 worlds')
+    parser.add_argument('--chunks', action='store_true', help='only the rollout task sizes')
     args = parser.parse_args()
+    if args.chunks:
+        for floor in ('flat', 'terrain + scan'):
+            env = make_env(256, floor)
+            rates: dict[int, list[float]] = {2: [], 4: [], 8: [], 32: []}
+            for r in range(args.rounds):
+                for chunk in rates:
+                    env.physics._chunk = chunk
+                    rates[chunk].append(stepped_rate(env, args.seconds, seed=r))
+            env.close()
+            base = float(np.median(rates[32]))
+            print(f'{floor:>15}: ' + ', '.join(
+                f'{chunk} worlds/task {np.median(v):,.0f} /s ({np.median(v) / base:.3f})'
+                for chunk, v in rates.items()))
+        return
+    if args.profile:
+        for floor in ('flat', 'terrain + scan'):
+            prof = step_profile(floor, args.seconds)
+            step = prof.pop('step')
+            print(f'{floor} at 256 worlds: {step:.2f} ms per control step '
+                  f'({256 / step * 1000:,.0f} env steps/s)')
+            for label, ms in prof.items():
+                print(f'  {label:>40} {ms:7.3f} ms {ms / step:6.1%}')
+        return
     if args.warmstart:
         print(f'{"floor":>8} {"cold /s":>8} {"warm /s":>8} {"ratio":>6} | solver iterations '
               'cold / warm | max |qvel - converged| cold / warm | penetration cold / warm')
