@@ -71,6 +71,9 @@ def test_the_trot_comes_from_where_the_feet_stand_and_no_gait_stays_a_choice(tmp
     pace = _strider_variant(tmp_path, lambda r: r.update(
         gait={'period_s': 0.5, 'offsets': [0.0, 0.5, 0.0, 0.5]}))
     assert pace.gait_period == 0.5 and pace.gait_offsets.tolist() == [0.0, 0.5, 0.0, 0.5]
+    # A period shorter than two control steps (0.02 s each) would alias: refused.
+    with pytest.raises(ConfigError, match=r'gait\.period_s.*two control steps'):
+        _strider_variant(tmp_path, lambda r: r.update(gait={'period_s': 1e-300}))
     # A foot on the midline has no side: deriving a trot is refused with what to write instead.
     with pytest.raises(ConfigError, match=r'gait\.offsets.*midline.*period_s: 0'):
         _strider_variant(tmp_path, lambda r: r.update(foot_bodies=['body', 'lf_foot']))

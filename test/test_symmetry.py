@@ -128,6 +128,8 @@ FR_HIP = '<origin xyz="0.17 -0.06 0" rpy="0 0 0"/>\n    <axis xyz="1 0 0"/>'
 REFUSALS = {
     'partner': (lambda r: r['mirror'].update(swap={'FL_': 'XX_', 'RL_': 'RR_'}), None,
                 ('mirror.swap', "'FL_hip_joint' mirrors to 'XX_hip_joint'")),
+    'no_match': (lambda r: r['mirror'].update(swap={'LEFT': 'RIGHT'}), None,
+                 ('mirror.swap', 'matches no joint name')),
     'default_pose': (lambda r: r['default_joint_pos'].__setitem__(3, 0.05), None,
                      ('mirror.swap', 'default_joint_pos', 'FL_hip_joint')),
     'stiffness': (lambda r: r.update(stiffness={'FL_hip': 25.0, 'hip': 30.0, 'thigh': 30.0,
@@ -171,8 +173,9 @@ def test_symmetry_is_refused_without_a_mirror_and_for_sac():
     with pytest.raises(ConfigError, match=r'ppo\.symmetry.*PPO option'):
         from_dict(TrainConfig, {'algorithm': 'sac',
                                 'ppo': {'symmetry': {'mirror_loss_coef': 0.1}}}, source='t')
-    with pytest.raises(ConfigError, match='mirror_loss_coef'):
-        from_dict(TrainConfig, {'ppo': {'symmetry': {'mirror_loss_coef': -1.0}}}, source='t')
+    for coef in (-1.0, float('inf')):  # an infinite weight would turn every loss into inf
+        with pytest.raises(ConfigError, match='mirror_loss_coef'):
+            from_dict(TrainConfig, {'ppo': {'symmetry': {'mirror_loss_coef': coef}}}, source='t')
 
 
 def test_learner_mirrors_every_terrain_group_and_refuses_wrong_sizes(robot):

@@ -45,7 +45,7 @@ class SymmetryConfig:
     data_augmentation: bool = param(False, 'append the mirror of every mini-batch (obs, '
                                            'actions; values, advantages, log-probs repeated)')
     mirror_loss_coef: float = param(0.0, 'weight of || mu(mirror(o)) - mirror(mu(o)) ||^2 in '
-                                         'the loss (0 = off)', ge=0)
+                                         'the loss (0 = off)', ge=0, le=1000)
 
     @property
     def enabled(self) -> bool:

@@ -302,6 +302,10 @@ def spec_from_config(cfg: RobotConfig, source: str = '<robot config>') -> RobotS
                           'outside the URDF joint limits')
     num_feet = len(cfg.foot_bodies)
     gait = cfg.gait
+    if gait.period_s and gait.period_s < 2 * cfg.sim_dt * cfg.decimation:
+        raise ConfigError(source, 'gait.period_s', f'{gait.period_s} s is shorter than two '
+                          f'control steps ({2 * cfg.sim_dt * cfg.decimation:g} s): the clock '
+                          'would alias; give a longer period, or 0 for no gait clock')
     if gait.period_s != 0 and gait.offsets and len(gait.offsets) != num_feet:
         raise ConfigError(source, 'gait.offsets', f'has {len(gait.offsets)} values for '
                           f'{num_feet} feet')

@@ -182,6 +182,10 @@ def derive_mirror(robot: 'RobotSpec', swap: dict[str, str], source: str) -> Robo
                               'mirrored partner (or a name without a swapped part)')
         index.append(robot.joint_names.index(partner))
     joint_index = np.asarray(index, np.int64)
+    if np.array_equal(joint_index, np.arange(len(index))):
+        raise ConfigError(source, 'mirror.swap', f'{swap} matches no joint name (joints: '
+                          f'{robot.joint_names[0]!r}, ...); give the name parts that tell left '
+                          'from right')
     # The zero pose with the base at the origin: axes and anchors in the base frame.
     data.qpos[:] = model.qpos0
     data.qpos[0:7] = [0, 0, 0, 1, 0, 0, 0]
