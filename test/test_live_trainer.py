@@ -226,3 +226,71 @@ def test_a_per_step_normaliser_is_refused_for_live_training(tmp_path, robot):
     reproduced: refused by field name with the value that works."""
     with pytest.raises(ConfigError, match="policy.obs_normalizer.*'sb3'.*rsl_rl"):
         make_trainer(tmp_path, robot, Clock(), cfg={'policy': {'obs_normalizer': 'sb3'}})
+
+
+def test_roster_reports_an_actor_joining_going_silent_and_coming_back_once_each():
+    from claw_rl_ros.core.live.actor_roster import ActorRoster
+    clock = Clock()
+    roster = ActorRoster(batch_timeout_s=2.0, clock=clock)
+    roster.accepted('/b/actor')
+    roster.accepted('/c/actor')
+    assert [e[1] for e in roster.drain()] == ['/b/actor joined: first chunk accepted',
+                                              '/c/actor joined: first chunk accepted']
+    roster.batch({'/b/actor', '/c/actor'}, timed_out=False, counted=2, expected=2)
+    clock.now += 1.5
+    roster.accepted('/c/actor')
+    clock.now += 1.0  # b quiet for 2.5 s, over the timeout; c for 1.0 s
+    roster.batch({'/c/actor'}, timed_out=True, counted=1, expected=2)
+    events = roster.drain()
+    assert [level for level, _ in events] == ['warn'], events
+    assert events[0][1].startswith('/b/actor silent: no chunk for 2.5 s (a batch timed out '
+                                   'after 2 s with 1 of 2 chunks)'), events
+    assert roster.silent() == ['/b/actor']
+    clock.now += 5.0  # later timed-out batches say nothing new; c is still heard
+    roster.accepted('/c/actor')
+    roster.batch({'/c/actor'}, timed_out=True, counted=1, expected=2)
+    assert roster.drain() == []
+    roster.accepted('/b/actor')
+    assert roster.drain() == [('info', '/b/actor is back: chunk accepted after 7.5 s '
+                               'without one')]
+    assert roster.silent() == []
+    # A full batch never reports silence (nobody held it up).
+    clock.now += 10.0
+    roster.batch(set(), timed_out=False, counted=2, expected=2)
+    assert roster.drain() == []
+    # Absent from a timed-out batch but heard under batch_timeout_s ago (its chunk came after
+    # the batch was cut): not silent.
+    roster.accepted('/b/actor')
+    clock.now += 0.5
+    roster.batch({'/c/actor'}, timed_out=True, counted=1, expected=2)
+    assert roster.drain() == [] and roster.silent() == []
+    assert roster.summary() == {'/b/actor': {'chunks': 3, 'silences': 1},
+                                '/c/actor': {'chunks': 3, 'silences': 0}}
+
+
+def test_a_timed_out_batch_names_the_actor_it_waited_for(tmp_path, robot):
+    clock = Clock()
+    trainer = make_trainer(tmp_path, robot, clock, chunks_per_iteration=2, batch_timeout_s=5.0)
+    sha = push(trainer)
+    actors = [Actor(trainer, seed) for seed in (0, 1)]
+    for actor in actors:
+        trainer.offer(actor.chunk(trainer, sha))
+    trainer.iterate()
+    assert [level for level, _ in trainer.roster.drain()] == ['info', 'info']  # joined
+    sha = push(trainer)
+    trainer.offer(actors[0].chunk(trainer, sha))
+    clock.now += 5.1
+    assert trainer.ready()
+    metrics = trainer.iterate()
+    events = trainer.roster.drain()
+    assert len(events) == 1 and events[0][0] == 'warn' and \
+        events[0][1].startswith('/a1 silent'), events
+    assert metrics['actors_silent'] == 1
+    sha = push(trainer)
+    trainer.offer(actors[1].chunk(trainer, sha))
+    assert trainer.roster.drain()[0][1].startswith('/a1 is back')
+    for actor in actors:
+        actor.env.close()
+    summary = trainer.finish(stopped=True)
+    assert summary['actors'] == {'/a0': {'chunks': 2, 'silences': 0},
+                                 '/a1': {'chunks': 2, 'silences': 1}}

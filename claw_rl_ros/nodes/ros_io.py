@@ -113,6 +113,15 @@ def diagnostics(node: Node, name: str, level: str, message: str,
     return DiagnosticArray(header=Header(stamp=WALL_CLOCK.now().to_msg()), status=[status])
 
 
+def log_events(node: Node, events: list[tuple[str, str]]) -> None:
+    """Log ``(level, text)`` events, level ``'info'`` or ``'warn'``."""
+    for level, text in events:
+        if level == 'warn':  # (one severity per logger call site: rclpy refuses a change)
+            node.get_logger().warning(text)
+        else:
+            node.get_logger().info(text)
+
+
 def spin(make_node: Callable[[], Node], args: list[str] | None = None) -> int:
     """``rclpy.init(args)``, spin the node, clean shutdown on Ctrl-C; exit code 1 on refusal.
 

@@ -40,8 +40,8 @@ from ..core.live.live_trainer import LiveTrainer
 from ..core.sim.robot import load_robot
 from ..core.deploy.node_config import TrainerParams
 from .node_params import declare
-from .ros_io import (COMMAND_QOS, diagnostics, exit_without_teardown, spin, STATE_QOS,
-                     steady_timer)
+from .ros_io import (COMMAND_QOS, diagnostics, exit_without_teardown, log_events, spin,
+                     STATE_QOS, steady_timer)
 
 
 # A target that has not answered an activation within this time (e.g. killed mid-call) is
@@ -118,10 +118,13 @@ class TrainerNode(Node):
         error = self.trainer.offer(msg.data)
         if error is not None:
             self.get_logger().warning(f'chunk dropped: {error}', throttle_duration_sec=2.0)
+        log_events(self, self.trainer.roster.drain())  # a join before its iteration
         self.maybe_iterate()
+        log_events(self, self.trainer.roster.drain())
 
     def on_timer(self) -> None:
         self.maybe_iterate()
+        log_events(self, self.trainer.roster.drain())
         self.activate_targets()
 
     def maybe_iterate(self) -> None:
@@ -158,9 +161,11 @@ class TrainerNode(Node):
         self.publish_metrics(counters)
         fields = {'policy_version': self.trainer.learner.policy_version,
                   'pending_chunks': len(self.trainer.pending), **counters,
+                  'silent_actors': ', '.join(self.trainer.roster.silent()) or 'none',
                   **{f'acting {name}': t['acked'][:12] or 'none'
                      for name, t in self.targets.items()}}
-        level = 'warn' if counters['dropped_fraction'] > 0.5 else 'ok'
+        level = 'warn' if counters['dropped_fraction'] > 0.5 or self.trainer.roster.silent() \
+            else 'ok'
         self.pub_diag.publish(diagnostics(self, 'trainer', level, f'iteration '
                                           f'{fields["iteration"]}', fields))
 

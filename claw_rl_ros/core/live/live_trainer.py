@@ -11,6 +11,8 @@ offline (``algorithm`` picks :class:`~.chunk_learner.ChunkLearner` or
   chunks are learnt from rather than held until they go stale). Only chunks of at least
   ``min_chunk_envs`` worlds count towards both: smaller ones (the 1-world control-loop actor's)
   never start an iteration ahead of the batched actors, but are learnt from with them;
+- :attr:`roster` (:class:`~.actor_roster.ActorRoster`): an actor joining, going silent (a
+  batch timed out without it) and coming back, as events for the node to log;
 - :meth:`iterate`: :meth:`ChunkLearner.learn <.chunk_learner.ChunkLearner.learn>` on the
   pending chunks, one row in ``metrics.csv`` and TensorBoard (the offline
   :class:`~..learning.run_artifacts.RunArtifacts`), the learner's atomic checkpoint (the
@@ -37,6 +39,7 @@ from ..learning import checkpoint as ckpt
 from ..learning.run_artifacts import run_ended, RunArtifacts, write_config
 from ..learning.train_config import TrainConfig
 from ..sim.observations import observation_dims
+from .actor_roster import ActorRoster
 from .chunk_filter import ChunkGate, PolicyLagFilter
 from .chunk_learner import ChunkLearner
 from .rollout_chunk import ChunkError
@@ -85,6 +88,7 @@ class LiveTrainer:
         self.resumed_from = self._start_or_resume(resume)
         self.artifacts = RunArtifacts(self.run_dir, cfg, self.learner.iteration, self.stream,
                                       tensorboard)
+        self.roster = ActorRoster(batch_timeout_s, clock)  # who is heard from, who went quiet
         self.pending: list = []
         self._counted = 0  # pending chunks of at least min_chunk_envs worlds
         self._first_pending = 0.0
@@ -122,6 +126,7 @@ class LiveTrainer:
                 if not self._counted:
                     self._first_pending = now
                 self._counted += 1
+                self.roster.accepted(chunk.actor_id)
             self.pending.append(chunk)
         return error
 
@@ -139,7 +144,10 @@ class LiveTrainer:
     # ----------------------------------------------------------------------------- learn
     def iterate(self) -> dict[str, float]:
         """Learn from the pending chunks; log, checkpoint; returns the iteration's metrics."""
-        chunks, self.pending, self._counted = self.pending, [], 0
+        chunks, counted = self.pending, self._counted
+        self.pending, self._counted = [], 0
+        self.roster.batch({c.actor_id for c in chunks if c.num_envs >= self.min_chunk_envs},
+                          counted < self.per_iteration, counted, self.per_iteration)
         metrics = self.learner.learn(chunks)
         now = self.clock()
         steps = sum(c.num_steps * c.num_envs for c in chunks)
@@ -150,6 +158,7 @@ class LiveTrainer:
         metrics.update(steps_per_s=steps / max(now - since, 1e-9),
                        wall_time_s=self.learner.elapsed_s, **self.gate.counters.as_dict())
         metrics['actors'] = len({c.actor_id for c in chunks})
+        metrics['actors_silent'] = len(self.roster.silent())
         self.artifacts.log(self.learner.iteration, metrics, self.elapsed_s)
         self._save()
         return metrics
@@ -190,5 +199,5 @@ class LiveTrainer:
         self.summary = self.artifacts.finish(
             learner, stopped, lambda: export_and_evaluate(learner, self.robot, self.run_dir),
             {'wall_time_s': round(self.elapsed_s, 1), 'steps_per_s': steps_per_s,
-             'chunks': self.gate.counters.as_dict()})
+             'chunks': self.gate.counters.as_dict(), 'actors': self.roster.summary()})
         return self.summary
