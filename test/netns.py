@@ -1,0 +1,205 @@
+"""Hosts on one machine for multi-host tests: Linux network namespaces on one switch (root only).
+
+:class:`Network` makes a namespace per host plus one ``switch`` namespace holding a bridge; each
+host's ``eth0`` (a veth pair) is plugged into the bridge, with an address of its own on
+``10.<net>.0.0/24``. It runs processes inside a host (``ip netns exec``), takes a host's link
+down and up (the switch-side end: the host sees its carrier go), shapes a link with ``tc``
+(``tbf``: rate; this kernel has no ``netem``), and deletes a host for good (its processes are
+SIGKILLed, then its namespace goes). :meth:`Network.close` (also run on any exception inside
+``with``) kills every process of every host and deletes every namespace, so a failed test
+leaves nothing behind; namespaces an earlier, killed run left are removed at the next start.
+
+:func:`require_netns` is the gate: for root it makes a throw-away namespace and fails loudly
+when it cannot; for anyone else it skips with a one-line reason, unless ``CI`` or
+``CLAW_REQUIRE_NETNS`` is set, where it fails (CI never skips these tests).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import time
+
+import pytest
+
+PREFIX = 'clawnet'  # every namespace these tests make starts with this
+SKIP_REASON = 'network-namespace tests need root (ip netns, veth); run make test as root'
+
+
+def ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    """``ip <args>``; a failure raises with the command and what it printed."""
+    done = subprocess.run(['ip', *args], capture_output=True, text=True)
+    if check and done.returncode != 0:
+        raise RuntimeError(f'ip {" ".join(args)} failed ({done.returncode}): '
+                           f'{done.stderr.strip() or done.stdout.strip()}')
+    return done
+
+
+def namespaces() -> list[str]:
+    out = ip('netns', 'list', check=False).stdout
+    return [line.split()[0] for line in out.splitlines() if line.strip()]
+
+
+def kill_namespace(ns: str) -> None:
+    """SIGKILL every process in ``ns``, then delete it (missing: nothing to do)."""
+    if ns not in namespaces():
+        return
+    pids = ip('netns', 'pids', ns, check=False).stdout.split()
+    for pid in pids:
+        try:
+            os.kill(int(pid), signal.SIGKILL)
+        except (ProcessLookupError, ValueError):
+            pass
+    ip('netns', 'del', ns, check=False)
+
+
+def remove_leftovers() -> None:
+    """Namespaces of a run whose pytest process is gone (killed before its cleanup)."""
+    for ns in namespaces():
+        if not ns.startswith(PREFIX):
+            continue
+        owner = ns[len(PREFIX):].split('_')[0]
+        if owner.isdigit() and not os.path.exists(f'/proc/{owner}'):
+            kill_namespace(ns)
+
+
+def require_netns() -> None:
+    """Fail loudly (root, or CI) or skip (other users) when namespaces cannot be made."""
+    required = os.environ.get('CI') or os.environ.get('CLAW_REQUIRE_NETNS')
+    if os.geteuid() != 0:
+        if required:
+            pytest.fail(f'{SKIP_REASON} (CI requires them; CI and .ci/run run as root)')
+        pytest.skip(SKIP_REASON)
+    probe = f'{PREFIX}{os.getpid()}_probe'
+    try:
+        ip('netns', 'add', probe)
+        ip('-n', probe, 'link', 'add', 'va', 'type', 'veth', 'peer', 'name', 'vb')
+    except (OSError, RuntimeError) as exc:
+        pytest.fail(f'cannot make network namespaces and veth links as root: {exc}')
+    finally:
+        kill_namespace(probe)
+
+
+class Host:
+    """One namespace: its name, address and the switch-side end of its link."""
+
+    def __init__(self, name: str, ns: str, address: str, port: str):
+        self.name, self.ns, self.address, self.port = name, ns, address, port
+
+    def command(self, cmd: list[str]) -> list[str]:
+        return ['ip', 'netns', 'exec', self.ns, *cmd]
+
+
+class Network:
+    """Hosts on one bridged /24; see the module docstring. ``multicast`` False: the switch
+    floods no multicast to any port (and the hosts have no multicast route), as on networks
+    where discovery must be unicast."""
+
+    def __init__(self, hosts: list[str], multicast: bool = True):
+        remove_leftovers()
+        self.tag = f'{PREFIX}{os.getpid()}_{random.SystemRandom().randint(0, 9999)}'
+        net = random.SystemRandom().randint(100, 250)
+        self.switch = f'{self.tag}_sw'
+        self.hosts: dict[str, Host] = {}
+        self.procs: list[subprocess.Popen] = []
+        try:
+            ip('netns', 'add', self.switch)
+            ip('-n', self.switch, 'link', 'add', 'br0', 'type', 'bridge')
+            ip('-n', self.switch, 'link', 'set', 'br0', 'up')
+            for i, name in enumerate(hosts, start=1):
+                self._add(name, f'10.{net}.0.{i}', f'p{i}', multicast)
+        except BaseException:
+            self.close()
+            raise
+
+    def _add(self, name: str, address: str, port: str, multicast: bool) -> None:
+        ns = f'{self.tag}_{name}'
+        ip('netns', 'add', ns)
+        self.hosts[name] = Host(name, ns, address, port)
+        ip('-n', ns, 'link', 'set', 'lo', 'up')
+        ip('-n', ns, 'link', 'add', 'eth0', 'type', 'veth', 'peer', 'name', port,
+           'netns', self.switch)
+        ip('-n', ns, 'addr', 'add', f'{address}/24', 'dev', 'eth0')
+        ip('-n', ns, 'link', 'set', 'eth0', 'multicast', 'on' if multicast else 'off')
+        ip('-n', ns, 'link', 'set', 'eth0', 'up')
+        if multicast:  # DDS discovery sends to 239.255.0.1: route it out of the link
+            ip('-n', ns, 'route', 'add', '224.0.0.0/4', 'dev', 'eth0')
+        ip('-n', self.switch, 'link', 'set', port, 'master', 'br0')
+        if not multicast:  # the switch forwards no multicast: discovery has to be unicast
+            ip('-n', self.switch, 'link', 'set', port, 'type', 'bridge_slave', 'mcast_flood',
+               'off')
+        ip('-n', self.switch, 'link', 'set', port, 'up')
+
+    def __enter__(self) -> 'Network':
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __getitem__(self, name: str) -> Host:
+        return self.hosts[name]
+
+    def addresses(self, *names: str) -> str:
+        """``ROS_STATIC_PEERS`` value for these hosts (all when none given)."""
+        return ';'.join(self.hosts[n].address for n in (names or self.hosts))
+
+    def popen(self, host: str, cmd: list[str], **kwargs) -> subprocess.Popen:
+        """Start ``cmd`` inside ``host`` (its processes are killed by :meth:`close`)."""
+        proc = subprocess.Popen(self.hosts[host].command(cmd), **kwargs)
+        self.procs.append(proc)
+        return proc
+
+    def set_link(self, host: str, up: bool) -> None:
+        """The host's link down (cable pulled at the switch: the host loses carrier) or up."""
+        ip('-n', self.switch, 'link', 'set', self.hosts[host].port, 'up' if up else 'down')
+
+    def shape(self, host: str, rate_mbit: float) -> None:
+        """``tbf`` at ``rate_mbit`` on both ends of the host's link (each direction)."""
+        for ns, dev in ((self.hosts[host].ns, 'eth0'), (self.switch, self.hosts[host].port)):
+            subprocess.run(['ip', 'netns', 'exec', ns, 'tc', 'qdisc', 'replace', 'dev', dev,
+                            'root', 'tbf', 'rate', f'{rate_mbit}mbit', 'burst', '64kb',
+                            'latency', '200ms'], check=True, capture_output=True)
+
+    def rx_bytes(self, host: str) -> int:
+        """Bytes the host has received on its link (``eth0``)."""
+        import json
+        link = json.loads(ip('-n', self.hosts[host].ns, '-s', '-j', 'link', 'show', 'eth0').stdout)
+        return int(link[0]['stats64']['rx']['bytes'])
+
+    def remove(self, host: str) -> None:
+        """The host disappears for good: its processes SIGKILLed, its namespace deleted."""
+        kill_namespace(self.hosts.pop(host).ns)
+
+    def close(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+        for host in list(self.hosts):
+            self.remove(host)
+        kill_namespace(self.switch)
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+        self.procs.clear()
+
+
+def wait_for_line(path, predicate, timeout: float, start: int = 0, what: str = ''):
+    """The first line of the growing file ``path`` (from character ``start``) that satisfies
+    ``predicate``; polled (a log file has no event to wait on); on timeout the test fails."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            text = open(path).read()[start:]
+        except FileNotFoundError:
+            text = ''
+        for line in text.splitlines():
+            if predicate(line):
+                return line
+        if time.monotonic() > deadline:
+            pytest.fail(f'no line of {path} {what or "matched"} within {timeout:g} s; '
+                        f'its end:\n{text[-3000:]}')
+        time.sleep(0.2)
