@@ -21,7 +21,10 @@ PENDULUM_LIMIT = 200  # Pendulum-v1's TimeLimit; its dt is 0.05 s
 
 def needs_mujoco_envs():
     """Gymnasium's MuJoCo envs import imageio (the gymnasium[mujoco] extra)."""
-    pytest.importorskip('imageio', reason='gymnasium MuJoCo envs need imageio (gymnasium[mujoco])')
+    try:
+        import imageio  # noqa: F401
+    except ImportError as exc:  # a missing dependency fails loudly, never skips
+        pytest.fail(f'gymnasium MuJoCo envs need imageio (requirements.txt; make venv): {exc}')
 
 
 class CountdownEnv(gym.Env):
