@@ -3,6 +3,7 @@ both actors are used, the trainer pushes new students through the hot-swap mecha
 advance at both actors), training goes on when an actor dies and a restarted actor gets the
 current model, checkpoints are written, and every process stops cleanly."""
 
+import json
 from pathlib import Path
 import re
 import shutil
@@ -169,6 +170,33 @@ def test_two_actors_feed_one_trainer_and_get_its_pushes(ros_env, probe, tmp_path
     assert 'now acts with' not in picky.log
     assert sorted(p.name for p in (run_dir / 'checkpoints').iterdir())
     assert (run_dir / 'models' / 'student_v2.onnx').is_file()
+
+
+def test_the_time_budget_ends_training_when_no_chunk_comes_any_more(  # noqa: F811
+        ros_env, probe, tmp_path):
+    """Every actor gone (host down, link cut): no iteration can start, yet the budget is
+    spent; the trainer writes its summary and exits 0 instead of waiting forever."""
+    config = tmp_path / 'tiny.yaml'
+    config.write_text(TINY_YAML)
+    run_dir = tmp_path / 'run'
+    probe.subscribe('/trainer/metrics/accepted', Float32, 10)
+    budget = 12.0
+    trainer = NodeProcess('trainer_node', ros_env, tmp_path, {
+        'config': str(config), 'run_dir': str(run_dir), 'time_budget_s': budget,
+        'max_iterations': 10 ** 6, 'push_targets': ['/a/actor']}, name='trainer')
+    actor = NamespacedNode('actor_node', ros_env, tmp_path, {'config': str(config)}, '/a')
+    try:
+        probe.wait_for('/trainer/metrics/accepted', lambda m: m.data >= 1, timeout=240)
+        actor.proc.kill()
+        actor.stop()
+        code = trainer.wait_exit(budget + 60)
+    finally:
+        trainer.stop()
+        actor.stop()
+    assert code == 0, trainer.log
+    summary = json.loads((run_dir / 'summary.json').read_text())
+    assert summary['wall_time_s'] >= budget and summary['iterations'] >= 1, summary
+    assert 'training done' in trainer.log
 
 
 @pytest.mark.parametrize('node', ['actor_node', 'trainer_node'])

@@ -88,6 +88,7 @@ class TrainerNode(Node):
         self.targets = {t: {'client': self.create_client(SetParameters, f'{t}/set_parameters'),
                             'acked': '', 'asked_at': 0.0, 'own': False} for t in targets}
         self.metric_pubs: dict[str, object] = {}
+        self.ended = False  # training done: summary written, shutting down
         self.pub_diag = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
         # A target that reports another version (e.g. restarted, holding no model) gets the
         # current one again. One publisher per version topic: each actor has its own.
@@ -128,24 +129,26 @@ class TrainerNode(Node):
         self.activate_targets()
 
     def maybe_iterate(self) -> None:
-        if not self.trainer.ready():
-            return
-        actors = sorted({c.actor_id for c in self.trainer.pending})
-        metrics = self.trainer.iterate()
-        # Per iteration: DEBUG (the trainer's progress line, metrics and /diagnostics say it).
-        self.get_logger().debug(
-            f'iteration {self.trainer.learner.iteration}: {metrics["chunks"]} chunks from '
-            f'{", ".join(actors)}, mean reward {metrics["mean_reward"]:.4f}, dropped '
-            f'{metrics["dropped_fraction"]:.0%}')
-        self.publish_metrics(metrics)
-        if self.trainer.done():
+        if self.trainer.ready():
+            actors = sorted({c.actor_id for c in self.trainer.pending})
+            metrics = self.trainer.iterate()
+            # Per iteration: DEBUG (the progress line, metrics and /diagnostics say it).
+            self.get_logger().debug(
+                f'iteration {self.trainer.learner.iteration}: {metrics["chunks"]} chunks from '
+                f'{", ".join(actors)}, mean reward {metrics["mean_reward"]:.4f}, dropped '
+                f'{metrics["dropped_fraction"]:.0%}')
+            self.publish_metrics(metrics)
+            if not self.trainer.done():
+                self.push()
+                return
+        # Also when no chunk comes any more (every actor gone): the time budget still ends it.
+        if self.trainer.done() and not self.ended:
+            self.ended = True
             self.trainer.finish(stopped=False)
             # The numbers; the tables (chunk counters, evaluations) are in summary.json.
             brief = {k: v for k, v in self.trainer.summary.items() if not isinstance(v, dict)}
             self.get_logger().info(f'training done: {brief} (all of it: summary.json)')
             rclpy.try_shutdown(context=self.context)
-            return
-        self.push()
 
     def publish_metrics(self, metrics: dict) -> None:
         for name, value in metrics.items():
