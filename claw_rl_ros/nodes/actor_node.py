@@ -33,7 +33,7 @@ from std_msgs.msg import String, UInt8MultiArray
 from ..core.deploy.model_swap import ModelCache, ModelNotReceived, ModelRejected
 from ..core.learning.train_config import load_train_config, split_overrides
 from ..core.live.batched_actor import BatchedActor, OnnxBehaviour
-from ..core.live.rollout_chunk import encode_chunk
+from ..core.live.chunk_encoding import encode
 from ..core.sim.env import VecLocomotionEnv
 from ..core.deploy.node_config import ActorParams
 from .node_params import declare
@@ -62,6 +62,7 @@ class ActorNode(Node):
                                   self.get_fully_qualified_name(), seed=p.seed,
                                   chunks_in_flight=p.chunks_in_flight,
                                   credit_timeout_s=p.credit_timeout_s)
+        self.chunk_encoding = p.chunk_encoding
         self.pub_chunk = self.create_publisher(UInt8MultiArray, p.chunk_topic, COMMAND_QOS)
         self.pub_version = self.create_publisher(String, '~/model_version', STATE_QOS)
         self.create_subscription(UInt8MultiArray, 'policy/model', self.on_model, STATE_QOS)
@@ -70,7 +71,8 @@ class ActorNode(Node):
         self.create_timer(0.005, self.on_tick)
         self.pub_version.publish(String(data='none'))  # tells the trainer: no model yet
         self.get_logger().info(f'{self.env.num_envs} worlds x {self.actor.num_steps} steps per '
-                               f'chunk on {p.chunk_topic}; waiting for a model')
+                               f'chunk on {p.chunk_topic} ({p.chunk_encoding}); waiting for a '
+                               'model')
 
     def on_model(self, msg: UInt8MultiArray) -> None:
         sha, verdict = self.models.offer(bytes(msg.data))
@@ -109,7 +111,7 @@ class ActorNode(Node):
             self.get_logger().warning(
                 f'no new model {self.actor.credit_timeout_s:g} s after the last chunk: '
                 'collecting one more (a chunk was lost, or the trainer is slow)')
-        payload = encode_chunk(self.actor.collect())
+        payload = encode(self.actor.collect(), self.chunk_encoding)
         self.pub_chunk.publish(UInt8MultiArray(data=array.array('B', payload)))
 
     def destroy_node(self) -> None:

@@ -23,6 +23,8 @@ from ..sim.terrain import TERRAIN_TYPES
 # arrives; the Python SingleThreadedExecutor rebuilds its wait set on every wake-up (measured
 # in bench/ros_control.py: it doubled the realtime joint_states -> command latency).
 EXECUTORS = ('events', 'single_threaded')
+# How an actor's chunks travel (core/live/chunk_encoding.py encodes each).
+CHUNK_ENCODINGS = ('raw', 'zstd', 'zstd_f16')
 
 
 def param(default, doc: str, read_only: bool = True, choices: tuple = ()):
@@ -200,6 +202,9 @@ class ActorParams:
     num_envs: int = param(0, "MuJoCo worlds (0: the config's env.num_envs)")
     seed: int = param(0, 'env and action-sampling seed')
     chunk_topic: str = param('/rollout_chunks', CHUNK_TOPIC)
+    chunk_encoding: str = param('raw', 'chunks on the wire: raw, zstd (lossless, ~0.65 of raw) '
+                                'or zstd_f16 (float16 observations, ~0.4; not bit-identical) '
+                                'for slow links', choices=CHUNK_ENCODINGS)
     max_model_bytes: int = param(DEFAULT_MAX_MODEL_BYTES, 'size cap of a model [bytes]')
     physics_threads: int = param(1, "physics threads (0: the config's env.num_threads)")
     chunks_in_flight: int = param(1, 'chunks the actor may be ahead of the trainer (1: '

@@ -13,6 +13,7 @@ from collections import OrderedDict
 from typing import Any
 
 from ..deploy.control_stats import Counters
+from .chunk_encoding import expand
 from .rollout_chunk import (CAUSES, ChunkError, ChunkSpec, decode_chunk, RolloutChunk,
                             STALE_VERSION, UNKNOWN_VERSION)
 
@@ -94,7 +95,7 @@ class ChunkGate:
     def admit(self, payload: Any) -> RolloutChunk:
         """The decoded chunk if it may enter a batch; else counts and re-raises ChunkError."""
         try:
-            chunk = decode_chunk(payload, self.spec)
+            chunk = decode_chunk(expand(payload, self.spec), self.spec)
             self.lag_filter.check(chunk.policy_version, chunk.model_sha)
         except ChunkError as exc:
             self.counters.dropped.add(exc.cause)

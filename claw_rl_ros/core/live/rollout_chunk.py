@@ -208,8 +208,10 @@ _HEADER_TYPES = {'model_sha': str, 'policy_version': int, 'actor_id': str, 'seq'
                  'episode_keys': list, 'stats': dict, 'fields': list}
 
 
-def _read_header(view: memoryview) -> tuple[dict[str, Any], int, int]:
-    """(header, body offset, body length) of a payload; ChunkError if unreadable."""
+def check_head(view: memoryview, spec: ChunkSpec | None) -> tuple[dict[str, Any], int, int]:
+    """(header, body offset, body length) from a payload's prefix and header (its body need not
+    follow); with ``spec``, sizes and the field table are checked too, so the body length is
+    what the spec allows. ChunkError if any of it is wrong."""
     if len(view) < _PREFIX.size:
         raise ChunkError(TRUNCATED, f'payload of {len(view)} bytes is shorter than the '
                          f'{_PREFIX.size}-byte prefix')
@@ -220,12 +222,9 @@ def _read_header(view: memoryview) -> tuple[dict[str, Any], int, int]:
         raise ChunkError(FORMAT, f'format version {version}, this trainer reads '
                          f'{FORMAT_VERSION}; run actors and trainer from the same release')
     start = _PREFIX.size + header_len
-    if len(view) < start + body_len:
+    if len(view) < start:
         raise ChunkError(TRUNCATED, f'payload has {len(view)} bytes, its prefix announces '
                          f'{start + body_len}')
-    if len(view) > start + body_len:
-        raise ChunkError(MALFORMED, f'payload has {len(view) - start - body_len} bytes after '
-                         'the announced body')
     try:
         header = json.loads(bytes(view[_PREFIX.size:start]))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -237,7 +236,26 @@ def _read_header(view: memoryview) -> tuple[dict[str, Any], int, int]:
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
             raise ChunkError(MALFORMED, f'header field {key} is {value!r}, expected '
                              f'{kind.__name__}')
+    if spec is not None:
+        _check_table(header, body_len, spec)
     return header, start, body_len
+
+
+def _check_table(h: dict[str, Any], body_len: int, spec: ChunkSpec) -> None:
+    _check_sizes(h, spec)
+    keys = h['episode_keys']
+    if not all(isinstance(k, str) for k in keys) or \
+            not all(isinstance(v, (int, float)) for v in h['stats'].values()):
+        raise ChunkError(MALFORMED, 'episode_keys must be strings and stats numbers')
+    if h['fields'] != [[name, list(shape)] for name, shape in _table(h)]:
+        raise ChunkError(MALFORMED, 'the field table does not match the header sizes')
+    if body_len != 4 * sum(math.prod(shape) for _, shape in _table(h)):
+        raise ChunkError(MALFORMED, f'body of {body_len} bytes does not match the field table')
+
+
+def _table(h: dict[str, Any]) -> list[tuple[str, tuple[int, ...]]]:
+    return field_table(h['num_steps'], h['num_envs'], h['num_actions'], h['obs_groups'],
+                       h['num_final'], h['num_episodes'], h['has_values'], h['episode_keys'])
 
 
 def _check_sizes(h: dict[str, Any], spec: ChunkSpec) -> None:
@@ -261,27 +279,22 @@ def _check_sizes(h: dict[str, Any], spec: ChunkSpec) -> None:
 def decode_chunk(payload: Any, spec: ChunkSpec) -> RolloutChunk:
     """A validated chunk from ``payload`` (bytes-like), or ChunkError naming cause and field.
 
-    Checks, in order: prefix and length (truncated / malformed / format_version), header
-    types, sizes against ``spec`` (wrong_size), the field table, every float finite
+    Checks, in order: prefix (truncated / malformed / format_version), header types, sizes
+    against ``spec`` (wrong_size), the field table, the payload's length, every float finite
     (non_finite), sigma > 0 and flags in {0, 1} with one time-out row per truncated flag
     (bad_value). Versions are checked by :class:`~.chunk_filter.PolicyLagFilter`.
     """
     view = memoryview(payload).cast('B')
-    h, start, body_len = _read_header(view)
-    _check_sizes(h, spec)
-    keys = h['episode_keys']
-    if not all(isinstance(k, str) for k in keys) or \
-            not all(isinstance(v, (int, float)) for v in h['stats'].values()):
-        raise ChunkError(MALFORMED, 'episode_keys must be strings and stats numbers')
-    table = field_table(h['num_steps'], h['num_envs'], h['num_actions'], h['obs_groups'],
-                        h['num_final'], h['num_episodes'], h['has_values'], keys)
-    if h['fields'] != [[name, list(shape)] for name, shape in table]:
-        raise ChunkError(MALFORMED, 'the field table does not match the header sizes')
-    if body_len != 4 * sum(math.prod(shape) for _, shape in table):
-        raise ChunkError(MALFORMED, f'body of {body_len} bytes does not match the field table')
+    h, start, body_len = check_head(view, spec)
+    if len(view) < start + body_len:
+        raise ChunkError(TRUNCATED, f'payload has {len(view)} bytes, its prefix announces '
+                         f'{start + body_len}')
+    if len(view) > start + body_len:
+        raise ChunkError(MALFORMED, f'payload has {len(view) - start - body_len} bytes after '
+                         'the announced body')
     body = np.frombuffer(view, dtype='<f4', offset=start)
     arrays, pos = {}, 0
-    for name, shape in table:
+    for name, shape in _table(h):
         size = math.prod(shape)
         arrays[name] = body[pos:pos + size].reshape(shape)
         pos += size
