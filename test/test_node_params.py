@@ -238,3 +238,12 @@ def test_a_running_node_describes_its_parameters_and_refuses_read_only_ones(
     finally:
         codes = {p.name: p.stop() for p in (policy, sim)}
     assert codes == {'policy_node': 0, 'sim_node': 0}, policy.log + sim.log
+
+
+def test_a_parameter_of_the_wrong_type_is_refused_by_name_without_a_traceback(
+        ros_env, tmp_path):  # noqa: F811
+    trainer = NodeProcess('trainer_node', ros_env, tmp_path, {'time_budget_s': 120})
+    assert trainer.wait_exit(60) == 1
+    trainer.stop()
+    assert 'refusing to start: parameter time_budget_s' in trainer.log, trainer.log
+    assert "expecting type 'DOUBLE'" in trainer.log and 'Traceback' not in trainer.log

@@ -14,6 +14,7 @@ import dataclasses
 import typing
 
 from rcl_interfaces.msg import ParameterDescriptor
+from rclpy.exceptions import InvalidParameterTypeException
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 
@@ -47,8 +48,12 @@ def declare(node: Node, cls: type[T]) -> T:
             description=f.metadata['doc'], read_only=f.metadata['read_only'],
             additional_constraints=f'one of {choices}' if choices else '')
         # An empty list says nothing of its element type: declared by type (value not set).
-        value = node.declare_parameter(f.name, kind if default == [] else default,
-                                       descriptor).value
+        try:
+            value = node.declare_parameter(f.name, kind if default == [] else default,
+                                           descriptor).value
+        except InvalidParameterTypeException as exc:  # e.g. time_budget_s:=120 for a double
+            raise ValueError(f'parameter {f.name}: {exc.args[0]}; give a value of its type '
+                             f'(default {f.name}:={default!r})') from None
         if choices and value not in choices:
             raise ValueError(f'parameter {f.name} = {value!r}; use one of {choices}')
         values[f.name] = list(value or ()) if isinstance(default, list) else value
