@@ -5,9 +5,12 @@ host's ``eth0`` (a veth pair) is plugged into the bridge, with an address of its
 ``10.<net>.0.0/24``. It runs processes inside a host (``ip netns exec``), takes a host's link
 down and up (the switch-side end: the host sees its carrier go), shapes a link with ``tc``
 (``tbf``: rate; this kernel has no ``netem``), and deletes a host for good (its processes are
-SIGKILLed, then its namespace goes). :meth:`Network.close` (also run on any exception inside
-``with``) kills every process of every host and deletes every namespace, so a failed test
-leaves nothing behind; namespaces an earlier, killed run left are removed at the next start.
+SIGKILLed, then its namespace goes). A host given a :class:`Link` in ``links`` is plugged in
+through ``link_emulator.py`` instead of a veth pair (TAP devices, rate + delay + loss in user
+space), for the delay and loss ``tbf`` cannot make. :meth:`Network.close` (also run on any
+exception inside ``with``) kills every process of every host and deletes every namespace, so a
+failed test leaves nothing behind; namespaces an earlier, killed run left are removed at the
+next start. :class:`HostNode` runs a node inside a host, logging to a file.
 
 :func:`require_netns` is the gate: for root it makes a throw-away namespace and fails loudly
 when it cannot; for anyone else it skips with a one-line reason, unless ``CI`` or
@@ -16,13 +19,18 @@ when it cannot; for anyone else it skips with a one-line reason, unless ``CI`` o
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 import os
+from pathlib import Path
 import random
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
+
+from ros_helpers import ros_value, ROOT
 
 PREFIX = 'clawnet'  # every namespace these tests make starts with this
 SKIP_REASON = 'network-namespace tests need root (ip netns, veth); run make test as root'
@@ -92,35 +100,57 @@ class Host:
         return ['ip', 'netns', 'exec', self.ns, *cmd]
 
 
+@dataclass(frozen=True)
+class Link:
+    """A host's link made by ``link_emulator.py`` (each direction): Mbit/s (0: unlimited),
+    one-way delay and frame loss probability."""
+
+    rate_mbit: float = 0.0
+    delay_ms: float = 0.0
+    loss: float = 0.0
+    seed: int = 0
+
+    def args(self) -> list[str]:
+        return ['--rate-mbit', f'{self.rate_mbit:g}', '--delay-ms', f'{self.delay_ms:g}',
+                '--loss', f'{self.loss:g}', '--seed', str(self.seed)]
+
+
 class Network:
     """Hosts on one bridged /24; see the module docstring. ``multicast`` False: the switch
     floods no multicast to any port (and the hosts have no multicast route), as on networks
-    where discovery must be unicast."""
+    where discovery must be unicast. ``links``: hosts plugged in through an emulated link."""
 
-    def __init__(self, hosts: list[str], multicast: bool = True):
+    def __init__(self, hosts: list[str], multicast: bool = True,
+                 links: dict[str, Link] | None = None):
         remove_leftovers()
         self.tag = f'{PREFIX}{os.getpid()}_{random.SystemRandom().randint(0, 9999)}'
         net = random.SystemRandom().randint(100, 250)
         self.switch = f'{self.tag}_sw'
         self.hosts: dict[str, Host] = {}
         self.procs: list[subprocess.Popen] = []
+        self.emulators: dict[str, subprocess.Popen] = {}
+        self.link_reports: dict[str, str] = {}  # host: the emulator's counters, after close
         try:
             ip('netns', 'add', self.switch)
             ip('-n', self.switch, 'link', 'add', 'br0', 'type', 'bridge')
             ip('-n', self.switch, 'link', 'set', 'br0', 'up')
             for i, name in enumerate(hosts, start=1):
-                self._add(name, f'10.{net}.0.{i}', f'p{i}', multicast)
+                self._add(name, f'10.{net}.0.{i}', f'p{i}', multicast, (links or {}).get(name))
         except BaseException:
             self.close()
             raise
 
-    def _add(self, name: str, address: str, port: str, multicast: bool) -> None:
+    def _add(self, name: str, address: str, port: str, multicast: bool,
+             link: Link | None) -> None:
         ns = f'{self.tag}_{name}'
         ip('netns', 'add', ns)
         self.hosts[name] = Host(name, ns, address, port)
         ip('-n', ns, 'link', 'set', 'lo', 'up')
-        ip('-n', ns, 'link', 'add', 'eth0', 'type', 'veth', 'peer', 'name', port,
-           'netns', self.switch)
+        if link is None:
+            ip('-n', ns, 'link', 'add', 'eth0', 'type', 'veth', 'peer', 'name', port,
+               'netns', self.switch)
+        else:
+            self._emulate(name, ns, port, link)
         ip('-n', ns, 'addr', 'add', f'{address}/24', 'dev', 'eth0')
         ip('-n', ns, 'link', 'set', 'eth0', 'multicast', 'on' if multicast else 'off')
         ip('-n', ns, 'link', 'set', 'eth0', 'up')
@@ -131,6 +161,39 @@ class Network:
             ip('-n', self.switch, 'link', 'set', port, 'type', 'bridge_slave', 'mcast_flood',
                'off')
         ip('-n', self.switch, 'link', 'set', port, 'up')
+
+    def _emulate(self, name: str, ns: str, port: str, link: Link) -> None:
+        """The emulator opens TAPs ``h<port>`` and ``<port>`` in the switch namespace; the
+        first moves into the host as its ``eth0``, the second stays as the bridge port."""
+        emulator = subprocess.Popen(
+            ['ip', 'netns', 'exec', self.switch, sys.executable, '-u',
+             str(Path(__file__).with_name('link_emulator.py')), '--tap', f'h{port}', '--tap',
+             port, *link.args()], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.emulators[name] = emulator
+        line = emulator.stdout.readline()
+        if line.strip() != 'ready':
+            raise RuntimeError(f'link emulator of {name} did not start: '
+                               f'{line}{emulator.stdout.read() if emulator.poll() else ""}')
+        ip('-n', self.switch, 'link', 'set', f'h{port}', 'netns', ns)
+        ip('-n', ns, 'link', 'set', f'h{port}', 'name', 'eth0')
+
+    def emulator_cpu_s(self, host: str) -> float:
+        """CPU seconds (user + system) the host's link emulator has used so far."""
+        fields = Path(f'/proc/{self.emulators[host].pid}/stat').read_text().rsplit(')', 1)[1]
+        utime, stime = fields.split()[11:13]
+        return (int(utime) + int(stime)) / os.sysconf('SC_CLK_TCK')
+
+    def _stop_emulators(self) -> None:
+        for host, emulator in self.emulators.items():
+            if emulator.poll() is None:
+                emulator.terminate()
+            try:
+                out, _ = emulator.communicate(timeout=10)
+            except subprocess.TimeoutExpired:
+                emulator.kill()
+                out, _ = emulator.communicate()
+            self.link_reports[host] = out.strip()
+        self.emulators.clear()
 
     def __enter__(self) -> 'Network':
         return self
@@ -176,6 +239,7 @@ class Network:
         for proc in self.procs:
             if proc.poll() is None:
                 proc.kill()
+        self._stop_emulators()
         for host in list(self.hosts):
             self.remove(host)
         kill_namespace(self.switch)
@@ -185,6 +249,57 @@ class Network:
             except subprocess.TimeoutExpired:
                 pass
         self.procs.clear()
+
+
+class HostNode:
+    """A node process inside a host's namespace, logging to a file; SIGINT stops it."""
+
+    def __init__(self, net: Network, host: str, node: str, env: dict, log_dir: Path,
+                 params: dict, namespace: str = '', name: str = '', debug: bool = False):
+        self.name = name or f'{node}{namespace.replace("/", "_")}'
+        self.log_path = Path(log_dir) / f'{self.name}.log'
+        cmd = [sys.executable, '-m', f'claw_rl_ros.nodes.{node}', '--ros-args']
+        for key, value in params.items():
+            cmd += ['-p', f'{key}:={ros_value(value)}']
+        if namespace:
+            cmd += ['-r', f'__ns:={namespace}']
+        if debug:
+            cmd += ['--log-level', f'{name or node}:=debug']
+        self._log = open(self.log_path, 'w')
+        self.proc = net.popen(host, cmd, cwd=ROOT, env=env, stdout=self._log,
+                              stderr=subprocess.STDOUT)
+
+    @property
+    def log(self) -> str:
+        if not self._log.closed:
+            self._log.flush()
+        return self.log_path.read_text()
+
+    def size(self) -> int:
+        return len(self.log)
+
+    def stop(self, timeout: float = 60.0) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()
+        return self.proc.returncode
+
+
+def host_env(tmp_path: Path, host: str, domain: int, discovery: str, peers: str) -> dict:
+    """The environment of a process on ``host``: one domain for all, ROS_HOME of its own."""
+    home = tmp_path / f'ros_home_{host}'
+    env = dict(os.environ, ROS_DOMAIN_ID=str(domain), ROS_AUTOMATIC_DISCOVERY_RANGE=discovery,
+               ROS_HOME=str(home), ROS_LOG_DIR=str(home / 'log'),
+               RMW_IMPLEMENTATION='rmw_fastrtps_cpp', PYTHONUNBUFFERED='1')
+    env.pop('ROS_STATIC_PEERS', None)
+    if peers:
+        env['ROS_STATIC_PEERS'] = peers
+    return env
 
 
 def wait_for_line(path, predicate, timeout: float, start: int = 0, what: str = ''):

@@ -17,17 +17,12 @@ so it has no probe on their graph).
 from __future__ import annotations
 
 import csv
-from pathlib import Path
 import random
 import re
-import signal
-import subprocess
-import sys
 
 import pytest
 
-from netns import Network, require_netns, wait_for_line
-from ros_helpers import ros_value, ROOT
+from netns import host_env, HostNode, Network, require_netns, wait_for_line
 from test_nodes_trainer import TINY_YAML, zero_chunk
 
 BATCH_TIMEOUT_S = 2.0
@@ -36,58 +31,6 @@ BATCH_TIMEOUT_S = 2.0
 @pytest.fixture(scope='module', autouse=True)
 def _gate():
     require_netns()
-
-
-class HostNode:
-    """A node process inside a host's namespace, logging to a file; SIGINT stops it."""
-
-    def __init__(self, net: Network, host: str, node: str, env: dict, log_dir: Path,
-                 params: dict, namespace: str = '', name: str = '', debug: bool = False):
-        self.name = name or f'{node}{namespace.replace("/", "_")}'
-        self.log_path = Path(log_dir) / f'{self.name}.log'
-        cmd = [sys.executable, '-m', f'claw_rl_ros.nodes.{node}', '--ros-args']
-        for key, value in params.items():
-            cmd += ['-p', f'{key}:={ros_value(value)}']
-        if namespace:
-            cmd += ['-r', f'__ns:={namespace}']
-        if debug:
-            cmd += ['--log-level', f'{name or node}:=debug']
-        self._log = open(self.log_path, 'w')
-        self.proc = net.popen(host, cmd, cwd=ROOT, env=env, stdout=self._log,
-                              stderr=subprocess.STDOUT)
-
-    @property
-    def log(self) -> str:
-        if not self._log.closed:
-            self._log.flush()
-        return self.log_path.read_text()
-
-    def size(self) -> int:
-        return len(self.log)
-
-    def stop(self, timeout: float = 60.0) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self._log.close()
-        return self.proc.returncode
-
-
-def host_env(tmp_path: Path, host: str, domain: int, discovery: str, peers: str) -> dict:
-    """The environment of a process on ``host``: one domain for all, ROS_HOME of its own."""
-    import os
-    home = tmp_path / f'ros_home_{host}'
-    env = dict(os.environ, ROS_DOMAIN_ID=str(domain), ROS_AUTOMATIC_DISCOVERY_RANGE=discovery,
-               ROS_HOME=str(home), ROS_LOG_DIR=str(home / 'log'),
-               RMW_IMPLEMENTATION='rmw_fastrtps_cpp', PYTHONUNBUFFERED='1')
-    env.pop('ROS_STATIC_PEERS', None)
-    if peers:
-        env['ROS_STATIC_PEERS'] = peers
-    return env
 
 
 def chunk_bytes(robot) -> int:
