@@ -180,13 +180,15 @@ def test_the_time_budget_ends_training_when_no_chunk_comes_any_more(  # noqa: F8
     config.write_text(TINY_YAML)
     run_dir = tmp_path / 'run'
     probe.subscribe('/trainer/metrics/accepted', Float32, 10)
+    mark = probe.count('/trainer/metrics/accepted')  # (the module's probe heard other trainers)
     budget = 12.0
     trainer = NodeProcess('trainer_node', ros_env, tmp_path, {
         'config': str(config), 'run_dir': str(run_dir), 'time_budget_s': budget,
         'max_iterations': 10 ** 6, 'push_targets': ['/a/actor']}, name='trainer')
     actor = NamespacedNode('actor_node', ros_env, tmp_path, {'config': str(config)}, '/a')
     try:
-        probe.wait_for('/trainer/metrics/accepted', lambda m: m.data >= 1, timeout=240)
+        probe.wait_for('/trainer/metrics/accepted', lambda m: m.data >= 1, timeout=240,
+                       start=mark)
         actor.proc.kill()
         actor.stop()
         code = trainer.wait_exit(budget + 60)
