@@ -30,7 +30,7 @@ import time
 
 import pytest
 
-from ros_helpers import ros_value, ROOT
+from ros_helpers import NodeProcess, ros_value, ROOT
 
 PREFIX = 'clawnet'  # every namespace these tests make starts with this
 SKIP_REASON = 'network-namespace tests need root (ip netns, veth); run make test as root'
@@ -251,8 +251,9 @@ class Network:
         self.procs.clear()
 
 
-class HostNode:
-    """A node process inside a host's namespace, logging to a file; SIGINT stops it."""
+class HostNode(NodeProcess):
+    """A node process inside a host's namespace, logging to a file; ``stop`` as NodeProcess's
+    (SIGINT first), with the time a trainer needs to write its summary."""
 
     def __init__(self, net: Network, host: str, node: str, env: dict, log_dir: Path,
                  params: dict, namespace: str = '', name: str = '', debug: bool = False):
@@ -269,25 +270,11 @@ class HostNode:
         self.proc = net.popen(host, cmd, cwd=ROOT, env=env, stdout=self._log,
                               stderr=subprocess.STDOUT)
 
-    @property
-    def log(self) -> str:
-        if not self._log.closed:
-            self._log.flush()
-        return self.log_path.read_text()
-
     def size(self) -> int:
         return len(self.log)
 
-    def stop(self, timeout: float = 60.0) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self._log.close()
-        return self.proc.returncode
+    def stop(self, timeout: float = 120.0) -> int:
+        return super().stop(timeout)
 
 
 def host_env(tmp_path: Path, host: str, domain: int, discovery: str, peers: str) -> dict:
