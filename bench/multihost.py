@@ -56,13 +56,15 @@ def steady(run_dir: Path, warmup: int) -> dict:
     """Env steps/s after ``warmup`` iterations and the last row of metrics.csv."""
     path = run_dir / 'metrics.csv'
     rows = list(csv.DictReader(open(path, newline=''))) if path.exists() else []
-    if len(rows) <= warmup:
-        return {'rate': float('nan'), 'iterations': len(rows), 'last': rows[-1] if rows else {}}
-    first, last = rows[warmup - 1], rows[-1]
+    if not rows:
+        return {'rate': float('nan'), 'iterations': 0, 'last': {}, 'total_steps': 0.0}
+    last = rows[-1]
+    # a run that never got past the warm-up is measured from its start (start-up included)
+    first = rows[warmup - 1] if len(rows) > warmup else {'total_steps': 0, 'wall_time_s': 0}
     steps = float(last['total_steps']) - float(first['total_steps'])
     seconds = float(last['wall_time_s']) - float(first['wall_time_s'])
     return {'rate': steps / seconds, 'iterations': len(rows), 'last': last,
-            'total_steps': float(last['total_steps'])}
+            'total_steps': float(last['total_steps']), 'steady': len(rows) > warmup}
 
 
 #: DDS transports: Fast DDS's defaults (UDP; shared memory within a host), or its LARGE_DATA
@@ -178,13 +180,15 @@ def report(results: dict, args) -> None:
           f'{"dropped":>7} {"link Mbit/s":>11} {"B/step":>7} {"emulator CPU":>12}')
     for (name, encoding, transport), r in results.items():
         steps = r.get('total_steps') or float('nan')
-        per_step = r['rx_bytes'] / steps if r['rx_bytes'] else float('nan')
-        mbit = r['rx_bytes'] * 8 / r['wall_s'] / 1e6 if r['rx_bytes'] else float('nan')
+        # loopback has no link to count: '-'
+        per_step = f'{r["rx_bytes"] / steps:7.0f}' if r['rx_bytes'] else '-'
+        mbit = f'{r["rx_bytes"] * 8 / r["wall_s"] / 1e6:11.1f}' if r['rx_bytes'] else '-'
         dropped = float(r['last'].get('dropped_fraction', 'nan'))
         cpu = f'{r["emulator_cpu_s"] / r["wall_s"]:.0%} core' if r['emulator_cpu_s'] else '-'
+        note = '' if r.get('steady') else f'  only {r["iterations"]} iterations, from start'
         print(f'{LABELS[name]:>33} {encoding:>8} {transport:>10} {r["rate"]:8,.0f} '
-              f'{r["rate"] / base:10.2f} {dropped:7.1%} {mbit:11.1f} {per_step:7.0f} {cpu:>12}'
-              + (f'  trainer exit {r["code"]}' if r['code'] else ''))
+              f'{r["rate"] / base:10.2f} {dropped:7.1%} {mbit:>11} {per_step:>7} {cpu:>12}'
+              + note + (f'  trainer exit {r["code"]}' if r['code'] else ''))
     for run, r in results.items():
         if r['report']:
             print(f'\nemulator, {" / ".join(run)}:\n  ' + r['report'].replace('\n', '\n  '))
