@@ -30,7 +30,7 @@ import time
 
 import pytest
 
-from ros_helpers import NodeProcess, ros_value, ROOT
+from ros_helpers import node_command, NodeProcess, ROOT
 
 PREFIX = 'clawnet'  # every namespace these tests make starts with this
 SKIP_REASON = 'network-namespace tests need root (ip netns, veth); run make test as root'
@@ -259,13 +259,8 @@ class HostNode(NodeProcess):
                  params: dict, namespace: str = '', name: str = '', debug: bool = False):
         self.name = name or f'{node}{namespace.replace("/", "_")}'
         self.log_path = Path(log_dir) / f'{self.name}.log'
-        cmd = [sys.executable, '-m', f'claw_rl_ros.nodes.{node}', '--ros-args']
-        for key, value in params.items():
-            cmd += ['-p', f'{key}:={ros_value(value)}']
-        if namespace:
-            cmd += ['-r', f'__ns:={namespace}']
-        if debug:
-            cmd += ['--log-level', f'{name or node}:=debug']
+        cmd = node_command(node, params, [f'__ns:={namespace}'] if namespace else [],
+                           'debug' if debug else None, name or node)
         self._log = open(self.log_path, 'w')
         self.proc = net.popen(host, cmd, cwd=ROOT, env=env, stdout=self._log,
                               stderr=subprocess.STDOUT)

@@ -66,6 +66,20 @@ def ros_value(value: Any) -> str:
     return repr(value)
 
 
+def node_command(node: str, params: dict | None = None, remaps: list[str] = (),
+                 log_level: str | None = None, logger: str = '') -> list[str]:
+    """The command line of node module ``node`` with ``-p`` params, ``-r`` remaps and the
+    level of logger ``logger``."""
+    cmd = [sys.executable, '-m', f'claw_rl_ros.nodes.{node}', '--ros-args']
+    for key, value in (params or {}).items():
+        cmd += ['-p', f'{key}:={ros_value(value)}']
+    for remap in remaps:
+        cmd += ['-r', remap]
+    if log_level:
+        cmd += ['--log-level', f'{logger}:={log_level}']
+    return cmd
+
+
 class NodeProcess:
     """A node executable in its own process; ``stop()`` returns its exit code."""
 
@@ -74,13 +88,8 @@ class NodeProcess:
         """``log_level`` (e.g. ``debug``) for the node's own logger (named ``name``)."""
         self.name = name or node
         self.log_path = Path(log_dir) / f'{self.name}.log'
-        cmd = [sys.executable, '-m', f'claw_rl_ros.nodes.{node}', '--ros-args']
-        for key, value in (params or {}).items():
-            cmd += ['-p', f'{key}:={ros_value(value)}']
-        if name:
-            cmd += ['-r', f'__node:={name}']
-        if log_level:
-            cmd += ['--log-level', f'{self.name}:={log_level}']
+        cmd = node_command(node, params, [f'__node:={name}'] if name else [], log_level,
+                           self.name)
         self._log = open(self.log_path, 'w')
         self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=self._log,
                                      stderr=subprocess.STDOUT)
