@@ -1,6 +1,7 @@
-"""The robot-side nodes load without torch: a real robot's computer runs policy_node (and a
-sim2sim check sim_node) with onnxruntime alone, and their start-up stays short. The control
-loop's training helpers they import (loop_actor, rollout_summary) are numpy-only."""
+"""The robot-side nodes (and the CLI up to a command that trains) load without torch: a real
+robot's computer runs policy_node (and a sim2sim check sim_node) with onnxruntime alone, and
+their start-up stays short. The control loop's training helpers they import (loop_actor,
+rollout_summary) are numpy-only."""
 
 import json
 import subprocess
@@ -12,6 +13,21 @@ HEAVY = ('torch', 'torch.utils.tensorboard', 'matplotlib')
 def test_policy_node_and_sim_node_import_without_torch():
     code = ('import json, sys\n'
             'import claw_rl_ros.nodes.policy_node, claw_rl_ros.nodes.sim_node\n'
+            f'print(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))')
+    result = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == []
+
+
+def test_the_cli_and_the_verify_gate_load_without_torch():
+    """`claw-rl verify` (and every command but those that train) starts without torch's ~1 s
+    import: the parser and the verify path import only what the gate runs."""
+    code = ('import json, sys\n'
+            'from claw_rl_ros.cli import build_parser\n'
+            'build_parser()\n'
+            'import claw_rl_ros.commands.verify, claw_rl_ros.nodes.verify_driver\n'
+            'import claw_rl_ros.core.deploy.verify, claw_rl_ros.core.deploy.policy_card\n'
             f'print(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))')
     result = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
                             timeout=120)

@@ -20,7 +20,6 @@ import time
 from typing import Any
 
 from ..core.config import ConfigError, from_dict, load_yaml
-from ..core.learning import checkpoint as ckpt
 from ..core.learning.train_config import (load_train_config, parse_overrides, TrainConfig,
                                           with_teacher)
 
@@ -61,6 +60,7 @@ def resolve_config(args: argparse.Namespace) -> tuple[TrainConfig, Path, Path | 
             raise ConfigError(args.teacher, '', 'teacher checkpoint not found; pass an existing '
                               '.pt file to --teacher')
         overrides = with_teacher(overrides, args.teacher)
+    from ..core.learning import checkpoint as ckpt  # torch: only for the commands that train
     if args.resume:
         run_dir = Path(args.resume)
         resume_from = ckpt.latest_checkpoint(run_dir)
@@ -85,6 +85,7 @@ def resolve_config(args: argparse.Namespace) -> tuple[TrainConfig, Path, Path | 
 
 
 def run_train(args: argparse.Namespace) -> int:
+    from ..core.learning import checkpoint as ckpt
     from ..core.learning.run_artifacts import RunArtifacts, write_config
     from ..core.learning.runner import OnPolicyRunner
     cfg, run_dir, resume_from = resolve_config(args)

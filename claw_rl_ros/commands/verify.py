@@ -69,18 +69,25 @@ def _config(args: argparse.Namespace):
                      source='claw-rl verify'), path, tiles
 
 
+DIAGNOSTICS_PERIOD_S = 0.2
+
+
 def verify_nodes(model: str, robot_name: str, env_config: Path, seed: int,
-                 tile=None) -> list:
+                 tile=None, episode_s: float = 10.0) -> list:
     """The control graph in lockstep, its sim node perturbed as config/verify.yaml says (and
-    standing on ``tile``)."""
+    standing on ``tile``), pausing by itself ``episode_s`` after each reset."""
     from ..launch_graph import GRAPHS, resolve
     nodes = resolve(GRAPHS['control'], {'model': model, 'robot': robot_name,
                                         'mode': 'lockstep', 'use_sim_time': 'true'})
+    # Both nodes say their status 5x a second: the driver waits for one at start-up and end.
+    status = {'diagnostics_period_s': DIAGNOSTICS_PERIOD_S}
     sim = {'randomization': True, 'pushes': True, 'noise': True, 'env_config': str(env_config),
-           'seed': seed, 'reset_on_fall': True, 'command_timeout_s': 0.2,
+           'seed': seed, 'reset_on_fall': True, 'command_timeout_s': 0.2, **status,
+           'start_paused': True, 'pause_after_s': episode_s,  # the same steps every run
            **({'terrain': tile.label, 'terrain_seed': tile.seed} if tile else {})}
-    return [dataclasses.replace(n, parameters={**n.parameters, **sim})
-            if n.executable == 'sim_node' else n for n in nodes]
+    extra = {'sim_node': sim, 'policy_node': status}
+    return [dataclasses.replace(n, parameters={**n.parameters, **extra.get(n.executable, {})})
+            for n in nodes]
 
 
 def _ros_env(domain_id: int | None) -> dict[str, str]:
@@ -97,7 +104,8 @@ def _measure(args: argparse.Namespace, cfg, robot, sha: str, model: str, config_
     from ..launch_graph.graph_runner import GraphRunner
     from ..nodes.verify_driver import GraphGone, VerifyDriver
     log = io.StringIO()
-    nodes = verify_nodes(model, args.robot or robot.name, config_path, args.seed, tile)
+    nodes = verify_nodes(model, args.robot or robot.name, config_path, args.seed, tile,
+                         seconds)
     runner = GraphRunner(nodes, out=log, env=_ros_env(args.domain_id), grace_s=3.0)
     thread = threading.Thread(target=runner.run, daemon=True)
     thread.start()

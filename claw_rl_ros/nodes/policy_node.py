@@ -103,7 +103,7 @@ class PolicyNode(Node):
         self.safety = SafetyIO(self, self.ctrl)
         # Watchdog on the steady clock (compares stamps with the node's, maybe simulated, time).
         steady_timer(self, robot.control_dt / WATCHDOG_POLLS, self.on_watchdog)
-        steady_timer(self, 1.0, self.publish_diagnostics)
+        steady_timer(self, p.diagnostics_period_s, self.publish_diagnostics)
         self.publish_version()
         self.safety.flush()  # a restart found above is logged now
         self.get_logger().info(f'serving model {self.ctrl.version} for {robot.name!r}, '

@@ -61,7 +61,8 @@ class SimNode(Node):
             terrain=terrain_tile(p.terrain, cfg.terrain, p.terrain_seed, 'parameter terrain',
                                  'parameter terrain_seed'))
         self.lockstep = p.mode == 'lockstep'
-        self.paused = False
+        self.paused = p.start_paused
+        self.pause_at: int | None = None  # sim step count at which pause_after_s pauses
         self.awaiting: float | None = None  # perf_counter of the unanswered state publish
         self.latency, self.tick_rate, self.cmd_rate = LatencyStats(), RateMeter(), RateMeter()
         # Realtime: one control step every control_dt / real_time_factor wall seconds.
@@ -87,7 +88,7 @@ class SimNode(Node):
         self.create_service(Trigger, '~/step', self.on_step)
         period = p.command_timeout_s if self.lockstep else self.ticks.period
         steady_timer(self, period, self.on_wait if self.lockstep else self.on_tick)
-        steady_timer(self, 1.0, self.publish_diagnostics)
+        steady_timer(self, p.diagnostics_period_s, self.publish_diagnostics)
         self.publish_state()
         speed = '' if self.lockstep or p.real_time_factor == 1.0 else \
             f' x {p.real_time_factor:g} real time'
@@ -124,11 +125,12 @@ class SimNode(Node):
             self.advance()
 
     def on_wait(self) -> None:
-        # Lockstep: re-send a state nobody answered (the policy may have joined late).
-        if self.awaiting is not None and not self.paused and \
+        # Lockstep: re-send the state nobody answered (the policy may have joined late), as it
+        # was (no new noise draw), paused or not: a late policy's first answer is the same.
+        if self.awaiting is not None and \
                 time.perf_counter() - self.awaiting > self.params.command_timeout_s:
             self.drops.add('unanswered')
-            self.publish_state()
+            self.send_state()
 
     def advance(self) -> None:
         targets = self.sim.active_targets(time.perf_counter())
@@ -136,6 +138,9 @@ class SimNode(Node):
         if fell and self.params.reset_on_fall:
             self.sim.reset()
         self.publish_state()
+        if self.pause_at is not None and self.sim.steps >= self.pause_at:
+            self.pause_at, self.paused = None, True  # the episode's last state is out
+            self.publish_diagnostics()
 
     def publish_state(self) -> None:
         if self.loop:
@@ -151,10 +156,8 @@ class SimNode(Node):
         a.x, a.y, a.z = (float(v) for v in r.imu_acc)
         js.position, js.velocity = doubles(r.joint_pos), doubles(r.joint_vel)
         js.effort = doubles(r.joint_effort)
-        # The policy acts on joint_states: publish it last, after everything it needs.
-        if self.params.publish_clock:
-            self.pub_clock.publish(Clock(clock=stamp))
-        if self.pub_odom.get_subscription_count():  # ground truth only when someone listens
+        self.odom_filled = self.pub_odom.get_subscription_count() > 0  # only when listened to
+        if self.odom_filled:
             pose, twist = odom.pose.pose, odom.twist.twist
             pose.position.x, pose.position.y, pose.position.z = (float(v) for v in r.base_pos)
             o = pose.orientation
@@ -162,16 +165,26 @@ class SimNode(Node):
             twist.linear.x, twist.linear.y, twist.linear.z = (float(v) for v in r.base_lin_vel)
             twist.angular.x, twist.angular.y, twist.angular.z = (
                 float(v) for v in r.base_ang_vel)
-            self.pub_odom.publish(odom)
-        self.pub_imu.publish(imu)
+        self.send_state()
+
+    def send_state(self) -> None:
+        """Publish the filled state; the policy acts on joint_states, so it goes out last."""
+        if self.params.publish_clock:
+            self.pub_clock.publish(Clock(clock=self.js.header.stamp))
+        if self.odom_filled:
+            self.pub_odom.publish(self.odom)
+        self.pub_imu.publish(self.imu)
         self.awaiting = time.perf_counter()
-        self.pub_js.publish(js)
+        self.pub_js.publish(self.js)
         self.tick_rate.tick(self.awaiting)
 
     # -------------------------------------------------------------------------- services
     def on_reset(self, request, response):
         answered = self.awaiting is None
         self.sim.reset()
+        if self.params.pause_after_s:
+            self.pause_at = self.sim.steps + round(self.params.pause_after_s /
+                                                   self.robot.control_dt)
         self.publish_state()  # same stamp: a policy that answered it already stays quiet
         if answered:
             self.awaiting = None
@@ -183,6 +196,7 @@ class SimNode(Node):
         self.ticks.reset()
         if self.lockstep and not self.paused and self.awaiting is None:
             self.advance()  # the last state was answered while paused: go on
+        self.publish_diagnostics()  # a state change is said at once, not at the next period
         response.success, response.message = True, 'paused' if self.paused else 'running'
         return response
 

@@ -2,8 +2,10 @@
 
 Drives a lockstep sim_node + policy_node pair episode by episode through their standard
 interfaces: ``cmd_vel`` (the command), ``<sim>/pause`` and ``<sim>/reset`` (std_srvs: a reset
-draws fresh perturbations), and reads ``odom`` (body velocity), ``joint_states`` (positions,
-efforts) and ``/diagnostics`` (the sim's fall counter, the policy's latency). Measurements are
+draws fresh perturbations; the sim pauses by itself an episode after it, its
+``pause_after_s``, and says so on /diagnostics at once), and reads ``odom`` (body velocity),
+``joint_states`` (positions, efforts) and ``/diagnostics`` (the sim's fall counter, the
+policy's latency). Measurements are
 handed to :mod:`claw_rl_ros.core.deploy.verify` as arrays.
 """
 
@@ -20,7 +22,8 @@ import numpy as np
 import rclpy
 from rclpy.clock import Clock, ClockType
 from rclpy.context import Context
-from rclpy.executors import SingleThreadedExecutor
+from rclpy.experimental import EventsExecutor
+from rclpy.task import Future
 from rclpy.node import Node
 from sensor_msgs.msg import JointState
 from std_srvs.srv import SetBool, Trigger
@@ -29,7 +32,7 @@ from ..core.deploy.control_stats import StallDeadline
 from ..core.deploy.state_input import JointOrder
 from ..core.deploy.verify import Episode
 from ..core.sim.robot import RobotSpec
-from .ros_io import SENSOR_QOS, to_sec
+from .ros_io import SENSOR_QOS, SPIN_SLICE_S, to_sec
 
 
 class GraphGone(RuntimeError):
@@ -56,6 +59,7 @@ class VerifyDriver:
         self.status: dict[str, dict[str, str]] = {}
         self.status_seq: dict[str, int] = {}
         self.paused_status: dict[str, str] = {}
+        self.clients: dict[str, object] = {}
         n = self.node
         n.create_subscription(Odometry, 'odom', self.on_odom, SENSOR_QOS)
         n.create_subscription(JointState, 'joint_states', self.on_joint_state, SENSOR_QOS)
@@ -66,15 +70,18 @@ class VerifyDriver:
         self.cmd: Twist | None = None
         n.create_timer(CMD_VEL_PERIOD_S, self._resend_command,
                        clock=Clock(clock_type=ClockType.STEADY_TIME))
-        self.executor = SingleThreadedExecutor(context=self.context)
+        # The EventsExecutor, as the nodes: a callback costs less of the 2 cores the lockstep
+        # loop shares with this process (it hears two messages per control step).
+        self.executor = EventsExecutor(context=self.context)
         self.executor.add_node(n)
         self.thread = threading.Thread(target=self._spin, daemon=True)
         self.thread.start()
 
     def _spin(self) -> None:
         try:
+            never = Future()
             while self.context.ok():
-                self.executor.spin_once(timeout_sec=0.05)
+                self.executor.spin_until_future_complete(never, SPIN_SLICE_S)
         except Exception:  # noqa: BLE001 - the context was shut down under the executor
             pass
 
@@ -117,23 +124,30 @@ class VerifyDriver:
                     raise GraphGone(f'no {what}: nothing moved for {self.timeout_s:g} s')
                 self.cond.wait(0.2)
 
-    def diagnostics(self, node: str, predicate=lambda v: True) -> dict[str, str]:
-        """The key/values of the next /diagnostics status of ``node`` (fully qualified name)
-        published after this call that satisfies predicate."""
+    def status_count(self, node: str) -> int:
         with self.cond:
-            seq = self.status_seq.get(node, 0)
+            return self.status_seq.get(node, 0)
+
+    def diagnostics(self, node: str, predicate=lambda v: True, seq: int | None = None,
+                    progress: Callable[[], object] = lambda: None) -> dict[str, str]:
+        """The key/values of the next /diagnostics status of ``node`` (fully qualified name)
+        that satisfies predicate, received after this call (or after the ``seq``-th status of
+        the node, :meth:`status_count`, taken before an action whose status may come early)."""
+        if seq is None:
+            seq = self.status_count(node)
         return self.wait(f'/diagnostics of {node}', lambda: self.status_seq.get(node, 0) > seq
-                         and predicate(self.status[node]) and dict(self.status[node]))
+                         and predicate(self.status[node]) and dict(self.status[node]), progress)
 
     def call(self, srv_type, name: str, request):
-        client = self.node.create_client(srv_type, name)
-        try:
-            self.wait(f'service {name}', lambda: client.service_is_ready())
-            future = client.call_async(request)
-            self.wait(f'a reply from {name}', future.done)
-            return future.result()
-        finally:
-            self.node.destroy_client(client)
+        """The reply of service ``name``; its client is made once (a new client waits for
+        discovery: hundreds of ms per call)."""
+        client = self.clients.get(name)
+        if client is None:
+            client = self.clients[name] = self.node.create_client(srv_type, name)
+        self.wait(f'service {name}', lambda: client.service_is_ready())
+        future = client.call_async(request)
+        self.wait(f'a reply from {name}', future.done)
+        return future.result()
 
     # --------------------------------------------------------------------------- protocol
     def start(self, command_vx: float, model_version: str) -> None:
@@ -153,9 +167,11 @@ class VerifyDriver:
 
     def pause(self, on: bool) -> dict[str, str]:
         """Pause or resume the sim; paused, returns its diagnostics from after the pause."""
+        seq = self.status_count(self.sim)  # the sim says its status in the service call
         self.call(SetBool, f'{self.sim}/pause', SetBool.Request(data=on))
         if on:
-            self.paused_status = self.diagnostics(self.sim, lambda v: v['paused'] == 'True')
+            self.paused_status = self.diagnostics(self.sim, lambda v: v['paused'] == 'True',
+                                                  seq)
         return self.paused_status
 
     def episode(self, seconds: float, settle_s: float) -> Episode:
@@ -171,11 +187,32 @@ class VerifyDriver:
                        (self.odom[first_odom][0],))[0]
         with self.cond:
             first_state = len(self.states)
+        # The sim pauses by itself ``seconds`` after the reset (its pause_after_s): the episode
+        # is that long to the step, whatever the machine's speed, and says so at once.
+        steps0 = int(self.paused_status['steps'])  # a reset does not step
+        steps1 = steps0 + round(seconds / self.robot.control_dt)
+        end = t0 + seconds - 1e-6
+
+        def paused_at_end():
+            status = self.status.get(self.sim, {})
+            if self.status_seq.get(self.sim, 0) > seq and status.get('paused') == 'True' and \
+                    int(status['steps']) > steps0:
+                if int(status['steps']) != steps1:
+                    raise GraphGone(f'{self.sim} paused at step {status["steps"]}, not at the '
+                                    f'episode end {steps1}: is its pause_after_s {seconds:g}?')
+                return dict(status)
+            if self.odom and self.odom[-1][0] > end + 1.0:
+                raise GraphGone(f'{self.sim} ran past the episode end without pausing: is its '
+                                f'pause_after_s {seconds:g}?')
+            return None
+        seq = self.status_count(self.sim)
         self.pause(False)
         # A loaded machine slows lockstep down, it does not stop it: fail on a stall only.
-        self.wait(f'{seconds:g} s of sim time', lambda: self.odom[-1][0] >= t0 + seconds,
-                  progress=lambda: self.odom[-1][0])
-        status = self.pause(True)
+        status = self.paused_status = self.wait('the sim pausing at the episode end',
+                                                paused_at_end, lambda: self.odom[-1][0])
+        # The last state's messages may come after the status (another topic).
+        self.wait('the last state of the episode', lambda: self.odom[-1][0] >= end and
+                  self.states and self.states[-1][0] >= end, lambda: self.odom[-1][0])
         with self.cond:
             odom = [(t, v) for t, v in self.odom[first_odom:] if t0 + settle_s <= t <= t0 +
                     seconds]

@@ -66,8 +66,17 @@ TRAIN_CONFIG = 'train YAML (config/<name> or a path)'
 OVERRIDES = ('config overrides KEY=VALUE separated by spaces, as claw-rl train --set takes '
              "them (the train graph's set)")
 CHUNK_TOPIC = 'topic of the rollout chunks (std_msgs/UInt8MultiArray)'
+DIAGNOSTICS_PERIOD = ('period of /diagnostics [s, steady clock], 0.05 to 60 (claw-rl verify '
+                      'runs 0.2: it waits for a status at start-up and at the end)')
 MODEL_SHA = ('set it to the sha256 (or a prefix) of model bytes received on policy/model to '
              'act with that model (the hot swap); the reply says why not')
+
+
+def check_diagnostics_period(value: float) -> None:
+    """ValueError naming the parameter unless 0.05 <= value <= 60 (NaN and inf too)."""
+    if not 0.05 <= value <= 60.0:
+        raise ValueError(f'parameter diagnostics_period_s = {value!r}; use 0.05 to 60 s '
+                         '(default 1.0)')
 
 
 @dataclass(frozen=True)
@@ -106,8 +115,17 @@ class SimParams:
                            '(best effort)', choices=STATE_QOS)
     joints: list[str] = param([], JOINTS)
     executor: str = param('events', EXECUTOR, choices=EXECUTORS)
+    diagnostics_period_s: float = param(1.0, DIAGNOSTICS_PERIOD)
+    start_paused: bool = param(False, 'start paused (~/pause false runs it): nothing is '
+                               'stepped, drawn or timed out before the first command of a user')
+    pause_after_s: float = param(0.0, 'pause by itself this much sim time after each ~/reset '
+                                 "(0: never): claw-rl verify's episodes, each exactly that long")
 
     def __post_init__(self):
+        check_diagnostics_period(self.diagnostics_period_s)
+        if not 0.0 <= self.pause_after_s < 1e6:  # (NaN fails too)
+            raise ValueError(f'parameter pause_after_s = {self.pause_after_s!r}; use 0 (never) '
+                             'or the sim seconds after a reset, below 1e6')
         if not self.real_time_factor > 0:
             raise ValueError(f'parameter real_time_factor = {self.real_time_factor!r}; use sim '
                              'seconds per wall second > 0 (1.0 = realtime)')
@@ -160,6 +178,10 @@ class PolicyParams(SafetyParams):
                            'robot)')
     seed: int = param(0, "seed of the training mode's action sampling")
     executor: str = param('events', EXECUTOR, choices=EXECUTORS)
+    diagnostics_period_s: float = param(1.0, DIAGNOSTICS_PERIOD)
+
+    def __post_init__(self):
+        check_diagnostics_period(self.diagnostics_period_s)
 
 
 @dataclass(frozen=True)
