@@ -10,12 +10,17 @@
 4. with ``--student`` (default: the newest ``runs/*/student.onnx``, e.g. from ``make train``):
    tracking error and falls at 0.5 m/s through the realtime loop next to the in-process
    evaluation.
+6. with ``--verify-gate``: ``claw-rl verify`` (10 episodes x 10 s) on ``--gate-model`` for each
+   ``--gate-jobs``, its whole command's wall time (start-up, resets, shut-down included) as
+   control steps/s next to the lockstep loop's steps/s on the same model, in ``--rounds``
+   interleaved rounds: target >= 80 %; and each run's verdict rows side by side.
 5. with ``--qos-compare``: part 2 (no swaps) for each QoS of the sim's state (sim_node
    ``state_qos`` x policy_node ``state_qos``), in ``--rounds`` interleaved rounds, with
    ``--load`` busy processes competing for the cores; prints latency p50/p99 and missed ticks
    per setting and round.
 
 Usage: .venv/bin/python bench/ros_control.py [--seconds 60] [--swaps 10]
+       .venv/bin/python bench/ros_control.py --verify-gate --rounds 3
        .venv/bin/python bench/ros_control.py --qos-compare --seconds 30 --rounds 2 --load 2
 """
 
@@ -27,6 +32,7 @@ import json
 import os
 from pathlib import Path
 import random
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -365,6 +371,42 @@ def qos_compare(bench: Bench, models: list[Path], args) -> None:
             proc.wait()
 
 
+def verify_gate(bench: Bench, args) -> None:
+    """Part 6: the gate's wall rate against lockstep on the same model, rounds interleaved."""
+    from claw_rl_ros.core.sim.robot import load_robot
+    from claw_rl_ros.core.deploy.verify import VerifyConfig
+    from claw_rl_ros.core.config import load_config
+    from claw_rl_ros.core import paths
+    cfg = load_config(VerifyConfig, paths.config_path('verify.yaml'), 'verify')
+    dt = load_robot().control_dt  # (the gate model's robot: the package's claw quadruped)
+    domain = int(bench.env['ROS_DOMAIN_ID'])
+    for k in range(args.rounds):
+        ls = bench.lockstep(args.gate_model, args.lockstep_seconds)
+        print(f'round {k + 1}: lockstep {ls:.0f} control steps/s ({args.gate_model.name}, '
+              f'{args.lockstep_seconds:g} s after warm-up)', flush=True)
+        for jobs in args.gate_jobs:
+            model = Path(shutil.copy(args.gate_model, bench.workdir / f'gate_{k}_{jobs}.onnx'))
+            start = time.monotonic()
+            run = subprocess.run([sys.executable, '-m', 'claw_rl_ros.cli', 'verify', '--model',
+                                  str(model), '--jobs', str(jobs), '--domain-id',
+                                  str(domain + 1)], env=bench.env, capture_output=True,
+                                 text=True, timeout=600)
+            wall = time.monotonic() - start
+            if not model.with_suffix('.verify.json').is_file():
+                print(f'  verify --jobs {jobs} failed (exit {run.returncode}):\n{run.stdout}'
+                      f'{run.stderr}', flush=True)
+                continue
+            table = {r['check']: r for r in json.loads(
+                model.with_suffix('.verify.json').read_text())['table']}
+            steps = cfg.episodes * round(cfg.episode_s / dt)
+            rows = ', '.join(f'{name.split(" (")[0].replace("tracking error ", "")} '
+                             f'{r["value"]:.3f}' for name, r in table.items()
+                             if name.startswith(('tracking error v', 'fall rate')))
+            print(f'  verify --jobs {jobs}: {steps} steps in {wall:.2f} s of the whole command ='
+                  f' {steps / wall:.0f} steps/s = {100 * steps / wall / ls:.0f} % of lockstep '
+                  f'(target >= 80 %); exit {run.returncode}; {rows}', flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--role', choices=['ping', 'pong'])
@@ -383,6 +425,11 @@ def main() -> None:
     parser.add_argument('--qos-compare', action='store_true', help='part 5 only')
     parser.add_argument('--rounds', type=int, default=2)
     parser.add_argument('--load', type=int, default=0, help='busy processes (part 5)')
+    parser.add_argument('--verify-gate', action='store_true', help='part 6 only')
+    parser.add_argument('--gate-model', type=Path, default=ROOT / 'test' / 'fixtures' /
+                        'walker.onnx', help='model the gate verifies (part 6)')
+    parser.add_argument('--gate-jobs', type=int, nargs='+', default=[1, 2],
+                        help='claw-rl verify --jobs values compared (part 6)')
     args = parser.parse_args()
     if args.role:
         return ping_pong(args.role, args.lockstep_seconds if args.role == 'ping' else 0,
@@ -397,11 +444,15 @@ def main() -> None:
         bench = Bench(tmp)
         print(f'machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the '
               'start (other processes compete for the same cores)', flush=True)
-        if args.qos_compare:
+        if args.verify_gate:
+            verify_gate(bench, args)
+        elif args.qos_compare:
             qos_compare(bench, models, args)
         elif not args.only_walk:
             control_numbers(bench, models, args)
-        if not args.qos_compare and args.student is not None and args.student.is_file():
+        if args.qos_compare or args.verify_gate:
+            pass
+        elif args.student is not None and args.student.is_file():
             for mode in args.walk_modes:
                 compare_walk(bench, robot, args.student, args.walk_episodes, args.walk_seconds,
                              mode)

@@ -8,6 +8,7 @@ describes each parameter with it and its read-only flag, which rclpy then enforc
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 import shutil
 
@@ -166,9 +167,12 @@ def test_every_field_has_a_description_a_ros_type_and_a_default_of_it():
             assert default == [] or Parameter.Type.from_parameter_value(default) == kind, where
             choices = f.metadata['choices']
             assert not choices or default in choices, where
-        # Writable: only what the hot swap sets.
+        # Writable: only what the hot swap sets, and the sim's seed of the next episode.
         writable = {f.name for f in dataclasses.fields(cls) if not f.metadata['read_only']}
-        assert writable <= {'model_path', 'model_sha256'}, (executable, writable)
+        allowed = {'model_path', 'model_sha256', 'episode_seed'}
+        assert writable <= allowed, (executable, writable)
+    assert {f.name for f in dataclasses.fields(SimParams)
+            if not f.metadata['read_only']} == {'episode_seed'}
     assert {f.name for f in dataclasses.fields(PolicyParams)
             if not f.metadata['read_only']} == {'model_path', 'model_sha256'}
 
@@ -247,3 +251,18 @@ def test_a_parameter_of_the_wrong_type_is_refused_by_name_without_a_traceback(
     trainer.stop()
     assert 'refusing to start: parameter time_budget_s' in trainer.log, trainer.log
     assert "expecting type 'DOUBLE'" in trainer.log and 'Traceback' not in trainer.log
+
+
+@pytest.mark.parametrize('make, words', [
+    (lambda: SimParams(pause_after_s=600.5), 'parameter pause_after_s = 600.5; use 0 (never)'),
+    (lambda: SimParams(pause_after_s=float('nan')), 'parameter pause_after_s = nan'),
+    (lambda: SimParams(episode_seed=-2), 'parameter episode_seed = -2; use -1 (one stream)'),
+    (lambda: SimParams(seed=-3), 'parameter seed = -3; use an integer >= 0'),
+    (lambda: SimParams(diagnostics_period_s=0.0), 'parameter diagnostics_period_s = 0.0; use'),
+    (lambda: PolicyParams(diagnostics_period_s=float('inf')),
+     'parameter diagnostics_period_s = inf; use 0.05 to 60 s'),
+])
+def test_the_episode_and_status_parameters_refuse_a_bad_value_by_name(make, words):
+    with pytest.raises(ValueError, match=re.escape(words)):
+        make()
+    assert SimParams(pause_after_s=600.0, episode_seed=0).pause_after_s == 600.0

@@ -128,12 +128,36 @@ def short_config(tmp_path_factory):
     return path
 
 
-def run_verify(model, config, env):
+def run_verify(model, config, env, *extra):
     domain = env['ROS_DOMAIN_ID']
     return subprocess.run([sys.executable, '-m', 'claw_rl_ros.cli', 'verify', '--model',
                            str(model), '--config', str(config), '--domain-id', domain,
-                           '--verbose'], env=env, cwd=ROOT, capture_output=True, text=True,
-                          timeout=300)
+                           '--verbose', *extra], env=env, cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+
+
+def episode_draws(stdout: str) -> dict[str, str]:
+    """{'episode 1': 'friction 0.94, ...'} from the --verbose lines."""
+    lines = [line.split(': ', 1) for line in stdout.splitlines()
+             if line.strip().startswith('episode ')]
+    return {name.strip(): rest.split(' ', 1)[1] for name, rest in lines}
+
+
+def test_an_episode_draws_the_same_perturbations_on_any_number_of_graphs(
+        ros_env, short_config, tmp_path):  # noqa: F811
+    """--jobs shares the episodes among graphs; episode i's draws come from (seed, i), so the
+    same episodes are tested whatever the number (episode 2 runs on the second graph)."""
+    model = shutil.copy(WALKER, tmp_path / 'student.onnx')
+    one = run_verify(model, short_config, ros_env, '--jobs', '1', '--episodes', '3')
+    two = run_verify(model, short_config, ros_env, '--jobs', '2', '--episodes', '3')
+    assert one.returncode == 0 and two.returncode == 0, one.stdout + two.stdout + two.stderr
+    assert sorted(episode_draws(one.stdout)) == ['episode 1', 'episode 2', 'episode 3']
+    assert episode_draws(two.stdout) == episode_draws(one.stdout)
+    assert len(set(episode_draws(one.stdout).values())) == 3  # each episode its own draws
+    other_seed = run_verify(model, short_config, ros_env, '--jobs', '2', '--episodes', '3',
+                            '--seed', '1')
+    assert set(episode_draws(other_seed.stdout).values()).isdisjoint(
+        episode_draws(one.stdout).values())
 
 
 def test_verify_passes_the_walking_student(ros_env, short_config, tmp_path):  # noqa: F811
@@ -173,6 +197,10 @@ def test_verify_usage_errors_exit_2(tmp_path, capsys):
         assert cli.main(['verify', '--model', *argv]) == 2
         err = capsys.readouterr().err
         assert message in err and err.count('\n') == 1, err
+    with pytest.raises(SystemExit) as exit_info:  # argparse's own usage error
+        cli.main(['verify', '--model', str(WALKER), '--jobs', '0'])
+    assert exit_info.value.code == 2
+    assert "argument --jobs: '0' is not a whole number >= 1" in capsys.readouterr().err
 
 
 def test_terrain_rows_score_each_tile_and_gate_the_verdict(robot, tmp_path):

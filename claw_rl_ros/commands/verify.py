@@ -16,6 +16,10 @@ measured all the same and is a row of the table.
 
 The graph runs in its own DDS domain (random ``ROS_DOMAIN_ID``, localhost discovery) unless
 ``--domain-id`` is given, so a verification never talks to a robot on the network.
+``--jobs N`` runs N such graphs side by side (each in its own domain), sharing the episodes:
+episode i draws its perturbations from (seed, i) whatever N is, so N changes the wall time, not
+what is tested. Each sim node pauses by itself at its episode's end and sends the episode's
+states as one record (the gate hears nothing per control step).
 
 ``--terrain TYPE[:LEVEL] ...`` (or ``all``: every type but flat, at the top level) adds a row
 per terrain tile: the graph is started again for each with the sim node's world on that tile
@@ -90,44 +94,88 @@ def verify_nodes(model: str, robot_name: str, env_config: Path, seed: int,
             for n in nodes]
 
 
-def _ros_env(domain_id: int | None) -> dict[str, str]:
-    env = {'ROS_DOMAIN_ID': str(domain_id if domain_id is not None else
-                                random.SystemRandom().randint(1, 100)),
-           'ROS_AUTOMATIC_DISCOVERY_RANGE': 'LOCALHOST'}
-    os.environ.update(env)  # the driver node in this process joins the same domain
-    return {**os.environ, **env}
+# Fast DDS's default profile file (the newer name first): more discovery announcements.
+PROFILE_VARIABLES = ('FASTDDS_DEFAULT_PROFILES_FILE', 'FASTRTPS_DEFAULT_PROFILES_FILE')
+
+
+def graph_domains(domain_id: int | None, graphs: int) -> list[int]:
+    """One DDS domain per graph (each has its own /clock and /diagnostics): ``domain_id`` and
+    the next ones, or a random run of them (localhost only)."""
+    first = domain_id if domain_id is not None else \
+        random.SystemRandom().randint(1, 101 - graphs)
+    return list(range(first, first + graphs))
+
+
+def default_jobs() -> int:
+    """Graphs run side by side: 2 on a machine with 2 cores or more (each lockstep loop waits
+    on DDS part of a step: two loops fill 2 cores where one does not), else 1."""
+    return 2 if (os.cpu_count() or 1) >= 2 else 1
 
 
 def _measure(args: argparse.Namespace, cfg, robot, sha: str, model: str, config_path: Path,
              seconds: float, tile=None):
-    """(episodes, latency) of one run of the graph; GraphGone if it failed."""
+    """(episodes in index order, latency: the worst graph's) of one run of ``args.jobs`` graphs
+    sharing ``cfg.episodes``; GraphGone if one failed."""
+    from ..core import paths
     from ..launch_graph.graph_runner import GraphRunner
     from ..nodes.verify_driver import GraphGone, VerifyDriver
-    log = io.StringIO()
-    nodes = verify_nodes(model, args.robot or robot.name, config_path, args.seed, tile,
-                         seconds)
-    runner = GraphRunner(nodes, out=log, env=_ros_env(args.domain_id), grace_s=3.0)
-    thread = threading.Thread(target=runner.run, daemon=True)
-    thread.start()
-    driver = VerifyDriver(robot, thread.is_alive)
-    episodes = []
+    jobs = max(1, min(args.jobs, cfg.episodes))
+    os.environ['ROS_AUTOMATIC_DISCOVERY_RANGE'] = 'LOCALHOST'  # the drivers in this process
+    if not any(os.environ.get(k) for k in PROFILE_VARIABLES):  # (a user's profile wins)
+        os.environ[PROFILE_VARIABLES[0]] = str(paths.config_path('dds_discovery.xml'))
+    logs, runners, threads, drivers = [], [], [], []
+    episodes: list = [None] * cfg.episodes
+    latency: list[dict[str, float]] = []
+    failures: list[str] = []
+
+    # Each graph takes the next episode as it is free (one that started late takes fewer);
+    # episode i draws from (seed, i) wherever it runs.
+    todo = iter(range(cfg.episodes))
+    lock = threading.Lock()
+
+    def drive(g: int, driver) -> None:
+        try:
+            driver.start(cfg.command_vx, sha[:12])
+            while True:
+                with lock:
+                    i = next(todo, None)
+                if i is None or failures:
+                    break
+                episodes[i] = ep = driver.episode(seconds, cfg.settle_s, i)
+                if args.verbose:
+                    print(f'  {tile.label + " " if tile else ""}episode {i + 1}: '
+                          f'{"FELL" if ep.fell else "ok"} ' + ', '.join(
+                              f'{k} {v}' for k, v in ep.params.items()), flush=True)
+            latency.append(driver.latency())
+        except GraphGone as exc:
+            failures.append(f'graph {g + 1} of {jobs}: {exc}; node output:\n' + '\n'.join(
+                logs[g].getvalue().splitlines()[-40:]))
     try:
-        driver.start(cfg.command_vx, sha[:12])
-        for i in range(cfg.episodes):
-            ep = driver.episode(seconds, cfg.settle_s)
-            episodes.append(ep)
-            if args.verbose:
-                print(f'  {tile.label + " " if tile else ""}episode {i + 1}: '
-                      f'{"FELL" if ep.fell else "ok"} ' + ', '.join(
-                          f'{k} {v}' for k, v in ep.params.items()), flush=True)
-        return episodes, driver.latency()
-    except GraphGone as exc:
-        raise GraphGone(f'{exc}; node output:\n' +
-                        '\n'.join(log.getvalue().splitlines()[-40:])) from None
+        for g, domain in enumerate(graph_domains(args.domain_id, jobs)):
+            nodes = verify_nodes(model, args.robot or robot.name, config_path, args.seed, tile,
+                                 seconds)
+            logs.append(io.StringIO())
+            env = {**os.environ, 'ROS_DOMAIN_ID': str(domain)}
+            runners.append(GraphRunner(nodes, out=logs[g], env=env, grace_s=3.0))
+            threads.append(threading.Thread(target=runners[g].run, daemon=True))
+            threads[g].start()
+            drivers.append(VerifyDriver(robot, threads[g].is_alive, domain_id=domain,
+                                        name=f'verify_driver_{g + 1}'))
+        workers = [threading.Thread(target=drive, args=(g, d)) for g, d in enumerate(drivers)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        if failures:
+            raise GraphGone(failures[0])
+        return episodes, {k: max(d[k] for d in latency) for k in latency[0]}
     finally:
-        driver.close()
-        runner.stop()
-        thread.join(timeout=30)
+        for d in drivers:
+            d.close()
+        for r in runners:
+            r.stop()
+        for t in threads:
+            t.join(timeout=30)
 
 
 def run_verify(args: argparse.Namespace) -> int:
@@ -163,6 +211,17 @@ def run_verify(args: argparse.Namespace) -> int:
     return 0 if verify.passed(rows, terrain_rows) else 1
 
 
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1 (the message names the value)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f'{text!r} is not a whole number >= 1')
+    return value
+
+
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser('verify', help='sim2sim gate: the model through sim_node + '
                               'policy_node under perturbations; exit 0 pass, 1 fail',
@@ -182,6 +241,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument('--terrain-seed', type=int, default=1000,
                    help='seed of the terrain heights (default 1000; training uses 0)')
     p.add_argument('--domain-id', type=int, default=None,
-                   help='ROS_DOMAIN_ID of the graph (default: a random one, localhost only)')
+                   help='ROS_DOMAIN_ID of the (first) graph, the next graphs the next ones '
+                   '(default: random ones, localhost only)')
+    p.add_argument('--jobs', type=positive_int, default=default_jobs(),
+                   help='control graphs run side by side, sharing the episodes (default '
+                   f'{default_jobs()} here: 2 with 2 cores or more); the verdict does not '
+                   'depend on it: episode i draws the same perturbations on any number')
     p.add_argument('--verbose', action='store_true', help='print each episode and its draws')
     p.set_defaults(func=run_verify)

@@ -119,10 +119,17 @@ class GraphRunner:
             except (BrokenPipeError, ValueError, OSError):
                 self.out = None
 
-    def _relay(self, label: str, stream: IO[bytes]) -> None:
-        for raw in iter(stream.readline, b''):
+    def _relay(self, label: str, proc: subprocess.Popen) -> None:
+        for raw in iter(proc.stdout.readline, b''):
             self.emit(label, raw.decode(errors='replace'))
-        stream.close()
+        proc.stdout.close()
+        # The output ends as the node exits: once it has, wake the loop (off the main thread,
+        # where no SIGCHLD handler can be installed, it would see the exit at its next poll).
+        try:
+            proc.wait(timeout=POLL_S)
+            os.write(self._wake_w, b'!')
+        except (OSError, subprocess.TimeoutExpired):
+            pass  # run() has already ended and closed its wake-up pipe, or it lives on
 
     # ---------------------------------------------------------------------------- signals
     def _on_signal(self, signum, frame) -> None:
@@ -162,7 +169,7 @@ class GraphRunner:
                                 stderr=subprocess.STDOUT, env=self.env,
                                 start_new_session=True)  # only the runner forwards Ctrl-C
         label = node.fqn.lstrip('/')
-        reader = threading.Thread(target=self._relay, args=(label, proc.stdout), daemon=True)
+        reader = threading.Thread(target=self._relay, args=(label, proc), daemon=True)
         reader.start()
         self.children.append(_Child(node, proc, reader, label, time.monotonic()))
         self.say(f'started {label} (pid {proc.pid}): {shlex.join(cmd[1:])}')

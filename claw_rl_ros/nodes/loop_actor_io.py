@@ -26,10 +26,8 @@ from std_msgs.msg import (Float64MultiArray, MultiArrayDimension, MultiArrayLayo
 
 from ..core.deploy.loop_record import pack_record, PolicyRecord, unpack_record
 from ..core.learning.train_config import load_train_config, split_overrides
-from ..core.live.loop_actor import ControlLoopActor
 from ..core.live.rollout_chunk import encode_chunk
 from ..core.sim.robot import RobotSpec
-from ..core.sim.training_session import TrainingSession
 from ..core.deploy.node_config import SimParams
 from .ros_io import COMMAND_QOS, doubles, publisher
 
@@ -62,6 +60,10 @@ class LoopActorIO:
         cfg = load_train_config(p.env_config or 'train_ppo.yaml',
                                 split_overrides(p.overrides, 'overrides'))
         self.node, self.robot = node, robot
+        # (here, not at the top: policy_node imports this module for its records only, and a
+        # robot's policy node loads no MuJoCo)
+        from ..core.live.loop_actor import ControlLoopActor
+        from ..core.sim.training_session import TrainingSession
         self.session = TrainingSession(robot, cfg.env, randomization=p.randomization,
                                        pushes=p.pushes, noise=p.noise, seed=p.seed,
                                        command_timeout_s=p.command_timeout_s)

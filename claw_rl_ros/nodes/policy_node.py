@@ -56,8 +56,8 @@ from ..core.sim.robot import load_robot
 from .loop_actor_io import record_msg, RECORD_TOPIC
 from ..core.deploy.node_config import PolicyParams
 from .node_params import declare
-from .ros_io import (COMMAND_QOS, diagnostics, doubles, LATCHED_QOS, now_sec, publisher, spin,
-                     steady_timer, take_queued, to_sec)
+from .ros_io import (COMMAND_QOS, diagnostics, doubles, exit_without_teardown, LATCHED_QOS,
+                     now_sec, publisher, spin, steady_timer, take_queued, to_sec)
 from .safety_io import QOS, safety_kwargs, SafetyIO
 
 
@@ -221,9 +221,9 @@ class PolicyNode(Node):
         super().destroy_node()
 
 
-def main(args=None) -> int:
-    return spin(PolicyNode, args)
+def main(args=None) -> None:
+    exit_without_teardown(spin(PolicyNode, args))  # no slow interpreter teardown after a stop
 
 
 if __name__ == '__main__':
-    raise SystemExit(main())
+    main()

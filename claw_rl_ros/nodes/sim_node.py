@@ -13,6 +13,9 @@ the control loop as an actor (:mod:`.loop_actor_io`; ``env_config`` is then the 
 subscriber written the usual way, reliable and depth 10, reads only a reliable publisher).
 ``terrain`` (``TYPE[:LEVEL]``, with ``terrain_seed``) stands the world on one tile of the terrain
 generator (:func:`~claw_rl_ros.core.sim.sim_session.terrain_tile`).
+With ``pause_after_s`` the sim pauses by itself that long after each ``~/reset`` and sends the
+episode's states as one record on ``~/episode`` (:mod:`..core.deploy.episode_record`): the
+sim2sim gate's episodes, read without listening to every state.
 """
 
 from __future__ import annotations
@@ -21,24 +24,24 @@ import time
 
 from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import Twist
-from nav_msgs.msg import Odometry
 import numpy as np
+from rcl_interfaces.msg import SetParametersResult
 from rclpy.node import Node
-from rosgraph_msgs.msg import Clock
-from sensor_msgs.msg import Imu, JointState
 from std_msgs.msg import Float64MultiArray
 from std_srvs.srv import SetBool, Trigger
 
+from ..core.deploy.episode_record import EpisodeRecorder
 from ..core.deploy.control_stats import Counters, LatencyStats, RateMeter, TickMonitor
 from ..core.deploy.state_input import JointOrder
 from ..core.learning.train_config import split_overrides
 from ..core.sim.robot import load_robot
 from ..core.sim.sim_session import env_section, SimSession, terrain_tile
 from .loop_actor_io import LoopActorIO
-from ..core.deploy.node_config import SimParams
+from ..core.deploy.node_config import check_episode_seed, SimParams
 from .node_params import declare
-from .ros_io import (COMMAND_QOS, diagnostics, doubles, now_sec, publisher,
-                     RELIABLE_STATE_QOS, SENSOR_QOS, spin, steady_timer, to_stamp)
+from .ros_io import (COMMAND_QOS, diagnostics, exit_without_teardown, now_sec, publisher,
+                     RELIABLE_STATE_QOS, SENSOR_QOS, spin, steady_timer)
+from .sim_state_io import SimStateIO
 
 STATE_PUBLISH_QOS = {'reliable': RELIABLE_STATE_QOS, 'sensor_data': SENSOR_QOS}
 
@@ -68,16 +71,10 @@ class SimNode(Node):
         # Realtime: one control step every control_dt / real_time_factor wall seconds.
         self.ticks = TickMonitor(robot.control_dt / p.real_time_factor)
         self.drops = Counters(('wrong_length', 'non_finite', 'unanswered'))
-        self.js = JointState(name=list(robot.joint_names))
-        self.imu = Imu()
-        self.imu.header.frame_id = robot.imu_body
-        self.odom = Odometry(child_frame_id=robot.base_body)
-        self.odom.header.frame_id = 'odom'
-        qos = STATE_PUBLISH_QOS[p.state_qos]
-        self.pub_js = publisher(self, JointState, 'joint_states', qos)
-        self.pub_imu = publisher(self, Imu, 'imu', qos)
-        self.pub_odom = publisher(self, Odometry, 'odom', qos)
-        self.pub_clock = publisher(self, Clock, '/clock', qos)
+        self.out = SimStateIO(self, robot, STATE_PUBLISH_QOS[p.state_qos], p.publish_clock)
+        self.recorder: EpisodeRecorder | None = None  # the episode pause_after_s ends
+        self.episode_seed = p.episode_seed
+        self.add_on_set_parameters_callback(self.on_set_parameters)
         self.pub_diag = publisher(self, DiagnosticArray, '/diagnostics', 10)
         self.create_subscription(Float64MultiArray, 'joint_commands', self.on_command,
                                  COMMAND_QOS)
@@ -140,6 +137,8 @@ class SimNode(Node):
         self.publish_state()
         if self.pause_at is not None and self.sim.steps >= self.pause_at:
             self.pause_at, self.paused = None, True  # the episode's last state is out
+            self.out.send_episode(self.recorder)
+            self.recorder = None
             self.publish_diagnostics()
 
     def publish_state(self) -> None:
@@ -147,44 +146,28 @@ class SimNode(Node):
             self.loop.before_state()
         r = self.sim.readings()
         self.stamp = r.time if self.params.publish_clock else now_sec(self)
-        stamp = to_stamp(self.stamp)
-        imu, js, odom = self.imu, self.js, self.odom
-        imu.header.stamp = js.header.stamp = odom.header.stamp = stamp
-        o, w, a = imu.orientation, imu.angular_velocity, imu.linear_acceleration
-        o.w, o.x, o.y, o.z = (float(v) for v in r.imu_quat)
-        w.x, w.y, w.z = (float(v) for v in r.imu_gyro)
-        a.x, a.y, a.z = (float(v) for v in r.imu_acc)
-        js.position, js.velocity = doubles(r.joint_pos), doubles(r.joint_vel)
-        js.effort = doubles(r.joint_effort)
-        self.odom_filled = self.pub_odom.get_subscription_count() > 0  # only when listened to
-        if self.odom_filled:
-            pose, twist = odom.pose.pose, odom.twist.twist
-            pose.position.x, pose.position.y, pose.position.z = (float(v) for v in r.base_pos)
-            o = pose.orientation
-            o.w, o.x, o.y, o.z = (float(v) for v in r.base_quat)
-            twist.linear.x, twist.linear.y, twist.linear.z = (float(v) for v in r.base_lin_vel)
-            twist.angular.x, twist.angular.y, twist.angular.z = (
-                float(v) for v in r.base_ang_vel)
+        self.out.fill(r, self.stamp)
+        if self.recorder is not None:
+            self.recorder.add(self.stamp, r.base_lin_vel, r.base_ang_vel, r.joint_pos,
+                              r.joint_effort)
         self.send_state()
 
     def send_state(self) -> None:
-        """Publish the filled state; the policy acts on joint_states, so it goes out last."""
-        if self.params.publish_clock:
-            self.pub_clock.publish(Clock(clock=self.js.header.stamp))
-        if self.odom_filled:
-            self.pub_odom.publish(self.odom)
-        self.pub_imu.publish(self.imu)
+        """Publish the filled state (again, for an unanswered lockstep state)."""
+        self.out.send()
         self.awaiting = time.perf_counter()
-        self.pub_js.publish(self.js)
         self.tick_rate.tick(self.awaiting)
 
     # -------------------------------------------------------------------------- services
     def on_reset(self, request, response):
-        answered = self.awaiting is None
+        answered, p = self.awaiting is None, self.params
+        if self.episode_seed >= 0:  # this episode's own draws, whatever ran before it
+            self.sim.rng = np.random.default_rng([p.seed, self.episode_seed])
         self.sim.reset()
-        if self.params.pause_after_s:
-            self.pause_at = self.sim.steps + round(self.params.pause_after_s /
-                                                   self.robot.control_dt)
+        if p.pause_after_s:
+            steps = round(p.pause_after_s / self.robot.control_dt)
+            self.pause_at = self.sim.steps + steps
+            self.recorder = EpisodeRecorder(self.robot.joint_names, steps + 1)
         self.publish_state()  # same stamp: a policy that answered it already stays quiet
         if answered:
             self.awaiting = None
@@ -199,6 +182,16 @@ class SimNode(Node):
         self.publish_diagnostics()  # a state change is said at once, not at the next period
         response.success, response.message = True, 'paused' if self.paused else 'running'
         return response
+
+    def on_set_parameters(self, params) -> SetParametersResult:
+        for param in params:  # the others are read-only (refused by rclpy) or use_sim_time
+            if param.name == 'episode_seed':
+                try:
+                    check_episode_seed(param.value)
+                except (TypeError, ValueError) as exc:
+                    return SetParametersResult(successful=False, reason=str(exc))
+                self.episode_seed = param.value
+        return SetParametersResult(successful=True)
 
     def on_step(self, request, response):
         response.success = self.paused
@@ -222,9 +215,9 @@ class SimNode(Node):
         self.pub_diag.publish(diagnostics(self, 'sim', level, msg, fields))
 
 
-def main(args=None) -> int:
-    return spin(SimNode, args)
+def main(args=None) -> None:
+    exit_without_teardown(spin(SimNode, args))  # no slow interpreter teardown after a clean stop
 
 
 if __name__ == '__main__':
-    raise SystemExit(main())
+    main()

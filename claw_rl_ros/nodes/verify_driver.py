@@ -1,12 +1,14 @@
 """verify_driver: the ``claw-rl verify`` side of the ROS graph (thin glue, spun in a thread).
 
 Drives a lockstep sim_node + policy_node pair episode by episode through their standard
-interfaces: ``cmd_vel`` (the command), ``<sim>/pause`` and ``<sim>/reset`` (std_srvs: a reset
-draws fresh perturbations; the sim pauses by itself an episode after it, its
-``pause_after_s``, and says so on /diagnostics at once), and reads ``odom`` (body velocity),
-``joint_states`` (positions, efforts) and ``/diagnostics`` (the sim's fall counter, the
-policy's latency). Measurements are
-handed to :mod:`claw_rl_ros.core.deploy.verify` as arrays.
+interfaces: ``cmd_vel`` (the command), the sim's ``episode_seed`` parameter (set to the episode
+number: its draws), ``<sim>/pause`` and ``<sim>/reset`` (std_srvs; the sim pauses by itself an
+episode after the reset, its ``pause_after_s``, and says so on /diagnostics at once). It reads
+``<sim>/episode`` (the episode's states as one record: body velocity, joint positions and
+efforts), ``/diagnostics`` (the sim's fall counter and draws, the policy's latency) and
+``policy/model_version``. It hears nothing per control step: the loop keeps the 2 cores, and
+no state is lost to a best-effort drop under load. Measurements are handed to
+:mod:`claw_rl_ros.core.deploy.verify` as arrays.
 """
 
 from __future__ import annotations
@@ -17,22 +19,22 @@ from typing import Callable
 
 from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import Twist
-from nav_msgs.msg import Odometry
-import numpy as np
 import rclpy
 from rclpy.clock import Clock, ClockType
 from rclpy.context import Context
-from rclpy.experimental import EventsExecutor
-from rclpy.task import Future
+from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
-from sensor_msgs.msg import JointState
+from rclpy.parameter import Parameter
+from rcl_interfaces.srv import SetParameters
+from std_msgs.msg import Float64MultiArray, String
 from std_srvs.srv import SetBool, Trigger
 
 from ..core.deploy.control_stats import StallDeadline
-from ..core.deploy.state_input import JointOrder
+from ..core.deploy.episode_record import read_episode
 from ..core.deploy.verify import Episode
 from ..core.sim.robot import RobotSpec
-from .ros_io import SENSOR_QOS, SPIN_SLICE_S, to_sec
+from .ros_io import STATE_QOS
+from .sim_state_io import episode_layout
 
 
 class GraphGone(RuntimeError):
@@ -46,59 +48,59 @@ class VerifyDriver:
     """An rclpy node in its own context and thread; ``episode()`` runs one measured episode."""
 
     def __init__(self, robot: RobotSpec, alive: Callable[[], bool], sim: str = '/sim_node',
-                 policy: str = '/policy_node', timeout_s: float = 60.0):
+                 policy: str = '/policy_node', timeout_s: float = 60.0,
+                 domain_id: int | None = None, name: str = 'verify_driver'):
         self.robot, self.alive, self.sim, self.policy = robot, alive, sim, policy
         self.timeout_s = timeout_s
-        self.order = JointOrder(robot)
         self.context = Context()
-        rclpy.init(context=self.context)
-        self.node = Node('verify_driver', context=self.context)
+        rclpy.init(context=self.context, **({} if domain_id is None else
+                                            {'domain_id': domain_id}))
+        self.node = Node(name, context=self.context)
         self.cond = threading.Condition()
-        self.odom: list[tuple[float, np.ndarray]] = []
-        self.states: list[tuple[float, np.ndarray, np.ndarray]] = []
+        self.record: tuple | None = None  # (labels, sizes, data) of the last ~/episode
+        self.records = 0
         self.status: dict[str, dict[str, str]] = {}
         self.status_seq: dict[str, int] = {}
         self.paused_status: dict[str, str] = {}
         self.clients: dict[str, object] = {}
         n = self.node
-        n.create_subscription(Odometry, 'odom', self.on_odom, SENSOR_QOS)
-        n.create_subscription(JointState, 'joint_states', self.on_joint_state, SENSOR_QOS)
+        n.create_subscription(Float64MultiArray, f'{sim}/episode', self.on_episode, STATE_QOS)
         n.create_subscription(DiagnosticArray, '/diagnostics', self.on_diagnostics, 50)
+        self.version = ''
+        n.create_subscription(String, 'policy/model_version', self.on_version, STATE_QOS)
         self.pub_cmd = n.create_publisher(Twist, 'cmd_vel', 10)
         # Re-sent at 10 Hz (wall), as a teleop does: the policy node zeroes a cmd_vel older
         # than its cmd_vel_timeout_s.
         self.cmd: Twist | None = None
         n.create_timer(CMD_VEL_PERIOD_S, self._resend_command,
                        clock=Clock(clock_type=ClockType.STEADY_TIME))
-        # The EventsExecutor, as the nodes: a callback costs less of the 2 cores the lockstep
-        # loop shares with this process (it hears two messages per control step).
-        self.executor = EventsExecutor(context=self.context)
+        self.executor = SingleThreadedExecutor(context=self.context)
         self.executor.add_node(n)
         self.thread = threading.Thread(target=self._spin, daemon=True)
         self.thread.start()
 
     def _spin(self) -> None:
         try:
-            never = Future()
             while self.context.ok():
-                self.executor.spin_until_future_complete(never, SPIN_SLICE_S)
+                self.executor.spin_once(timeout_sec=0.05)
         except Exception:  # noqa: BLE001 - the context was shut down under the executor
             pass
 
     # ---------------------------------------------------------------------------- inputs
-    def on_odom(self, msg: Odometry) -> None:
-        v, w = msg.twist.twist.linear, msg.twist.twist.angular
+    def on_episode(self, msg: Float64MultiArray) -> None:
+        record = episode_layout(msg)
         with self.cond:
-            self.odom.append((to_sec(msg.header.stamp), np.array([v.x, v.y, w.z])))
+            self.record, self.records = record, self.records + 1
             self.cond.notify_all()
 
-    def on_joint_state(self, msg: JointState) -> None:
-        index = self.order.message_index('joint_states', msg.name)
-        pos = np.asarray(msg.position)[index]
-        effort = np.asarray(msg.effort)[index] if len(msg.effort) else \
-            np.full(len(index), np.nan)
+    def _notify(self, _=None) -> None:
         with self.cond:
-            self.states.append((to_sec(msg.header.stamp), pos, effort))
+            self.cond.notify_all()
+
+    def on_version(self, msg: String) -> None:
+        with self.cond:
+            self.version = msg.data
+            self.cond.notify_all()
 
     def on_diagnostics(self, msg: DiagnosticArray) -> None:
         with self.cond:
@@ -122,7 +124,7 @@ class VerifyDriver:
                     raise GraphGone(f'a node of the graph stopped while waiting for {what}')
                 if deadline.expired(progress(), time.monotonic()):
                     raise GraphGone(f'no {what}: nothing moved for {self.timeout_s:g} s')
-                self.cond.wait(0.2)
+                self.cond.wait(0.05)  # (discovery, e.g. a service, is not notified)
 
     def status_count(self, node: str) -> int:
         with self.cond:
@@ -146,14 +148,15 @@ class VerifyDriver:
             client = self.clients[name] = self.node.create_client(srv_type, name)
         self.wait(f'service {name}', lambda: client.service_is_ready())
         future = client.call_async(request)
+        future.add_done_callback(self._notify)  # the wait wakes on the reply, not a poll
         self.wait(f'a reply from {name}', future.done)
         return future.result()
 
     # --------------------------------------------------------------------------- protocol
     def start(self, command_vx: float, model_version: str) -> None:
         """Wait until the loop runs with this model, then give both nodes the command."""
-        self.diagnostics(self.policy, lambda v: v.get('model_version') == model_version and
-                         int(v.get('policy_ticks', 0)) > 0)
+        self.wait(f'policy/model_version {model_version}', lambda: self.version ==
+                  model_version)  # (latched: said once the model is loaded and checked)
         self.wait('cmd_vel subscribers', lambda: self.pub_cmd.get_subscription_count() >= 2)
         cmd = Twist()
         cmd.linear.x = float(command_vx)
@@ -174,24 +177,21 @@ class VerifyDriver:
                                                   seq)
         return self.paused_status
 
-    def episode(self, seconds: float, settle_s: float) -> Episode:
-        """Reset (fresh perturbations), run ``seconds`` of sim time, pause; one Episode."""
-        falls0 = int(self.paused_status['falls'])
-        with self.cond:
-            first_odom = len(self.odom)
+    def episode(self, seconds: float, settle_s: float, index: int) -> Episode:
+        """Reset with the draws of episode ``index`` (the sim's episode_seed), run ``seconds``
+        of sim time (the sim pauses by itself then, its ``pause_after_s``: the same steps on
+        any machine); one Episode from the sim's record of it."""
+        falls0, steps0 = int(self.paused_status['falls']), int(self.paused_status['steps'])
+        steps1 = steps0 + round(seconds / self.robot.control_dt)  # (a reset does not step)
+        records = self.records
+        seed = Parameter('episode_seed', Parameter.Type.INTEGER, index).to_parameter_msg()
+        result = self.call(SetParameters, f'{self.sim}/set_parameters',
+                           SetParameters.Request(parameters=[seed])).results[0]
+        if not result.successful:
+            raise GraphGone(f'{self.sim} refused episode_seed {index}: {result.reason}')
         reply = self.call(Trigger, f'{self.sim}/reset', Trigger.Request())
         if not reply.success:
             raise GraphGone(f'{self.sim}/reset refused: {reply.message}')
-        # The reset re-publishes the state (paused): its stamp starts the episode.
-        t0 = self.wait('the reset state', lambda: len(self.odom) > first_odom and
-                       (self.odom[first_odom][0],))[0]
-        with self.cond:
-            first_state = len(self.states)
-        # The sim pauses by itself ``seconds`` after the reset (its pause_after_s): the episode
-        # is that long to the step, whatever the machine's speed, and says so at once.
-        steps0 = int(self.paused_status['steps'])  # a reset does not step
-        steps1 = steps0 + round(seconds / self.robot.control_dt)
-        end = t0 + seconds - 1e-6
 
         def paused_at_end():
             status = self.status.get(self.sim, {})
@@ -201,35 +201,37 @@ class VerifyDriver:
                     raise GraphGone(f'{self.sim} paused at step {status["steps"]}, not at the '
                                     f'episode end {steps1}: is its pause_after_s {seconds:g}?')
                 return dict(status)
-            if self.odom and self.odom[-1][0] > end + 1.0:
-                raise GraphGone(f'{self.sim} ran past the episode end without pausing: is its '
-                                f'pause_after_s {seconds:g}?')
             return None
         seq = self.status_count(self.sim)
         self.pause(False)
-        # A loaded machine slows lockstep down, it does not stop it: fail on a stall only.
-        status = self.paused_status = self.wait('the sim pausing at the episode end',
-                                                paused_at_end, lambda: self.odom[-1][0])
-        # The last state's messages may come after the status (another topic).
-        self.wait('the last state of the episode', lambda: self.odom[-1][0] >= end and
-                  self.states and self.states[-1][0] >= end, lambda: self.odom[-1][0])
-        with self.cond:
-            odom = [(t, v) for t, v in self.odom[first_odom:] if t0 + settle_s <= t <= t0 +
-                    seconds]
-            states = [(t, q, e) for t, q, e in self.states[first_state:] if t <= t0 + seconds]
-        vel = np.array([v for _, v in odom]).reshape(-1, 3)
-        q = np.array([s[1] for s in states]).reshape(-1, self.robot.num_joints)
-        tau = np.array([s[2] for s in states]).reshape(-1, self.robot.num_joints)
+        # A loaded machine slows lockstep down, it does not stop it: fail on a stall only (the
+        # sim's step count, said on /diagnostics, stands still).
+        status = self.paused_status = self.wait(
+            'the sim pausing at the episode end', paused_at_end,
+            lambda: self.status.get(self.sim, {}).get('steps'))
+        record = self.wait(f'{self.sim}/episode', lambda: self.records > records and
+                           self.record)
+        try:
+            table = read_episode(*record, self.robot.joint_names)
+        except ValueError as exc:
+            raise GraphGone(f'{self.sim}/episode: {exc}') from None
+        if len(table.t) != steps1 - steps0 + 1:
+            raise GraphGone(f'{self.sim}/episode holds {len(table.t)} states, not the reset '
+                            f'state and {steps1 - steps0} steps')
+        # Velocity after settling; joints over every step (not the reset pose).
+        t = table.t - table.t[0]
+        settled = t >= settle_s - 1e-9
         params = {k: status[k] for k in ('friction', 'mass_scale', 'motor_strength',
                                          'latency_ms') if k in status}
-        return Episode(fell=int(status['falls']) > falls0, velocity=vel, joint_pos=q,
-                       effort=tau, params=params)
+        return Episode(fell=int(status['falls']) > falls0, velocity=table.velocity[settled],
+                       joint_pos=table.joint_pos[1:], effort=table.effort[1:], params=params)
 
     def latency(self) -> dict[str, float]:
         """Policy latency p99 and p50, sim state -> command round trip p99 [ms], from
         /diagnostics (keyword arguments of core.deploy.verify.score)."""
-        pol = self.diagnostics(self.policy)
-        sim = self.diagnostics(self.sim)
+        # The policy's next status (one said before the episodes may have measured nothing);
+        # the sim's as the last episode ended.
+        pol, sim = self.diagnostics(self.policy), self.paused_status
         return {'latency_p99_ms': float(pol['latency_p99_ms']),
                 'latency_p50_ms': float(pol['latency_p50_ms']),
                 'round_trip_p99_ms': float(sim['command_latency_p99_ms'])}

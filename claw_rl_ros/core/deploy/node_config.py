@@ -15,6 +15,7 @@ import dataclasses
 from dataclasses import dataclass
 import typing
 
+from .episode_record import MAX_EPISODE_S
 from .model_swap import DEFAULT_MAX_MODEL_BYTES
 from .safety import SafetyConfig
 from ..sim.terrain import TERRAIN_TYPES
@@ -72,6 +73,19 @@ MODEL_SHA = ('set it to the sha256 (or a prefix) of model bytes received on poli
              'act with that model (the hot swap); the reply says why not')
 
 
+EPISODE_SEED = ('-1: every draw (perturbations, noise, pushes) from one stream seeded by seed; '
+                'n >= 0: each ~/reset reseeds it with (seed, n), so that episode draws the same '
+                'whatever ran before it (claw-rl verify sets it to the episode index before each '
+                'reset, on any number of graphs)')
+
+
+def check_episode_seed(value: int) -> None:
+    """ValueError naming the parameter unless value >= -1."""
+    if value < -1:
+        raise ValueError(f'parameter episode_seed = {value!r}; use -1 (one stream) or an '
+                         'episode number >= 0')
+
+
 def check_diagnostics_period(value: float) -> None:
     """ValueError naming the parameter unless 0.05 <= value <= 60 (NaN and inf too)."""
     if not 0.05 <= value <= 60.0:
@@ -119,13 +133,19 @@ class SimParams:
     start_paused: bool = param(False, 'start paused (~/pause false runs it): nothing is '
                                'stepped, drawn or timed out before the first command of a user')
     pause_after_s: float = param(0.0, 'pause by itself this much sim time after each ~/reset '
-                                 "(0: never): claw-rl verify's episodes, each exactly that long")
+                                 "(0: never; at most 600): claw-rl verify's episodes, each "
+                                 'exactly that long, recorded and sent on ~/episode')
+    episode_seed: int = param(-1, EPISODE_SEED, read_only=False)
 
     def __post_init__(self):
         check_diagnostics_period(self.diagnostics_period_s)
-        if not 0.0 <= self.pause_after_s < 1e6:  # (NaN fails too)
+        if not 0.0 <= self.pause_after_s <= MAX_EPISODE_S:  # (NaN fails too)
             raise ValueError(f'parameter pause_after_s = {self.pause_after_s!r}; use 0 (never) '
-                             'or the sim seconds after a reset, below 1e6')
+                             f'or the sim seconds after a reset, at most {MAX_EPISODE_S:g}')
+        check_episode_seed(self.episode_seed)
+        if self.seed < 0:
+            raise ValueError(f'parameter seed = {self.seed!r}; use an integer >= 0 (numpy '
+                             'seeds are non-negative)')
         if not self.real_time_factor > 0:
             raise ValueError(f'parameter real_time_factor = {self.real_time_factor!r}; use sim '
                              'seconds per wall second > 0 (1.0 = realtime)')

@@ -13,12 +13,14 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, TYPE_CHECKING
 
 import numpy as np
-import onnxruntime as ort
 
 from ..sim.robot import METADATA_KEY, RobotSpec
+
+if TYPE_CHECKING:
+    import onnxruntime as ort
 
 INPUT_NAME = 'obs'
 OUTPUT_NAME = 'actions'
@@ -34,6 +36,7 @@ class SpecMismatchError(ModelError):
 
 def session_options() -> ort.SessionOptions:
     """One intra-op and one inter-op thread, sequential: predictable latency next to ROS."""
+    import onnxruntime as ort  # (when a model is loaded: the sim node imports this module)
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
     options.inter_op_num_threads = 1
@@ -67,6 +70,7 @@ class OnnxPolicy:
         data, self.name = _read(source)
         self.name = name or self.name  # bytes read from a file keep the file's name
         self.sha256 = hashlib.sha256(data).hexdigest()
+        import onnxruntime as ort
         try:
             self._session = ort.InferenceSession(data, session_options(),
                                                  providers=['CPUExecutionProvider'])

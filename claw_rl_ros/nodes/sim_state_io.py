@@ -1,0 +1,94 @@
+"""The sim node's published state: joint_states, imu, odom, /clock, and the episode record.
+
+The messages are made once and refilled each step; ``send()`` publishes what ``fill()`` put in,
+so an unanswered lockstep state is re-sent unchanged. joint_states goes out last: the policy acts
+on it, after everything it needs. The episode record (:mod:`..core.deploy.episode_record`) goes
+out on ``~/episode``, latched, once per episode.
+"""
+
+from __future__ import annotations
+
+import array
+
+from nav_msgs.msg import Odometry
+import numpy as np
+from rclpy.node import Node
+from rosgraph_msgs.msg import Clock
+from sensor_msgs.msg import Imu, JointState
+from std_msgs.msg import Float64MultiArray, MultiArrayDimension
+
+from ..core.deploy.episode_record import EpisodeRecorder, ROW_DIM
+from ..core.sim.robot import RobotSpec
+from .ros_io import doubles, publisher, STATE_QOS, to_stamp
+
+
+class SimStateIO:
+    """Publishers and reused messages of one sim node's state (``qos``: of the state topics)."""
+
+    def __init__(self, node: Node, robot: RobotSpec, qos, publish_clock: bool):
+        self.publish_clock = publish_clock
+        self.js = JointState(name=list(robot.joint_names))
+        self.imu = Imu()
+        self.imu.header.frame_id = robot.imu_body
+        self.odom = Odometry(child_frame_id=robot.base_body)
+        self.odom.header.frame_id = 'odom'
+        self.odom_filled = False
+        self.pub_js = publisher(node, JointState, 'joint_states', qos)
+        self.pub_imu = publisher(node, Imu, 'imu', qos)
+        self.pub_odom = publisher(node, Odometry, 'odom', qos)
+        self.pub_clock = publisher(node, Clock, '/clock', qos)
+        self.node, self.pub_episode = node, None
+
+    def fill(self, r, stamp_s: float) -> None:
+        """Put the sim's readings ``r`` under stamp ``stamp_s`` [s] into the messages."""
+        stamp = to_stamp(stamp_s)
+        imu, js = self.imu, self.js
+        imu.header.stamp = js.header.stamp = self.odom.header.stamp = stamp
+        o, w, a = imu.orientation, imu.angular_velocity, imu.linear_acceleration
+        o.w, o.x, o.y, o.z = (float(v) for v in r.imu_quat)
+        w.x, w.y, w.z = (float(v) for v in r.imu_gyro)
+        a.x, a.y, a.z = (float(v) for v in r.imu_acc)
+        js.position, js.velocity = doubles(r.joint_pos), doubles(r.joint_vel)
+        js.effort = doubles(r.joint_effort)
+        self.readings, self.odom_filled = r, False
+
+    def _fill_odom(self) -> None:
+        """Ground truth, filled only for a state someone listens to (at its first send)."""
+        r, pose, twist = self.readings, self.odom.pose.pose, self.odom.twist.twist
+        pose.position.x, pose.position.y, pose.position.z = (float(v) for v in r.base_pos)
+        q = pose.orientation
+        q.w, q.x, q.y, q.z = (float(v) for v in r.base_quat)
+        twist.linear.x, twist.linear.y, twist.linear.z = (float(v) for v in r.base_lin_vel)
+        twist.angular.x, twist.angular.y, twist.angular.z = (float(v) for v in r.base_ang_vel)
+        self.odom_filled = True
+
+    def send(self) -> None:
+        """Publish the filled state, joint_states last."""
+        if self.publish_clock:
+            self.pub_clock.publish(Clock(clock=self.js.header.stamp))
+        if self.pub_odom.get_subscription_count():  # ground truth only when listened to
+            if not self.odom_filled:
+                self._fill_odom()
+            self.pub_odom.publish(self.odom)
+        self.pub_imu.publish(self.imu)
+        self.pub_js.publish(self.js)
+
+    def send_episode(self, recorder: EpisodeRecorder) -> None:
+        """The record on ``~/episode`` (Float64MultiArray [T, C], latched: a gate that asks
+        late still reads the last one); dimension labels ``state`` and the column names."""
+        if self.pub_episode is None:
+            self.pub_episode = publisher(self.node, Float64MultiArray, '~/episode', STATE_QOS)
+        table = recorder.table()
+        msg = Float64MultiArray()
+        rows, width = table.shape
+        msg.layout.dim = [MultiArrayDimension(label=ROW_DIM, size=rows, stride=rows * width),
+                          MultiArrayDimension(label=','.join(recorder.columns), size=width,
+                                              stride=width)]
+        msg.data = array.array('d', np.ascontiguousarray(table).tobytes())
+        self.pub_episode.publish(msg)
+
+
+def episode_layout(msg: Float64MultiArray) -> tuple[list[str], list[int], np.ndarray]:
+    """(labels, sizes, data) of a received record, for core's ``read_episode``."""
+    return ([d.label for d in msg.layout.dim], [d.size for d in msg.layout.dim],
+            np.frombuffer(msg.data, dtype=np.float64) if len(msg.data) else np.zeros(0))
