@@ -10,38 +10,32 @@ import sys
 HEAVY = ('torch', 'torch.utils.tensorboard', 'matplotlib')
 
 
-def test_policy_node_and_sim_node_import_without_torch():
-    code = ('import json, sys\n'
-            'import claw_rl_ros.nodes.policy_node, claw_rl_ros.nodes.sim_node\n'
-            f'print(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))')
-    result = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
+def loaded_after(code: str, modules) -> list[str]:
+    """Which of ``modules`` a fresh interpreter holds after running ``code``."""
+    probe = f'{code}\nimport json, sys\nprint(json.dumps([m for m in {tuple(modules)!r} ' \
+        'if m in sys.modules]))'
+    result = subprocess.run([sys.executable, '-c', probe], capture_output=True, text=True,
                             timeout=120)
     assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout.strip().splitlines()[-1]) == []
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_policy_node_and_sim_node_import_without_torch():
+    assert loaded_after('import claw_rl_ros.nodes.policy_node, claw_rl_ros.nodes.sim_node',
+                        HEAVY) == []
 
 
 def test_the_cli_and_the_verify_gate_load_without_torch():
     """`claw-rl verify` (and every command but those that train) starts without torch's ~1 s
     import: the parser and the verify path import only what the gate runs."""
-    code = ('import json, sys\n'
-            'from claw_rl_ros.cli import build_parser\n'
-            'build_parser()\n'
-            'import claw_rl_ros.commands.verify, claw_rl_ros.nodes.verify_driver\n'
-            'import claw_rl_ros.core.deploy.verify, claw_rl_ros.core.deploy.policy_card\n'
-            f'print(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))')
-    result = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
-                            timeout=120)
-    assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout.strip().splitlines()[-1]) == []
+    assert loaded_after('from claw_rl_ros.cli import build_parser\n'
+                        'build_parser()\n'
+                        'import claw_rl_ros.commands.verify, claw_rl_ros.nodes.verify_driver\n'
+                        'import claw_rl_ros.core.deploy.verify, '
+                        'claw_rl_ros.core.deploy.policy_card', HEAVY) == []
 
 
 def test_the_policy_node_loads_no_physics_engine():
     """A robot's computer runs policy_node with onnxruntime and ROS alone: no MuJoCo (its
     import, with the rendering it pulls in, cost a policy node ~0.15 s of start-up)."""
-    code = ('import json, sys\n'
-            'import claw_rl_ros.nodes.policy_node\n'
-            "print(json.dumps([m for m in ('mujoco', *" + repr(HEAVY) + ') if m in sys.modules]))')
-    result = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
-                            timeout=120)
-    assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout.strip().splitlines()[-1]) == []
+    assert loaded_after('import claw_rl_ros.nodes.policy_node', ('mujoco', *HEAVY)) == []

@@ -42,6 +42,7 @@ class GraphGone(RuntimeError):
 
 
 CMD_VEL_PERIOD_S = 0.1
+RESEND_S = 2.0  # a first request without a reply is sent again after this
 
 
 class VerifyDriver:
@@ -63,6 +64,7 @@ class VerifyDriver:
         self.status_seq: dict[str, int] = {}
         self.paused_status: dict[str, str] = {}
         self.clients: dict[str, object] = {}
+        self.answered: set[str] = set()  # services that have replied to this driver
         n = self.node
         n.create_subscription(Float64MultiArray, f'{sim}/episode', self.on_episode, STATE_QOS)
         n.create_subscription(DiagnosticArray, '/diagnostics', self.on_diagnostics, 50)
@@ -141,16 +143,30 @@ class VerifyDriver:
                          and predicate(self.status[node]) and dict(self.status[node]), progress)
 
     def call(self, srv_type, name: str, request):
-        """The reply of service ``name``; its client is made once (a new client waits for
-        discovery: hundreds of ms per call)."""
+        """The reply of service ``name``. Its client is made once (a new client waits for
+        discovery: hundreds of ms per call). Until a client's first reply the request is sent
+        again every RESEND_S: a service that has not yet discovered the client's reply reader
+        drops the reply ("failed to send response"), seen on a loaded machine. Every first
+        call here is one that may be repeated (pause true, reset to a seeded episode, a
+        parameter); pause false is never a first call (start() pauses first)."""
         client = self.clients.get(name)
         if client is None:
             client = self.clients[name] = self.node.create_client(srv_type, name)
         self.wait(f'service {name}', lambda: client.service_is_ready())
-        future = client.call_async(request)
-        future.add_done_callback(self._notify)  # the wait wakes on the reply, not a poll
-        self.wait(f'a reply from {name}', future.done)
-        return future.result()
+        futures: list = []
+        sent = [-float('inf')]
+
+        def reply():
+            done = next((f for f in futures if f.done()), None)
+            if done is None and (not futures or name not in self.answered) and \
+                    time.monotonic() - sent[0] > RESEND_S:
+                futures.append(client.call_async(request))
+                futures[-1].add_done_callback(self._notify)  # wakes the wait, not a poll
+                sent[0] = time.monotonic()
+            return done
+        result = self.wait(f'a reply from {name}', reply).result()
+        self.answered.add(name)
+        return result
 
     # --------------------------------------------------------------------------- protocol
     def start(self, command_vx: float, model_version: str) -> None:
