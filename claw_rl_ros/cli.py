@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
+import os
 import sys
 
 from .core.config import ConfigError
@@ -84,6 +86,7 @@ def strip_ros_args(argv: list[str]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    called_as_program = argv is None
     try:
         argv = strip_ros_args(sys.argv[1:] if argv is None else argv)
     except ConfigError as exc:
@@ -91,13 +94,22 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     args = parser.parse_args(argv)
     try:
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
     except ConfigError as exc:
         print(f'claw-rl: error: {exc}', file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print('claw-rl: interrupted', file=sys.stderr)
         return 130
+    if called_as_program and getattr(args, 'exit_without_teardown', False):
+        # The command has written and said everything: skip tearing down its DDS, MuJoCo
+        # and onnxruntime objects (~0.2 s of verify's wall time). Never when called in a
+        # process that goes on (argv given, as tests do).
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
 
 
 if __name__ == '__main__':

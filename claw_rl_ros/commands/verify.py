@@ -73,7 +73,7 @@ def _config(args: argparse.Namespace):
                      source='claw-rl verify'), path, tiles
 
 
-DIAGNOSTICS_PERIOD_S = 0.2
+DIAGNOSTICS_PERIOD_S = 0.1
 
 
 def verify_nodes(model: str, robot_name: str, env_config: Path, seed: int,
@@ -83,7 +83,7 @@ def verify_nodes(model: str, robot_name: str, env_config: Path, seed: int,
     from ..launch_graph import GRAPHS, resolve
     nodes = resolve(GRAPHS['control'], {'model': model, 'robot': robot_name,
                                         'mode': 'lockstep', 'use_sim_time': 'true'})
-    # Both nodes say their status 5x a second: the driver waits for one at start-up and end.
+    # Both nodes say their status 10x a second: the driver waits for the policy's at the end.
     status = {'diagnostics_period_s': DIAGNOSTICS_PERIOD_S}
     sim = {'randomization': True, 'pushes': True, 'noise': True, 'env_config': str(env_config),
            'seed': seed, 'reset_on_fall': True, 'command_timeout_s': 0.2, **status,
@@ -248,4 +248,4 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    f'{default_jobs()} here: 2 with 2 cores or more); the verdict does not '
                    'depend on it: episode i draws the same perturbations on any number')
     p.add_argument('--verbose', action='store_true', help='print each episode and its draws')
-    p.set_defaults(func=run_verify)
+    p.set_defaults(func=run_verify, exit_without_teardown=True)

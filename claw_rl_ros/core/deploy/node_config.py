@@ -68,7 +68,7 @@ OVERRIDES = ('config overrides KEY=VALUE separated by spaces, as claw-rl train -
              "them (the train graph's set)")
 CHUNK_TOPIC = 'topic of the rollout chunks (std_msgs/UInt8MultiArray)'
 DIAGNOSTICS_PERIOD = ('period of /diagnostics [s, steady clock], 0.05 to 60 (claw-rl verify '
-                      'runs 0.2: it waits for a status at start-up and at the end)')
+                      "runs 0.1: it waits for the policy node's status at the end)")
 MODEL_SHA = ('set it to the sha256 (or a prefix) of model bytes received on policy/model to '
              'act with that model (the hot swap); the reply says why not')
 
