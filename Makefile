@@ -32,6 +32,9 @@ $(STAMP): requirements.txt setup.py
 	$(PIP) install -q -r requirements.txt
 	$(BIN)/python -c "import torch, sys; sys.exit('torch is a CUDA build: ' + torch.__version__ + '; install the CPU wheel torch==2.13.0') if torch.version.cuda else None"
 	$(PIP) install -q --no-deps --no-build-isolation -e .
+	# Byte-code of the package's sources, read by every node process at start-up even where
+	# PYTHONDONTWRITEBYTECODE keeps Python from writing it (a stale one is ignored).
+	$(BIN)/python -m compileall -q claw_rl_ros > /dev/null
 	rm -f $(VENV)/.installed-*
 	touch $@
 
