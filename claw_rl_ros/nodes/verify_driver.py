@@ -66,6 +66,10 @@ class VerifyDriver:
         self.clients: dict[str, object] = {}
         self.answered: set[str] = set()  # services that have replied to this driver
         n = self.node
+        # The sim's services' clients, made now: their discovery runs while the nodes start.
+        for srv_type, service in ((SetBool, 'pause'), (Trigger, 'reset'),
+                                  (SetParameters, 'set_parameters')):
+            self.clients[f'{sim}/{service}'] = n.create_client(srv_type, f'{sim}/{service}')
         n.create_subscription(Float64MultiArray, f'{sim}/episode', self.on_episode, STATE_QOS)
         n.create_subscription(DiagnosticArray, '/diagnostics', self.on_diagnostics, 50)
         self.version = ''
