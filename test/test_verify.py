@@ -9,6 +9,7 @@ fixture is refused with the mismatch named: re-export it from a fresh ``make tra
 
 import hashlib
 import json
+import math
 from pathlib import Path
 import shutil
 import subprocess
@@ -25,7 +26,7 @@ from claw_rl_ros.core.deploy.policy_card import card_path, write_policy_card
 from claw_rl_ros.core.deploy.verification import verification_blocker
 from claw_rl_ros.core.deploy.verify import (Episode, format_table, passed, result_path, score,
                                             score_terrain, terrain_episode_s, VerifyConfig,
-                                            write_result)
+                                            worst_latency, write_result)
 from claw_rl_ros.core.sim.env_config import EnvConfig
 from claw_rl_ros.core.sim.sim_session import SimSession, terrain_tile
 from claw_rl_ros.core.sim.terrain import generate_terrain, TerrainConfig
@@ -285,3 +286,14 @@ def test_verify_prints_a_row_per_terrain_tile(ros_env, short_config, tmp_path): 
     card = card_path(model).read_text()
     assert f'updated {card_path(model)}' in out
     assert '  - stairs_down:0 (seed 5): falls 0/1' in card
+
+
+def test_the_worst_latency_of_side_by_side_graphs_ignores_one_that_measured_nothing():
+    nan = float('nan')
+    a = {'latency_p99_ms': 0.4, 'latency_p50_ms': 0.2, 'round_trip_p99_ms': 1.5}
+    b = {'latency_p99_ms': 0.9, 'latency_p50_ms': 0.1, 'round_trip_p99_ms': 1.1}
+    idle = {'latency_p99_ms': nan, 'latency_p50_ms': nan, 'round_trip_p99_ms': nan}
+    assert worst_latency([a, b]) == {'latency_p99_ms': 0.9, 'latency_p50_ms': 0.2,
+                                     'round_trip_p99_ms': 1.5}
+    assert worst_latency([idle, a]) == worst_latency([a, idle]) == a
+    assert all(math.isnan(v) for v in worst_latency([idle]).values())

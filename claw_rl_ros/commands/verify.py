@@ -117,6 +117,7 @@ def _measure(args: argparse.Namespace, cfg, robot, sha: str, model: str, config_
     """(episodes in index order, latency: the worst graph's) of one run of ``args.jobs`` graphs
     sharing ``cfg.episodes``; GraphGone if one failed."""
     from ..core import paths
+    from ..core.deploy.verify import worst_latency
     from ..launch_graph.graph_runner import GraphRunner
     from ..nodes.verify_driver import GraphGone, VerifyDriver
     jobs = max(1, min(args.jobs, cfg.episodes))
@@ -136,17 +137,20 @@ def _measure(args: argparse.Namespace, cfg, robot, sha: str, model: str, config_
     def drive(g: int, driver) -> None:
         try:
             driver.start(cfg.command_vx, sha[:12])
+            ran = 0
             while True:
                 with lock:
                     i = next(todo, None)
                 if i is None or failures:
                     break
                 episodes[i] = ep = driver.episode(seconds, cfg.settle_s, i)
+                ran += 1
                 if args.verbose:
                     print(f'  {tile.label + " " if tile else ""}episode {i + 1}: '
                           f'{"FELL" if ep.fell else "ok"} ' + ', '.join(
                               f'{k} {v}' for k, v in ep.params.items()), flush=True)
-            latency.append(driver.latency())
+            if ran:  # (a graph that started after the others took every episode measured none)
+                latency.append(driver.latency())
         except GraphGone as exc:
             failures.append(f'graph {g + 1} of {jobs}: {exc}; node output:\n' + '\n'.join(
                 logs[g].getvalue().splitlines()[-40:]))
@@ -168,7 +172,7 @@ def _measure(args: argparse.Namespace, cfg, robot, sha: str, model: str, config_
             w.join()
         if failures:
             raise GraphGone(failures[0])
-        return episodes, {k: max(d[k] for d in latency) for k in latency[0]}
+        return episodes, worst_latency(latency)
     finally:
         for d in drivers:
             d.close()

@@ -107,6 +107,17 @@ def _stack(parts: list[np.ndarray], width: int) -> np.ndarray:
     return np.concatenate(parts) if parts else np.zeros((0, width))
 
 
+def worst_latency(reports: list[dict[str, float]]) -> dict[str, float]:
+    """The worst (largest) of each latency over graphs that ran side by side; a graph that
+    measured none (NaN) does not hide another's number, and none at all stays NaN (a FAIL)."""
+    keys = sorted({k for r in reports for k in r})
+    worst = {}
+    for k in keys:
+        values = [float(r[k]) for r in reports if k in r and math.isfinite(float(r[k]))]
+        worst[k] = max(values) if values else float('nan')
+    return worst
+
+
 def score(cfg: VerifyConfig, robot: RobotSpec, episodes: list[Episode],
           latency_p99_ms: float, round_trip_p99_ms: float = float('nan'),
           latency_p50_ms: float = float('nan')) -> list[Row]:
