@@ -123,8 +123,8 @@ class SimNode(Node):
 
     def on_wait(self) -> None:
         # Lockstep: re-send the state nobody answered (the policy may have joined late), as it
-        # was (no new noise draw), paused or not: a late policy's first answer is the same.
-        if self.awaiting is not None and \
+        # was (no new noise draw). Paused, the sim stays silent.
+        if self.awaiting is not None and not self.paused and \
                 time.perf_counter() - self.awaiting > self.params.command_timeout_s:
             self.drops.add('unanswered')
             self.send_state()
