@@ -247,6 +247,7 @@ def test_a_terrain_episode_ends_before_the_robot_reaches_the_maps_edge(robot):
     room = t.extent[1, 0] - 1.5 * robot.standing_height - t.tile_origins[0, 0, 0] - \
         t.spawn_jitter
     assert seconds == pytest.approx(room / 0.5) and 3.0 < seconds < cfg.episode_s
+    assert type(seconds) is float  # a sim node parameter: a numpy float broke its YAML
     assert terrain_episode_s(VerifyConfig(command_vx=0.1), t, robot) == cfg.episode_s
 
 

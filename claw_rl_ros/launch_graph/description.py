@@ -227,8 +227,10 @@ def robot_argument(value: str) -> str:
 
 def inline_params_yaml(node: ResolvedNode) -> str:
     """The YAML file launch_ros writes for a Node's inline parameter dict (same key, same body)."""
-    return yaml.dump({node.fqn: {'ros__parameters': dict(node.parameters)}},
-                     default_flow_style=False)
+    # (safe_dump: a value rcl could not read, e.g. a numpy float, fails here by name instead
+    # of as a parse error in the node's process)
+    return yaml.safe_dump({node.fqn: {'ros__parameters': dict(node.parameters)}},
+                          default_flow_style=False)
 
 
 def ros_command(node: ResolvedNode, inline_params_file: str | None) -> list[str]:

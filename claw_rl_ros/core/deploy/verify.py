@@ -193,7 +193,7 @@ def terrain_episode_s(cfg: VerifyConfig, terrain: Terrain, robot: RobotSpec) -> 
     the map's edge, where the sim would put the robot back: whichever is shorter."""
     start = terrain.tile_origins[0, 0, 0] + terrain.spawn_jitter
     room = terrain.extent[1, 0] - 1.5 * robot.standing_height - start
-    return min(cfg.episode_s, max(room, 0.0) / max(abs(cfg.command_vx), 1e-6))
+    return float(min(cfg.episode_s, max(room, 0.0) / max(abs(cfg.command_vx), 1e-6)))
 
 
 def score_terrain(cfg: VerifyConfig, terrain: str, seed: int, episodes: list[Episode],
