@@ -24,9 +24,11 @@ from claw_rl_ros.commands.verify import verify_nodes
 from claw_rl_ros.core.config import from_dict
 from claw_rl_ros.core.deploy.policy_card import card_path, write_policy_card
 from claw_rl_ros.core.deploy.verification import verification_blocker
-from claw_rl_ros.core.deploy.verify import (Episode, format_table, passed, result_path, score,
-                                            score_terrain, terrain_episode_s, VerifyConfig,
-                                            worst_latency, write_result)
+from claw_rl_ros.core.deploy.episode_record import EpisodeTable
+from claw_rl_ros.core.deploy.verify import (Episode, episode_of, format_table, passed,
+                                            result_path, score, score_terrain,
+                                            terrain_episode_s, VerifyConfig, worst_latency,
+                                            write_result)
 from claw_rl_ros.core.sim.env_config import EnvConfig
 from claw_rl_ros.core.sim.sim_session import SimSession, terrain_tile
 from claw_rl_ros.core.sim.terrain import generate_terrain, TerrainConfig
@@ -298,3 +300,20 @@ def test_the_worst_latency_of_side_by_side_graphs_ignores_one_that_measured_noth
                                      'round_trip_p99_ms': 1.5}
     assert worst_latency([idle, a]) == worst_latency([a, idle]) == a
     assert all(math.isnan(v) for v in worst_latency([idle]).values())
+
+
+def test_an_episode_is_the_sims_record_after_settling():
+    rows = 11  # the reset state and 10 steps of 0.1 s
+    t = 5.0 + 0.1 * np.arange(rows)
+    table = EpisodeTable(t=t, velocity=np.arange(rows * 3.0).reshape(rows, 3),
+                         joint_pos=np.arange(rows * 2.0).reshape(rows, 2),
+                         effort=-np.arange(rows * 2.0).reshape(rows, 2), joint_names=('a', 'b'))
+    status = {'friction': '0.9', 'latency_ms': '15', 'falls': '3', 'steps': '40'}
+    ep = episode_of(table, 10, 0.3, True, status)
+    # Velocity from 0.3 s after the reset on (rows 3..10); joints over the steps, not row 0.
+    assert ep.velocity.tolist() == table.velocity[3:].tolist()
+    assert ep.joint_pos.tolist() == table.joint_pos[1:].tolist()
+    assert ep.effort.tolist() == table.effort[1:].tolist()
+    assert ep.fell and ep.params == {'friction': '0.9', 'latency_ms': '15'}
+    with pytest.raises(ValueError, match='holds 11 states, not the reset state and 12 steps'):
+        episode_of(table, 12, 0.3, False, status)

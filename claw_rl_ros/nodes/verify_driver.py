@@ -31,7 +31,7 @@ from std_srvs.srv import SetBool, Trigger
 
 from ..core.deploy.control_stats import StallDeadline
 from ..core.deploy.episode_record import read_episode
-from ..core.deploy.verify import Episode
+from ..core.deploy.verify import Episode, episode_of
 from ..core.sim.robot import RobotSpec
 from .ros_io import STATE_QOS
 from .sim_state_io import episode_layout
@@ -233,18 +233,10 @@ class VerifyDriver:
                            self.record)
         try:
             table = read_episode(*record, self.robot.joint_names)
+            return episode_of(table, steps1 - steps0, settle_s, int(status['falls']) > falls0,
+                              status)
         except ValueError as exc:
             raise GraphGone(f'{self.sim}/episode: {exc}') from None
-        if len(table.t) != steps1 - steps0 + 1:
-            raise GraphGone(f'{self.sim}/episode holds {len(table.t)} states, not the reset '
-                            f'state and {steps1 - steps0} steps')
-        # Velocity after settling; joints over every step (not the reset pose).
-        t = table.t - table.t[0]
-        settled = t >= settle_s - 1e-9
-        params = {k: status[k] for k in ('friction', 'mass_scale', 'motor_strength',
-                                         'latency_ms') if k in status}
-        return Episode(fell=int(status['falls']) > falls0, velocity=table.velocity[settled],
-                       joint_pos=table.joint_pos[1:], effort=table.effort[1:], params=params)
 
     def latency(self) -> dict[str, float]:
         """Policy latency p99 and p50, sim state -> command round trip p99 [ms], from

@@ -107,6 +107,22 @@ def _stack(parts: list[np.ndarray], width: int) -> np.ndarray:
     return np.concatenate(parts) if parts else np.zeros((0, width))
 
 
+DRAWS = ('friction', 'mass_scale', 'motor_strength', 'latency_ms')  # said per episode
+
+
+def episode_of(table, steps: int, settle_s: float, fell: bool,
+               status: dict[str, str]) -> Episode:
+    """The Episode of a sim's record (:class:`.episode_record.EpisodeTable`: the reset state
+    and ``steps`` steps; ValueError for another length): body velocity after ``settle_s``,
+    joints over every step but the reset pose, the draws the sim said in ``status``."""
+    if len(table.t) != steps + 1:
+        raise ValueError(f'the record holds {len(table.t)} states, not the reset state and '
+                         f'{steps} steps')
+    settled = table.t - table.t[0] >= settle_s - 1e-9
+    return Episode(fell=fell, velocity=table.velocity[settled], joint_pos=table.joint_pos[1:],
+                   effort=table.effort[1:], params={k: status[k] for k in DRAWS if k in status})
+
+
 def worst_latency(reports: list[dict[str, float]]) -> dict[str, float]:
     """The worst (largest) of each latency over graphs that ran side by side; a graph that
     measured none (NaN) does not hide another's number, and none at all stays NaN (a FAIL)."""
