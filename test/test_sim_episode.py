@@ -9,7 +9,7 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
 from std_srvs.srv import SetBool, Trigger
 
-from claw_rl_ros.core.deploy.episode_record import EpisodeRecorder, read_episode
+from claw_rl_ros.core.deploy.episode_record import episode_steps, EpisodeRecorder, read_episode
 from claw_rl_ros.nodes.ros_io import RELIABLE_STATE_QOS, STATE_QOS, to_sec
 from claw_rl_ros.nodes.sim_state_io import episode_layout
 from control_models import good_model
@@ -122,3 +122,8 @@ def test_the_episode_seed_is_set_at_run_time_and_a_bad_one_refused(loop, probe):
     assert 'parameter episode_seed = -5; use -1 (one stream)' in refused.reason
     assert probe.set_parameter('/sim_node', 'episode_seed', 3).successful
     assert not probe.set_parameter('/sim_node', 'pause_after_s', 2.0).successful  # read-only
+
+
+def test_an_episode_is_a_whole_number_of_steps_and_never_none():
+    assert episode_steps(10.0, 0.02) == 500 and episode_steps(4.2, 0.02) == 210
+    assert episode_steps(0.029, 0.02) == 1 and episode_steps(0.001, 0.02) == 1

@@ -30,7 +30,7 @@ from rclpy.node import Node
 from std_msgs.msg import Float64MultiArray
 from std_srvs.srv import SetBool, Trigger
 
-from ..core.deploy.episode_record import EpisodeRecorder
+from ..core.deploy.episode_record import episode_steps, EpisodeRecorder
 from ..core.deploy.control_stats import Counters, LatencyStats, RateMeter, TickMonitor
 from ..core.deploy.state_input import JointOrder
 from ..core.learning.train_config import split_overrides
@@ -165,7 +165,7 @@ class SimNode(Node):
             self.sim.rng = np.random.default_rng([p.seed, self.episode_seed])
         self.sim.reset()
         if p.pause_after_s:
-            steps = round(p.pause_after_s / self.robot.control_dt)
+            steps = episode_steps(p.pause_after_s, self.robot.control_dt)
             self.pause_at = self.sim.steps + steps
             self.recorder = EpisodeRecorder(self.robot.joint_names, steps + 1)
         self.publish_state()  # same stamp: a policy that answered it already stays quiet

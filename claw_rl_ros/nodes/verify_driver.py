@@ -30,7 +30,7 @@ from std_msgs.msg import Float64MultiArray, String
 from std_srvs.srv import SetBool, Trigger
 
 from ..core.deploy.control_stats import StallDeadline
-from ..core.deploy.episode_record import read_episode
+from ..core.deploy.episode_record import episode_steps, read_episode
 from ..core.deploy.verify import Episode, episode_of
 from ..core.sim.robot import RobotSpec
 from .ros_io import STATE_QOS
@@ -202,7 +202,7 @@ class VerifyDriver:
         of sim time (the sim pauses by itself then, its ``pause_after_s``: the same steps on
         any machine); one Episode from the sim's record of it."""
         falls0, steps0 = int(self.paused_status['falls']), int(self.paused_status['steps'])
-        steps1 = steps0 + round(seconds / self.robot.control_dt)  # (a reset does not step)
+        steps1 = steps0 + episode_steps(seconds, self.robot.control_dt)  # (a reset: no step)
         records = self.records
         seed = Parameter('episode_seed', Parameter.Type.INTEGER, index).to_parameter_msg()
         result = self.call(SetParameters, f'{self.sim}/set_parameters',

@@ -21,6 +21,11 @@ ROW_DIM = 'state'  # the label of the first dimension of the message (the second
 MAX_EPISODE_S = 600.0  # 12 MB of rows at most for a 12-joint robot at 50 Hz
 
 
+def episode_steps(seconds: float, control_dt: float) -> int:
+    """Control steps of an episode ``seconds`` long: the nearest whole number, at least one."""
+    return max(1, round(seconds / control_dt))
+
+
 def episode_columns(joint_names: Sequence[str]) -> tuple[str, ...]:
     """The column labels of a record of a robot with these joints (in spec order)."""
     return BODY_COLUMNS + tuple(f'q/{n}' for n in joint_names) + \
