@@ -60,8 +60,7 @@ class LoopActorIO:
         cfg = load_train_config(p.env_config or 'train_ppo.yaml',
                                 split_overrides(p.overrides, 'overrides'))
         self.node, self.robot = node, robot
-        # (here, not at the top: policy_node imports this module for its records only, and a
-        # robot's policy node loads no MuJoCo)
+        # (here, not at the top: policy_node imports this module for its records only)
         from ..core.live.loop_actor import ControlLoopActor
         from ..core.sim.training_session import TrainingSession
         self.session = TrainingSession(robot, cfg.env, randomization=p.randomization,
