@@ -183,6 +183,9 @@ def _measure(args: argparse.Namespace, cfg, robot, sha: str, model: str, config_
 
 
 def run_verify(args: argparse.Namespace) -> int:
+    # Nothing of the gate renders: MuJoCo without its OpenGL context loader (~40 ms of every
+    # process that imports it: this one, each sim and policy node), unless the user chose one.
+    os.environ.setdefault('MUJOCO_GL', 'disable')
     from ..core.deploy import verify
     from ..core.deploy.policy_card import card_path, write_policy_card
     from ..core.sim.terrain import generate_terrain
