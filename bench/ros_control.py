@@ -32,6 +32,7 @@ import json
 import os
 from pathlib import Path
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -402,9 +403,15 @@ def verify_gate(bench: Bench, args) -> None:
             rows = ', '.join(f'{name.split(" (")[0].replace("tracking error ", "")} '
                              f'{r["value"]:.3f}' for name, r in table.items()
                              if name.startswith(('tracking error v', 'fall rate')))
+            # Where the time went, as the gate says it: its graphs' start-up, then the episodes.
+            said = re.search(r'running after ([\d.]+)-([\d.]+) s, [\d,]+ steps in the next '
+                             r'([\d.]+) s', run.stdout)
+            phases = f'; graphs up after {said[1]}-{said[2]} s of it, the episodes then at ' \
+                f'{steps / float(said[3]):.0f} steps/s = ' \
+                f'{100 * steps / float(said[3]) / ls:.0f} % of lockstep' if said else ''
             print(f'  verify --jobs {jobs}: {steps} steps in {wall:.2f} s of the whole command ='
                   f' {steps / wall:.0f} steps/s = {100 * steps / wall / ls:.0f} % of lockstep '
-                  f'(target >= 80 %); exit {run.returncode}; {rows}', flush=True)
+                  f'(target >= 80 %){phases}; exit {run.returncode}; {rows}', flush=True)
 
 
 def main() -> None:

@@ -11,6 +11,7 @@ import hashlib
 import json
 import math
 from pathlib import Path
+import re
 import shutil
 import subprocess
 import sys
@@ -176,6 +177,9 @@ def test_verify_passes_the_walking_student(ros_env, short_config, tmp_path):  # 
     assert 0 < rows['policy latency p99 (/diagnostics)']['value'] < 1000
     assert result.stdout.count('episode ') == 2 and 'latency_ms' in result.stdout
     assert 'verdict: PASS' in result.stdout
+    # It says where its time went: 2 episodes of 3 s at 50 Hz after the graphs came up.
+    assert re.search(r'graphs running after [\d.]+-[\d.]+ s, 300 steps in the next [\d.]+ s '
+                     r'= [\d,]+ steps/s\)', result.stdout), result.stdout
 
 
 def test_verify_fails_a_random_weights_model(ros_env, short_config, robot,  # noqa: F811

@@ -114,9 +114,10 @@ def default_jobs() -> int:
 
 def _measure(args: argparse.Namespace, cfg, robot, sha: str, model: str, config_path: Path,
              seconds: float, tile=None):
-    """(episodes in index order, latency: the worst graph's) of one run of ``args.jobs`` graphs
-    sharing ``cfg.episodes``; GraphGone if one failed."""
+    """(episodes in index order, latency: the worst graph's, where the time went) of one run
+    of ``args.jobs`` graphs sharing ``cfg.episodes``; GraphGone if one failed."""
     from ..core import paths
+    from ..core.deploy.episode_record import episode_steps
     from ..core.deploy.verify import worst_latency
     from ..launch_graph.graph_runner import GraphRunner
     from ..nodes.verify_driver import GraphGone, VerifyDriver
@@ -126,6 +127,7 @@ def _measure(args: argparse.Namespace, cfg, robot, sha: str, model: str, config_
         os.environ[PROFILE_VARIABLES[0]] = str(paths.config_path('dds_discovery.xml'))
     logs, runners, threads, drivers = [], [], [], []
     episodes: list = [None] * cfg.episodes
+    t0, up, done = time.monotonic(), [], []  # when each graph ran, when the last episode ended
     latency: list[dict[str, float]] = []
     failures: list[str] = []
 
@@ -137,6 +139,7 @@ def _measure(args: argparse.Namespace, cfg, robot, sha: str, model: str, config_
     def drive(g: int, driver) -> None:
         try:
             driver.start(cfg.command_vx, sha[:12])
+            up.append(time.monotonic() - t0)
             ran = 0
             while True:
                 with lock:
@@ -145,6 +148,7 @@ def _measure(args: argparse.Namespace, cfg, robot, sha: str, model: str, config_
                     break
                 episodes[i] = ep = driver.episode(seconds, cfg.settle_s, i)
                 ran += 1
+                done.append(time.monotonic() - t0)
                 if args.verbose:
                     print(f'  {tile.label + " " if tile else ""}episode {i + 1}: '
                           f'{"FELL" if ep.fell else "ok"} ' + ', '.join(
@@ -172,7 +176,11 @@ def _measure(args: argparse.Namespace, cfg, robot, sha: str, model: str, config_
             w.join()
         if failures:
             raise GraphGone(failures[0])
-        return episodes, worst_latency(latency)
+        steps = cfg.episodes * episode_steps(seconds, robot.control_dt)
+        return episodes, worst_latency(latency), \
+            f'graphs running after {min(up):.1f}-{max(up):.1f} s, {steps:,} steps in the next ' \
+            f'{max(done) - min(up):.1f} s = {steps / (max(done) - min(up)):,.0f} steps/s'
+
     finally:
         for d in drivers:
             d.close()
@@ -201,10 +209,11 @@ def run_verify(args: argparse.Namespace) -> int:
           f'perturbations from {config_path}{ground}', flush=True)
     terrain_rows = []
     try:
-        episodes, latency = _measure(args, cfg, robot, sha, model, config_path, cfg.episode_s)
+        episodes, latency, timing = _measure(args, cfg, robot, sha, model, config_path,
+                                             cfg.episode_s)
         for tile in tiles:
             seconds = verify.terrain_episode_s(cfg, generate_terrain(tile.config, robot), robot)
-            runs, _ = _measure(args, cfg, robot, sha, model, config_path, seconds, tile)
+            runs, _, _ = _measure(args, cfg, robot, sha, model, config_path, seconds, tile)
             terrain_rows.append(verify.score_terrain(cfg, tile.label, tile.seed, runs, seconds))
     except GraphGone as exc:
         print(f'claw-rl verify: the graph failed: {exc}', flush=True)
@@ -212,7 +221,7 @@ def run_verify(args: argparse.Namespace) -> int:
     rows = verify.score(cfg, robot, episodes, **latency)
     print(verify.format_table(rows, terrain_rows))
     path = verify.write_result(args.model, rows, terrain_rows)
-    print(f'wrote {path} ({time.monotonic() - start:.1f} s wall)', flush=True)
+    print(f'wrote {path} ({time.monotonic() - start:.1f} s wall; flat: {timing})', flush=True)
     if card_path(args.model).is_file():  # the card shows what it was verified on
         print(f'updated {write_policy_card(args.model)}', flush=True)
     return 0 if verify.passed(rows, terrain_rows) else 1
