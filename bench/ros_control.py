@@ -4,7 +4,8 @@
    JointState ping-pong (same QoS, same machine, same run): target >= 80 %.
 2. realtime 50 Hz for ``--seconds`` with ``--swaps`` hot swaps: joint_states -> command latency
    p50/p99 (measured by the sim node: state publish -> command arrival), missed ticks, and each
-   swap's activation time (set_parameters request -> reply, and -> model_version message).
+   swap's activation time (set_parameters request -> reply, and -> model_version message); then
+   the same latency with the main job's student network (the walker fixture, no swaps).
 3. hot-swap transport: serialising the model as a ``uint8[]`` message field versus a
    BYTE_ARRAY parameter (the alternative design), in this process.
 4. with ``--student`` (default: the newest ``runs/*/student.onnx``, e.g. from ``make train``):
@@ -345,6 +346,16 @@ def control_numbers(bench: Bench, models: list[Path], args) -> None:
           f'{rt["missed_ticks"]}; swap active after request: max {max(reply):.1f} ms '
           f'(reply), max {max(version):.1f} ms (version topic), median '
           f'{np.median(version):.1f} ms; model {pol["model_version"]}', flush=True)
+    # The same loop with the network the main job trains (128x128x128: the walker fixture),
+    # next to the 256x256x256 models above (chosen for the hot-swap payload).
+    student = ROOT / 'test' / 'fixtures' / 'walker.onnx'
+    own = bench.realtime([student], args.seconds, 0)
+    s2, p2 = own['sim'], own['policy']
+    print(f'realtime {args.seconds:g} s at 50 Hz with the main job\'s student network '
+          f'({student.name}, 128x128x128): joint_states -> command latency p50 '
+          f'{s2["command_latency_p50_ms"]} ms, p99 {s2["command_latency_p99_ms"]} ms (policy '
+          f'compute p50 {p2["latency_p50_ms"]} ms, p99 {p2["latency_p99_ms"]} ms); missed '
+          f'ticks {own["missed_ticks"]}; target p50 <= 1 ms, p99 <= 3 ms', flush=True)
 
 
 # (sim_node state_qos = publisher, policy_node state_qos = subscriber) settings compared.
