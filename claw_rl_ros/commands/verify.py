@@ -120,7 +120,8 @@ def _measure(args: argparse.Namespace, cfg, robot, sha: str, model: str, config_
     from ..core.deploy.episode_record import episode_steps
     from ..core.deploy.verify import worst_latency
     from ..launch_graph.graph_runner import GraphRunner
-    from ..nodes.verify_driver import GraphGone, VerifyDriver
+    from ..core.deploy.status_board import GraphGone
+    from ..nodes.verify_driver import VerifyDriver
     jobs = max(1, min(args.jobs, cfg.episodes))
     os.environ['ROS_AUTOMATIC_DISCOVERY_RANGE'] = 'LOCALHOST'  # the drivers in this process
     if not any(os.environ.get(k) for k in PROFILE_VARIABLES):  # (a user's profile wins)
@@ -197,7 +198,7 @@ def run_verify(args: argparse.Namespace) -> int:
     from ..core.deploy import verify
     from ..core.deploy.policy_card import card_path, write_policy_card
     from ..core.sim.terrain import generate_terrain
-    from ..nodes.verify_driver import GraphGone
+    from ..core.deploy.status_board import GraphGone
     cfg, config_path, tiles = _config(args)
     robot, sha = _load_model(args.model, args.robot)
     model = str(Path(args.model).resolve())

@@ -29,16 +29,12 @@ from rcl_interfaces.srv import SetParameters
 from std_msgs.msg import Float64MultiArray, String
 from std_srvs.srv import SetBool, Trigger
 
-from ..core.deploy.control_stats import StallDeadline
 from ..core.deploy.episode_record import episode_steps, read_episode
-from ..core.deploy.verify import Episode, episode_of
+from ..core.deploy.status_board import GraphGone, StatusBoard
+from ..core.deploy.verify import Episode, episode_end, episode_of, latency_of
 from ..core.sim.robot import RobotSpec
 from .ros_io import STATE_QOS
 from .sim_state_io import episode_layout
-
-
-class GraphGone(RuntimeError):
-    """The graph under test stopped answering (a node died or never came up)."""
 
 
 CMD_VEL_PERIOD_S = 0.1
@@ -46,34 +42,30 @@ RESEND_S = 2.0  # a first request without a reply is sent again after this
 
 
 class VerifyDriver:
-    """An rclpy node in its own context and thread; ``episode()`` runs one measured episode."""
+    """An rclpy node in its own context and thread; ``episode()`` runs one measured episode.
+    What it hears goes to a :class:`~..core.deploy.status_board.StatusBoard`, which its waits
+    read."""
 
     def __init__(self, robot: RobotSpec, alive: Callable[[], bool], sim: str = '/sim_node',
                  policy: str = '/policy_node', timeout_s: float = 60.0,
                  domain_id: int | None = None, name: str = 'verify_driver'):
-        self.robot, self.alive, self.sim, self.policy = robot, alive, sim, policy
-        self.timeout_s = timeout_s
+        self.robot, self.sim, self.policy = robot, sim, policy
+        self.board = StatusBoard(alive, timeout_s)
         self.context = Context()
         rclpy.init(context=self.context, **({} if domain_id is None else
                                             {'domain_id': domain_id}))
-        self.node = Node(name, context=self.context)
-        self.cond = threading.Condition()
-        self.record: tuple | None = None  # (labels, sizes, data) of the last ~/episode
-        self.records = 0
-        self.status: dict[str, dict[str, str]] = {}
-        self.status_seq: dict[str, int] = {}
+        self.node = n = Node(name, context=self.context)
         self.paused_status: dict[str, str] = {}
-        self.clients: dict[str, object] = {}
         self.answered: set[str] = set()  # services that have replied to this driver
-        n = self.node
         # The sim's services' clients, made now: their discovery runs while the nodes start.
-        for srv_type, service in ((SetBool, 'pause'), (Trigger, 'reset'),
-                                  (SetParameters, 'set_parameters')):
-            self.clients[f'{sim}/{service}'] = n.create_client(srv_type, f'{sim}/{service}')
-        n.create_subscription(Float64MultiArray, f'{sim}/episode', self.on_episode, STATE_QOS)
+        self.clients = {f'{sim}/{service}': n.create_client(srv_type, f'{sim}/{service}')
+                        for srv_type, service in ((SetBool, 'pause'), (Trigger, 'reset'),
+                                                  (SetParameters, 'set_parameters'))}
+        n.create_subscription(Float64MultiArray, f'{sim}/episode',
+                              lambda m: self.board.put_record(episode_layout(m)), STATE_QOS)
         n.create_subscription(DiagnosticArray, '/diagnostics', self.on_diagnostics, 50)
-        self.version = ''
-        n.create_subscription(String, 'policy/model_version', self.on_version, STATE_QOS)
+        n.create_subscription(String, 'policy/model_version',
+                              lambda m: self.board.put_version(m.data), STATE_QOS)
         self.pub_cmd = n.create_publisher(Twist, 'cmd_vel', 10)
         # Re-sent at 10 Hz (wall), as a teleop does: the policy node zeroes a cmd_vel older
         # than its cmd_vel_timeout_s.
@@ -92,71 +84,19 @@ class VerifyDriver:
         except Exception:  # noqa: BLE001 - the context was shut down under the executor
             pass
 
-    # ---------------------------------------------------------------------------- inputs
-    def on_episode(self, msg: Float64MultiArray) -> None:
-        record = episode_layout(msg)
-        with self.cond:
-            self.record, self.records = record, self.records + 1
-            self.cond.notify_all()
-
-    def _notify(self, _=None) -> None:
-        with self.cond:
-            self.cond.notify_all()
-
-    def on_version(self, msg: String) -> None:
-        with self.cond:
-            self.version = msg.data
-            self.cond.notify_all()
-
     def on_diagnostics(self, msg: DiagnosticArray) -> None:
-        with self.cond:
-            for s in msg.status:
-                self.status[s.hardware_id] = {kv.key: kv.value for kv in s.values}
-                self.status_seq[s.hardware_id] = self.status_seq.get(s.hardware_id, 0) + 1
-            self.cond.notify_all()
-
-    # ----------------------------------------------------------------------------- waits
-    def wait(self, what: str, ready: Callable[[], object],
-             progress: Callable[[], object] = lambda: None):
-        """Block until ``ready()`` (called under the lock) is truthy; GraphGone when a node
-        stopped, or when ``progress()`` (e.g. the newest sim time) stood still for timeout_s."""
-        deadline = StallDeadline(self.timeout_s, time.monotonic())
-        with self.cond:
-            while True:
-                value = ready()
-                if value:
-                    return value
-                if not self.alive():
-                    raise GraphGone(f'a node of the graph stopped while waiting for {what}')
-                if deadline.expired(progress(), time.monotonic()):
-                    raise GraphGone(f'no {what}: nothing moved for {self.timeout_s:g} s')
-                self.cond.wait(0.05)  # (discovery, e.g. a service, is not notified)
-
-    def status_count(self, node: str) -> int:
-        with self.cond:
-            return self.status_seq.get(node, 0)
-
-    def diagnostics(self, node: str, predicate=lambda v: True, seq: int | None = None,
-                    progress: Callable[[], object] = lambda: None) -> dict[str, str]:
-        """The key/values of the next /diagnostics status of ``node`` (fully qualified name)
-        that satisfies predicate, received after this call (or after the ``seq``-th status of
-        the node, :meth:`status_count`, taken before an action whose status may come early)."""
-        if seq is None:
-            seq = self.status_count(node)
-        return self.wait(f'/diagnostics of {node}', lambda: self.status_seq.get(node, 0) > seq
-                         and predicate(self.status[node]) and dict(self.status[node]), progress)
+        for s in msg.status:
+            self.board.put_status(s.hardware_id, {kv.key: kv.value for kv in s.values})
 
     def call(self, srv_type, name: str, request):
-        """The reply of service ``name``. Its client is made once (a new client waits for
-        discovery: hundreds of ms per call). Until a client's first reply the request is sent
+        """The reply of service ``name``. Until a client's first reply the request is sent
         again every RESEND_S: a service that has not yet discovered the client's reply reader
         drops the reply ("failed to send response"), seen on a loaded machine. Every first
         call here is one that may be repeated (pause true, reset to a seeded episode, a
         parameter); pause false is never a first call (start() pauses first)."""
-        client = self.clients.get(name)
-        if client is None:
-            client = self.clients[name] = self.node.create_client(srv_type, name)
-        self.wait(f'service {name}', lambda: client.service_is_ready())
+        client = self.clients.get(name) or self.node.create_client(srv_type, name)
+        self.clients[name] = client
+        self.board.wait(f'service {name}', lambda: client.service_is_ready())
         futures: list = []
         sent = [-float('inf')]
 
@@ -165,19 +105,20 @@ class VerifyDriver:
             if done is None and (not futures or name not in self.answered) and \
                     time.monotonic() - sent[0] > RESEND_S:
                 futures.append(client.call_async(request))
-                futures[-1].add_done_callback(self._notify)  # wakes the wait, not a poll
+                futures[-1].add_done_callback(self.board.notify)  # wakes the wait
                 sent[0] = time.monotonic()
             return done
-        result = self.wait(f'a reply from {name}', reply).result()
+        result = self.board.wait(f'a reply from {name}', reply).result()
         self.answered.add(name)
         return result
 
     # --------------------------------------------------------------------------- protocol
     def start(self, command_vx: float, model_version: str) -> None:
         """Wait until the loop runs with this model, then give both nodes the command."""
-        self.wait(f'policy/model_version {model_version}', lambda: self.version ==
-                  model_version)  # (latched: said once the model is loaded and checked)
-        self.wait('cmd_vel subscribers', lambda: self.pub_cmd.get_subscription_count() >= 2)
+        board = self.board  # (model_version is latched: said once the model is checked)
+        board.wait(f'policy/model_version {model_version}', lambda: board.version ==
+                   model_version)
+        board.wait('cmd_vel subscribers', lambda: self.pub_cmd.get_subscription_count() >= 2)
         cmd = Twist()
         cmd.linear.x = float(command_vx)
         self.pub_cmd.publish(cmd)
@@ -190,11 +131,11 @@ class VerifyDriver:
 
     def pause(self, on: bool) -> dict[str, str]:
         """Pause or resume the sim; paused, returns its diagnostics from after the pause."""
-        seq = self.status_count(self.sim)  # the sim says its status in the service call
+        seq = self.board.count(self.sim)  # the sim says its status in the service call
         self.call(SetBool, f'{self.sim}/pause', SetBool.Request(data=on))
         if on:
-            self.paused_status = self.diagnostics(self.sim, lambda v: v['paused'] == 'True',
-                                                  seq)
+            self.paused_status = self.board.next_status(
+                self.sim, lambda v: v['paused'] == 'True', seq)
         return self.paused_status
 
     def episode(self, seconds: float, settle_s: float, index: int) -> Episode:
@@ -203,7 +144,7 @@ class VerifyDriver:
         any machine); one Episode from the sim's record of it."""
         falls0, steps0 = int(self.paused_status['falls']), int(self.paused_status['steps'])
         steps1 = steps0 + episode_steps(seconds, self.robot.control_dt)  # (a reset: no step)
-        records = self.records
+        board, records = self.board, self.board.records
         seed = Parameter('episode_seed', Parameter.Type.INTEGER, index).to_parameter_msg()
         result = self.call(SetParameters, f'{self.sim}/set_parameters',
                            SetParameters.Request(parameters=[seed])).results[0]
@@ -212,41 +153,25 @@ class VerifyDriver:
         reply = self.call(Trigger, f'{self.sim}/reset', Trigger.Request())
         if not reply.success:
             raise GraphGone(f'{self.sim}/reset refused: {reply.message}')
-
-        def paused_at_end():
-            status = self.status.get(self.sim, {})
-            if self.status_seq.get(self.sim, 0) > seq and status.get('paused') == 'True' and \
-                    int(status['steps']) > steps0:
-                if int(status['steps']) != steps1:
-                    raise GraphGone(f'{self.sim} paused at step {status["steps"]}, not at the '
-                                    f'episode end {steps1}: is its pause_after_s {seconds:g}?')
-                return dict(status)
-            return None
-        seq = self.status_count(self.sim)
+        seq = board.count(self.sim)
         self.pause(False)
-        # A loaded machine slows lockstep down, it does not stop it: fail on a stall only (the
-        # sim's step count, said on /diagnostics, stands still).
-        status = self.paused_status = self.wait(
-            'the sim pausing at the episode end', paused_at_end,
-            lambda: self.status.get(self.sim, {}).get('steps'))
-        record = self.wait(f'{self.sim}/episode', lambda: self.records > records and
-                           self.record)
         try:
-            table = read_episode(*record, self.robot.joint_names)
-            return episode_of(table, steps1 - steps0, settle_s, int(status['falls']) > falls0,
-                              status)
+            # A stall only fails it: the sim's step count, said on /diagnostics, stands still.
+            status = self.paused_status = board.wait(
+                'the sim pausing at the episode end', lambda: board.count(self.sim) > seq and
+                episode_end(board.status[self.sim], steps0, steps1),
+                lambda: board.status.get(self.sim, {}).get('steps'))
+            record = board.wait(f'{self.sim}/episode', lambda: board.records > records and
+                                board.record)
+            return episode_of(read_episode(*record, self.robot.joint_names), steps1 - steps0,
+                              settle_s, int(status['falls']) > falls0, status)
         except ValueError as exc:
-            raise GraphGone(f'{self.sim}/episode: {exc}') from None
+            raise GraphGone(f'{self.sim}: {exc}') from None
 
     def latency(self) -> dict[str, float]:
-        """Policy latency p99 and p50, sim state -> command round trip p99 [ms], from
-        /diagnostics (keyword arguments of core.deploy.verify.score)."""
-        # The policy's next status (one said before the episodes may have measured nothing);
-        # the sim's as the last episode ended.
-        pol, sim = self.diagnostics(self.policy), self.paused_status
-        return {'latency_p99_ms': float(pol['latency_p99_ms']),
-                'latency_p50_ms': float(pol['latency_p50_ms']),
-                'round_trip_p99_ms': float(sim['command_latency_p99_ms'])}
+        """core.deploy.verify.score's latency rows: the policy's next status (one said before
+        the episodes may have measured nothing), the sim's as the last episode ended."""
+        return latency_of(self.board.next_status(self.policy), self.paused_status)
 
     def close(self) -> None:
         self.context.try_shutdown()

@@ -123,6 +123,26 @@ def episode_of(table, steps: int, settle_s: float, fell: bool,
                    effort=table.effort[1:], params={k: status[k] for k in DRAWS if k in status})
 
 
+def episode_end(status: dict[str, str], steps0: int, steps1: int) -> dict[str, str] | None:
+    """The sim's status once it has paused by itself after an episode that began at step
+    ``steps0`` (None while it has not); ValueError if it paused at another step than
+    ``steps1`` (its pause_after_s is not the episode's length)."""
+    if status.get('paused') != 'True' or int(status['steps']) <= steps0:
+        return None
+    if int(status['steps']) != steps1:
+        raise ValueError(f'paused at step {status["steps"]}, not at the episode end {steps1}: '
+                         'is its pause_after_s the episode length?')
+    return dict(status)
+
+
+def latency_of(policy: dict[str, str], sim: dict[str, str]) -> dict[str, float]:
+    """Policy latency p99/p50 and the sim's state -> command round trip p99 [ms] from their
+    /diagnostics statuses (keyword arguments of :func:`score`)."""
+    return {'latency_p99_ms': float(policy['latency_p99_ms']),
+            'latency_p50_ms': float(policy['latency_p50_ms']),
+            'round_trip_p99_ms': float(sim['command_latency_p99_ms'])}
+
+
 def worst_latency(reports: list[dict[str, float]]) -> dict[str, float]:
     """The worst (largest) of each latency over graphs that ran side by side; a graph that
     measured none (NaN) does not hide another's number, and none at all stays NaN (a FAIL)."""
