@@ -37,7 +37,7 @@ tick on ``policy/training_step``; only trainer exports (``action_std`` metadata)
 
 from __future__ import annotations
 
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 import hashlib
 import time
 
@@ -158,16 +158,22 @@ class PolicyNode(Node):
     def on_model(self, msg: UInt8MultiArray) -> None:
         data = bytes(msg.data)
         sha = hashlib.sha256(data).hexdigest()
-        self.validating[sha] = self.pool.submit(self.ctrl.offer, data)
-        self.validating[sha].add_done_callback(lambda f, sha=sha: self.validated(sha, f))
+        self.validating[sha] = self.pool.submit(self.validate, sha, data)
+        self.validating[sha].add_done_callback(lambda f, sha=sha: self.validating.pop(sha, None))
 
-    def validated(self, sha: str, future: Future) -> None:
-        self.validating.pop(sha, None)
-        reason = future.result()[1] if future.exception() is None else str(future.exception())
+    def validate(self, sha: str, data: bytes) -> str | None:
+        """(In the pool.) Offer the bytes; the outcome is logged before the result is out, so
+        an activation waiting on it replies after the line."""
+        try:
+            reason = self.ctrl.offer(data)[1]
+        except Exception as exc:  # noqa: BLE001 - logged, then raised to the waiter
+            self.get_logger().warning(f'model {sha[:12]} received and rejected: {exc}')
+            raise
         if reason:
             self.get_logger().warning(f'model {sha[:12]} received and rejected: {reason}')
         else:
             self.get_logger().debug(f'model {sha[:12]} received and validated')
+        return reason
 
     def on_set_parameters(self, params) -> SetParametersResult:
         for p in params:
