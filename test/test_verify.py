@@ -204,6 +204,13 @@ def test_verify_usage_errors_exit_2(tmp_path, capsys):
         assert cli.main(['verify', '--model', *argv]) == 2
         err = capsys.readouterr().err
         assert message in err and err.count('\n') == 1, err
+    for argv, message in ((['--domain-id', '-3'], '--domain-id: -3: use 0 to 231'),
+                          (['--domain-id', '232', '--jobs', '2'],
+                           '--domain-id: 232: use 0 to 231'),
+                          (['--jobs', '33'], '--jobs: 33: use 1 to 32 graphs')):
+        assert cli.main(['verify', '--model', str(WALKER), *argv]) == 2
+        err = capsys.readouterr().err
+        assert message in err and err.count('\n') == 1, err
     with pytest.raises(SystemExit) as exit_info:  # argparse's own usage error
         cli.main(['verify', '--model', str(WALKER), '--jobs', '0'])
     assert exit_info.value.code == 2

@@ -62,6 +62,7 @@ def _config(args: argparse.Namespace):
     from ..core.deploy.verify import VerifyConfig
     from ..core.sim.env_config import EnvConfig
     from ..core.sim.sim_session import terrain_tiles
+    check_graphs(args.domain_id, args.jobs)
     path = paths.config_path(args.config).resolve()
     env = load_config(EnvConfig, path, 'env')  # the sim node would refuse it: refuse it here
     cfg = load_config(VerifyConfig, path, 'verify')
@@ -96,6 +97,21 @@ def verify_nodes(model: str, robot_name: str, env_config: Path, seed: int,
 
 # Fast DDS's default profile file (the newer name first): more discovery announcements.
 PROFILE_VARIABLES = ('FASTDDS_DEFAULT_PROFILES_FILE', 'FASTRTPS_DEFAULT_PROFILES_FILE')
+
+
+MAX_DOMAIN_ID = 232  # Fast DDS's port mapping has ports for domains 0 to 232
+MAX_JOBS = 32
+
+
+def check_graphs(domain_id: int | None, jobs: int) -> None:
+    """ConfigError naming the option unless ``jobs`` graphs fit from ``domain_id`` on."""
+    if jobs > MAX_JOBS:
+        raise ConfigError('--jobs', '', f'{jobs}: use 1 to {MAX_JOBS} graphs (each is two '
+                          'processes; 2 fill a 2-core machine)')
+    if domain_id is not None and not 0 <= domain_id <= MAX_DOMAIN_ID - jobs + 1:
+        raise ConfigError('--domain-id', '', f'{domain_id}: use 0 to {MAX_DOMAIN_ID - jobs + 1}'
+                          f' (graph g of --jobs {jobs} takes domain {domain_id} + g, and DDS '
+                          f'has ports up to domain {MAX_DOMAIN_ID})')
 
 
 def graph_domains(domain_id: int | None, graphs: int) -> list[int]:
