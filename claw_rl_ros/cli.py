@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
-import os
 import sys
 
 from .core.config import ConfigError
+from .core.io import exit_without_teardown
 
 
 def _cmd_stand(args: argparse.Namespace) -> int:
@@ -102,13 +101,9 @@ def main(argv: list[str] | None = None) -> int:
         print('claw-rl: interrupted', file=sys.stderr)
         return 130
     if called_as_program and getattr(args, 'exit_without_teardown', False):
-        # The command has written and said everything: skip tearing down its DDS, MuJoCo
-        # and onnxruntime objects (~0.2 s of verify's wall time). Never when called in a
-        # process that goes on (argv given, as tests do).
-        logging.shutdown()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
+        # The command has written and said everything. Never when called in a process that
+        # goes on (argv given, as tests do).
+        exit_without_teardown(code)
     return code
 
 

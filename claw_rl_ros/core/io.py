@@ -1,9 +1,23 @@
-"""Generic file helpers shared by every core package (no torch, no ROS)."""
+"""Generic file and process helpers shared by every core package (no torch, no ROS)."""
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
+import sys
+from typing import NoReturn
+
+
+def exit_without_teardown(code: int) -> NoReturn:
+    """End the process now with ``code``, once everything it writes is written (logging
+    handlers and stdio flushed). Tearing down torch, MuJoCo, onnxruntime and DDS objects at
+    interpreter exit took ~5 s on a loaded 2-core machine for a node (a launcher's 5 s SIGINT
+    grace period turned it into a SIGTERM) and ~0.2 s of claw-rl verify."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:

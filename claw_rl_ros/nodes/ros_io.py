@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import array
 import gc
-import os
 import signal
 import sys
-from typing import Callable, Mapping, NoReturn
+from typing import Callable, Mapping
 
 from builtin_interfaces.msg import Time
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
@@ -24,6 +23,8 @@ from rclpy.task import Future
 from std_msgs.msg import Header
 from rclpy.qos import (DurabilityPolicy, HistoryPolicy, qos_profile_sensor_data, QoSProfile,
                        ReliabilityPolicy)
+
+from ..core.io import exit_without_teardown  # noqa: F401 - the nodes import it from here
 
 # High-rate state: best effort, keep last 5 (REP-2003 sensor data). Subscribers use it: a
 # best-effort subscription reads reliable and best-effort publishers alike.
@@ -186,12 +187,3 @@ def spin_events(node: Node, interrupted: list) -> None:
             executor.spin_until_future_complete(never, SPIN_SLICE_S)
     finally:
         executor.shutdown()
-
-
-def exit_without_teardown(code: int) -> NoReturn:
-    """End the process now with ``code``, after spin() returned (node destroyed, rclpy shut
-    down). Tearing down torch, MuJoCo and onnxruntime objects at interpreter exit took ~5 s on a
-    loaded 2-core machine, which a launcher's 5 s SIGINT grace period turns into a SIGTERM."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
