@@ -103,7 +103,8 @@ def test_a_record_is_read_by_column_name_and_a_foreign_one_is_refused(
 
 
 def test_the_recorder_keeps_every_row_past_its_announced_size():
-    rec = EpisodeRecorder(['hip', 'knee'], expected_rows=2)
+    rec = EpisodeRecorder(['hip', 'knee'], start_step=7, steps=1)  # room for 2 rows
+    assert rec.end_step == 8
     for k in range(5):
         rec.add(0.02 * k, np.array([k, -k, 9.0]), np.array([7.0, 8.0, 0.5 * k]),
                 np.array([k, k + 0.5]), np.array([-k, 2.0 * k]))

@@ -65,7 +65,6 @@ class SimNode(Node):
                                  'parameter terrain_seed'))
         self.lockstep = p.mode == 'lockstep'
         self.paused = p.start_paused
-        self.pause_at: int | None = None  # sim step count at which pause_after_s pauses
         self.awaiting: float | None = None  # perf_counter of the unanswered state publish
         self.latency, self.tick_rate, self.cmd_rate = LatencyStats(), RateMeter(), RateMeter()
         # Realtime: one control step every control_dt / real_time_factor wall seconds.
@@ -135,8 +134,8 @@ class SimNode(Node):
         if fell and self.params.reset_on_fall:
             self.sim.reset()
         self.publish_state()
-        if self.pause_at is not None and self.sim.steps >= self.pause_at:
-            self.pause_at, self.paused = None, True  # the episode's last state is out
+        if self.recorder is not None and self.sim.steps >= self.recorder.end_step:
+            self.paused = True  # the episode's last state is out
             self.out.send_episode(self.recorder)
             self.recorder = None
             self.publish_diagnostics()
@@ -165,9 +164,9 @@ class SimNode(Node):
             self.sim.rng = np.random.default_rng([p.seed, self.episode_seed])
         self.sim.reset()
         if p.pause_after_s:
-            steps = episode_steps(p.pause_after_s, self.robot.control_dt)
-            self.pause_at = self.sim.steps + steps
-            self.recorder = EpisodeRecorder(self.robot.joint_names, steps + 1)
+            self.recorder = EpisodeRecorder(self.robot.joint_names, self.sim.steps,
+                                            episode_steps(p.pause_after_s,
+                                                          self.robot.control_dt))
         self.publish_state()  # same stamp: a policy that answered it already stays quiet
         if answered:
             self.awaiting = None

@@ -33,11 +33,13 @@ def episode_columns(joint_names: Sequence[str]) -> tuple[str, ...]:
 
 
 class EpisodeRecorder:
-    """Rows of one episode, stored in a buffer sized for it (no allocation per step)."""
+    """Rows of one episode that began at sim step ``start_step`` and ends ``steps`` later
+    (``end_step``), stored in a buffer sized for it (no allocation per step)."""
 
-    def __init__(self, joint_names: Sequence[str], expected_rows: int):
+    def __init__(self, joint_names: Sequence[str], start_step: int, steps: int):
         self.columns = episode_columns(joint_names)
-        self.rows = np.empty((max(1, expected_rows), len(self.columns)))
+        self.end_step = start_step + steps
+        self.rows = np.empty((max(1, steps + 1), len(self.columns)))  # + the reset state
         self.count = 0
 
     def add(self, t: float, lin_vel: np.ndarray, ang_vel: np.ndarray, joint_pos: np.ndarray,
