@@ -87,7 +87,8 @@ def test_graph_names_opset_checker_and_metadata(model_path, robot):
     assert dims == [['batch', 47], ['batch', 12]]
     props = {p.key: p.value for p in model.metadata_props}
     spec = json.loads(props[METADATA_KEY])
-    assert spec == json.loads(json.dumps({**robot.to_metadata(), 'action_clip': 10.0}))
+    assert spec == json.loads(json.dumps({**robot.to_metadata(), 'action_clip': 10.0,
+                                          'obs_history': 1}))
     assert robot.mismatches(spec) == []
     assert [t['name'] for t in spec['observation']] == robot.policy_obs.names
     assert spec['joint_names'] == robot.joint_names and spec['obs_dim'] == 47
@@ -254,7 +255,7 @@ def test_privileged_actor_is_refused(robot, tmp_path):
 
 
 def test_actor_of_the_wrong_size_and_old_opset_are_refused(robot, tmp_path):
-    with pytest.raises(ValueError, match='does not accept the .* policy observation \\[47\\]'):
+    with pytest.raises(ValueError, match='does not accept .* 1 frame\\(s\\) of 47 = \\[47\\]'):
         export_onnx(make_policy(robot, obs_dim=40), robot, tmp_path / 'a.onnx')
     with pytest.raises(ValueError, match='opset 13 is too old'):
         export_onnx(make_policy(robot), robot, tmp_path / 'a.onnx', opset=13)

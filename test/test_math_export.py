@@ -193,18 +193,18 @@ def test_random_observations_are_seeded_float32_at_three_scales():
 
 
 def test_metadata_holds_spec_with_clip_format_time_and_json_extras(robot):
-    props = E._metadata(robot, {'iteration': 7, 3: [1, 'a']}, 0.75)
+    props = E._metadata(robot, {'iteration': 7, 3: [1, 'a']}, 0.75, 4)
     assert set(props) == {METADATA_KEY, 'claw_rl_format', 'exported_at', 'iteration', '3'}
     assert json.loads(props[METADATA_KEY]) == json.loads(json.dumps(
-        {**robot.to_metadata(), 'action_clip': 0.75}))
+        {**robot.to_metadata(), 'action_clip': 0.75, 'obs_history': 4}))
     assert props['claw_rl_format'] == '1' and props['iteration'] == '7'
     assert props['3'] == '[1, "a"]'
     assert props['exported_at'].endswith('+00:00') and 'T' in props['exported_at']
-    assert E._metadata(robot, None, 1.0)[METADATA_KEY]
+    assert E._metadata(robot, None, 1.0, 1)[METADATA_KEY]
     for key in E.RESERVED_KEYS:
         with pytest.raises(ValueError, match=rf"extra_metadata may not set \['{key}'\]: "
                                              'reserved for the exporter'):
-            E._metadata(robot, {key: 1, 'fine': 2}, 1.0)
+            E._metadata(robot, {key: 1, 'fine': 2}, 1.0, 1)
 
 
 def test_set_metadata_replaces_existing_keys_in_place():

@@ -146,7 +146,7 @@ def _train(values: Mapping[str, str]) -> list[NodeEntry]:
     train_cfg = load_train_config(config, split_overrides(overrides))  # refused here, by key
     robot = robot_argument(values['robot']) if values['robot'] else train_cfg.env.robot
     actor_loop = _control_actor(values, source, loop, worlds or train_cfg.env.num_envs,
-                                train_cfg.algorithm)
+                                train_cfg.algorithm, train_cfg.env.policy_history)
     # The trainer ends the graph when its budget is spent (exit 0 is not a failure).
     trainer = NodeEntry('trainer_node', 'trainer', exits=True, parameters={
         'config': values['config'], 'run_dir': values['run_dir'], 'robot': robot,
@@ -183,9 +183,14 @@ def _train(values: Mapping[str, str]) -> list[NodeEntry]:
 
 
 def _control_actor(values: Mapping[str, str], source: str, loop: bool, worlds: int,
-                   algorithm: str) -> bool:
+                   algorithm: str, history: int = 1) -> bool:
     """The control_actor argument, checked against the graph and algorithm it needs."""
     actor_loop = to_bool(values, 'control_actor', source)
+    if actor_loop and history > 1:
+        raise ConfigError(source, 'control_actor', f'true needs env.policy_history 1 (the '
+                          f'config has {history}): the loop pairs its steps with the env one '
+                          'observation at a time; train a student with memory on the batched '
+                          'actors (control_actor false)')
     if actor_loop and algorithm != 'ppo':
         raise ConfigError(source, 'control_actor', f'true needs algorithm ppo (the config has '
                           f'{algorithm!r}): the control loop samples PPO\'s Gaussian; SAC\'s '

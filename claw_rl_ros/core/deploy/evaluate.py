@@ -203,7 +203,8 @@ def evaluate(policy_fn: PolicyFn, env_cfg: EnvConfig, robot: RobotSpec, *, episo
 
     Args:
         policy_fn: ``obs_policy [N, obs_dim] -> actions [N, A]`` (or, with ``obs_groups``,
-            the observation dict: :func:`torch_policy_fn` of a privileged actor).
+            the observation dict: :func:`torch_policy_fn` of a privileged actor); with an
+            ``obs_history`` attribute (an OnnxPolicy) the env gives it that many frames.
         env_cfg: the env (its DR and noise settings are used as given).
         robot: the robot spec the env simulates.
         episodes: number of worlds = number of episodes.
@@ -217,6 +218,8 @@ def evaluate(policy_fn: PolicyFn, env_cfg: EnvConfig, robot: RobotSpec, *, episo
         raise ValueError(f'episodes must be >= 1, got {episodes}')
     cfg = eval_env_config(env_cfg, episodes, command, seed, terrain,
                           height_scan='height_scan' in (obs_groups_of(policy_fn) or []))
+    # An exported student says how many observation frames it reads (its obs_history).
+    cfg = replace(cfg, policy_history=getattr(policy_fn, 'obs_history', cfg.policy_history))
     start = time.perf_counter()
     env = VecLocomotionEnv(cfg, robot)
     try:
@@ -360,7 +363,8 @@ def export_and_evaluate(learner: Any, robot: RobotSpec, run_dir: str | Path) -> 
         out['eval_policy'] = 'privileged actor in torch (not exported)'
     else:
         onnx_path = export_onnx(policy, robot, Path(run_dir) / 'student.onnx',
-                                extra_metadata=extra_metadata, action_clip=cfg.env.clip_actions)
+                                extra_metadata=extra_metadata, action_clip=cfg.env.clip_actions,
+                                obs_history=cfg.env.policy_history)
         out['student_onnx'] = str(onnx_path)
         policy_fn = OnnxPolicy(onnx_path, robot)
     episodes = cfg.runner.eval_episodes

@@ -34,7 +34,7 @@ from ..io import atomic_write_bytes
 from ..learning.networks import ActorCritic
 from .onnx_policy import INPUT_NAME, OUTPUT_NAME, session_options
 from ..sim.env_config import EnvConfig
-from ..sim.observations import HEIGHT_SCAN
+from ..sim.observations import check_history, HEIGHT_SCAN
 from ..sim.robot import load_robot, METADATA_KEY, RobotSpec
 from ..learning.learner import load_policy
 
@@ -100,8 +100,10 @@ def _sizes(spec: RobotSpec | GymTaskSpec) -> tuple[int, int, str]:
     return int(meta['obs_dim']), int(meta['action_dim']), words
 
 
-def _check_exportable(policy: ActorCritic, spec: RobotSpec | GymTaskSpec) -> None:
-    """Only a student reading the measurable ``policy`` group with the spec's sizes."""
+def _check_exportable(policy: ActorCritic, spec: RobotSpec | GymTaskSpec,
+                      obs_history: int) -> None:
+    """Only a student reading the measurable ``policy`` group (``obs_history`` frames of the
+    spec's observation) with the spec's sizes."""
     if HEIGHT_SCAN in policy.actor_obs_groups:
         raise ValueError(f'the actor reads observation group {HEIGHT_SCAN!r} (terrain heights '
                          'around the base, known only in simulation), so it cannot run on the '
@@ -111,14 +113,16 @@ def _check_exportable(policy: ActorCritic, spec: RobotSpec | GymTaskSpec) -> Non
         raise ValueError(f'the actor reads observation groups {policy.actor_obs_groups}; only '
                          "an actor on ['policy'] can be deployed (privileged observations do "
                          'not exist on the robot): export the student, not the teacher')
-    obs_dim, action_dim, actions = _sizes(spec)
-    obs = torch.zeros(1, obs_dim)
+    frame_dim, action_dim, actions = _sizes(spec)
+    obs = torch.zeros(1, frame_dim * obs_history)
     try:
         with torch.no_grad():
             out = policy.act_inference({'policy': obs})
     except RuntimeError as exc:
-        raise ValueError(f'the actor does not accept the {spec.name!r} policy observation '
-                         f'[{obs_dim}] ({exc})') from None
+        raise ValueError(f'the actor does not accept the {spec.name!r} policy observation of '
+                         f'{obs_history} frame(s) of {frame_dim} = [{frame_dim * obs_history}] '
+                         f'({exc}); export with obs_history = the env.policy_history it was '
+                         'trained with') from None
     if tuple(out.shape) != (1, action_dim):
         raise ValueError(f'the actor outputs {tuple(out.shape[1:])} actions, {actions}')
 
@@ -168,14 +172,16 @@ def _graph_bytes(policy: ActorCritic, obs_dim: int, opset: int,
 
 
 def _metadata(spec: RobotSpec | GymTaskSpec, extra: dict[str, Any] | None,
-              action_clip: ActionClip) -> dict[str, str]:
-    """metadata_props: the spec and format as JSON strings, plus extras (each JSON-encoded)."""
+              action_clip: ActionClip, obs_history: int) -> dict[str, str]:
+    """metadata_props: the spec (with the action clip and the observation frames the input
+    holds) and format as JSON strings, plus extras (each JSON-encoded)."""
     extra = dict(extra or {})
     clash = [k for k in extra if k in RESERVED_KEYS]
     if clash:
         raise ValueError(f'extra_metadata may not set {clash}: reserved for the exporter')
     props = {METADATA_KEY: json.dumps({**spec.to_metadata(),
-                                       'action_clip': _clip_metadata(action_clip)}),
+                                       'action_clip': _clip_metadata(action_clip),
+                                       'obs_history': obs_history}),
              'claw_rl_format': str(EXPORT_FORMAT),
              'exported_at': datetime.now(timezone.utc).isoformat(timespec='seconds')}
     props.update({str(k): json.dumps(v) for k, v in extra.items()})
@@ -257,10 +263,11 @@ def verify_onnx(policy: nn.Module, model: str | Path | bytes, num_samples: int =
 
 def export_onnx(policy: ActorCritic, spec: RobotSpec | GymTaskSpec, path: str | Path, *,
                 opset: int = 17, extra_metadata: dict[str, Any] | None = None,
-                action_clip: ActionClip | None = None) -> Path:
+                action_clip: ActionClip | None = None, obs_history: int = 1) -> Path:
     """Write ``policy``'s deterministic action as ONNX to ``path`` (atomically); returns it.
 
-    Input ``obs`` [batch, obs_dim], output ``actions`` [batch, A] clipped to ``action_clip``:
+    Input ``obs`` [batch, obs_history * obs_dim] (the last ``obs_history`` observations, oldest
+    first: ``env.policy_history``), output ``actions`` [batch, A] clipped to ``action_clip``:
     a float (+-clip, the robot env's ``clip_actions`` during training) or (low [A], high [A]);
     by default ``EnvConfig().clip_actions`` for a robot and the action space's bounds for a
     Gymnasium task. Normaliser inside the graph; the spec (robot or Gymnasium task) and
@@ -271,16 +278,21 @@ def export_onnx(policy: ActorCritic, spec: RobotSpec | GymTaskSpec, path: str | 
     """
     if opset < MIN_OPSET:
         raise ValueError(f'opset {opset} is too old; use {MIN_OPSET} or newer')
-    _check_exportable(policy, spec)
-    obs_dim, action_dim, _ = _sizes(spec)
+    obs_history = check_history(obs_history, 'obs_history (env.policy_history)')
+    if obs_history > 1 and spec.to_metadata().get('kind'):
+        raise ValueError(f'obs_history = {obs_history}: a Gymnasium task student reads its '
+                         'observation only; use obs_history 1')
+    _check_exportable(policy, spec, obs_history)
+    frame_dim, action_dim, _ = _sizes(spec)
     if action_clip is None:
         action_clip = getattr(spec, 'action_bounds', DEFAULT_ACTION_CLIP)
     action_clip = _checked_clip(action_clip, action_dim)
-    model = onnx.load_from_string(_graph_bytes(policy, obs_dim, opset, action_clip))
+    model = onnx.load_from_string(_graph_bytes(policy, frame_dim * obs_history, opset,
+                                               action_clip))
     _name_output_dims(model, action_dim)
     model.producer_name = 'claw_rl_ros'
     model.doc_string = f'{spec.name} student policy: actions = actor(normalise(obs))'
-    props = _metadata(spec, extra_metadata, action_clip)
+    props = _metadata(spec, extra_metadata, action_clip, obs_history)
     _set_metadata(model, props)
     onnx.checker.check_model(model)
     diff, scale = parity_errors(policy, model.SerializeToString(), action_clip=action_clip)
@@ -316,4 +328,4 @@ def export_checkpoint(checkpoint_path: str | Path, out_path: str | Path) -> Path
     # The ground it learnt on, for the policy card (env.terrain; enabled false: the plane).
     extra['terrain'] = to_dict(cfg.env.terrain)
     return export_onnx(policy, robot, out_path, extra_metadata=extra,
-                       action_clip=cfg.env.clip_actions)
+                       action_clip=cfg.env.clip_actions, obs_history=cfg.env.policy_history)

@@ -17,6 +17,7 @@ from typing import Any, TYPE_CHECKING
 
 import numpy as np
 
+from ..sim.observations import check_history
 from ..sim.robot import METADATA_KEY, RobotSpec
 
 if TYPE_CHECKING:
@@ -59,10 +60,11 @@ class OnnxPolicy:
     """``actions = policy(obs)``: [obs_dim] -> [A] or [N, obs_dim] -> [N, A], float32.
 
     Attributes: ``spec`` (the robot or Gymnasium task spec dict from the metadata), ``kind``
-    (``robot`` or ``gymnasium``), ``metadata`` (all metadata strings), ``obs_dim``,
-    ``num_actions``, ``action_clip`` (the trained action range: a float for +-clip, or
-    ``{'low': [A], 'high': [A]}``), ``sha256`` (hex digest of the model bytes, the model's
-    version name), ``name`` (path or ``<model bytes>``).
+    (``robot`` or ``gymnasium``), ``metadata`` (all metadata strings), ``obs_dim`` (the input
+    size: ``obs_history`` frames of ``frame_dim``, oldest first; models exported before the
+    history existed read one frame), ``num_actions``, ``action_clip`` (the trained action
+    range: a float for +-clip, or ``{'low': [A], 'high': [A]}``), ``sha256`` (hex digest of
+    the model bytes, the model's version name), ``name`` (path or ``<model bytes>``).
     """
 
     def __init__(self, source: str | Path | bytes, robot: RobotSpec | None = None,
@@ -79,7 +81,12 @@ class OnnxPolicy:
                 from None
         self.metadata = dict(self._session.get_modelmeta().custom_metadata_map)
         self.spec = self._read_spec()
-        self.obs_dim = int(self.spec['obs_dim'])
+        self.frame_dim = int(self.spec['obs_dim'])
+        try:
+            self.obs_history = check_history(self.spec.get('obs_history', 1), 'obs_history')
+        except ValueError as exc:
+            raise ModelError(f'{self.name}: {METADATA_KEY!r} metadata {exc}') from None
+        self.obs_dim = self.frame_dim * self.obs_history
         self.num_actions = int(self.spec['action_dim'])
         # The action range the model was trained with (clipped inside the graph); None for
         # models exported before it was recorded.

@@ -122,6 +122,14 @@ def _verified_on(model: Path) -> list[str]:
     return lines
 
 
+def _memory(policy: OnnxPolicy) -> str:
+    """What a model with an observation window reads ('' for one observation)."""
+    if policy.obs_history == 1:
+        return ''
+    return (f': the last {policy.obs_history} observations of {policy.frame_dim} values, '
+            'oldest first (memory)')
+
+
 def policy_card(model: str | Path) -> str:
     """The markdown card of an exported model file."""
     model = Path(model)
@@ -139,7 +147,7 @@ def policy_card(model: str | Path) -> str:
         f'{meta.get("parity_max_abs_diff", "?")} ({meta.get("parity_max_scaled_diff", "?")} per '
         'unit of activation scale)',
         f'- input `obs` [batch, {policy.obs_dim}] -> output `actions` [batch, '
-        f'{policy.num_actions}]', '',
+        f'{policy.num_actions}]' + _memory(policy), '',
         '## Robot and control', '',
         f'- robot: `{spec.get("robot")}` (spec version {spec.get("spec_version")})',
         f'- control period: {period}: one action per /joint_states message',
@@ -149,7 +157,8 @@ def policy_card(model: str | Path) -> str:
         f'offsets {_fmt(gait.get("offsets", []))}', '',
         '## Joint order (commands and the forward_command_controller `joints`)', '',
         *_joints(spec), '',
-        f'## Observation layout ({policy.obs_dim} values)', '', *_observation(spec), '',
+        f'## Observation layout ({policy.frame_dim} values per observation)', '',
+        *_observation(spec), '',
         '## Training run', '',
         *([f'- {k}: {_fmt(v)}' for k, v in extras.items()] or ['- not recorded']), '',
         '## Terrain', '', f'- trained on: {_trained_on(meta)}', *_verified_on(model), '',

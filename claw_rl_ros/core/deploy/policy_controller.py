@@ -424,13 +424,15 @@ class PolicyController:
         """RL: obs -> action -> faded, shaped target; None when a fault fired."""
         self.guard.stage = 'observation'
         self._command_timeout()
-        obs = self.assembler.observe(pos, vel, quat, gyro)
-        finite = np.isfinite(obs.astype(np.float32))  # as the model will see it
+        frame = self.assembler.observe(pos, vel, quat, gyro)
+        finite = np.isfinite(frame.astype(np.float32))  # as the model will see it
         if not finite.all():
             i = int(np.flatnonzero(~finite)[0])
-            self.safety.fault('non_finite', now, f'observation[{i}] = {obs[i]!r} is not a '
+            self.safety.fault('non_finite', now, f'observation[{i}] = {frame[i]!r} is not a '
                               'finite float32')
             return None
+        # With a model that reads past frames: the window of acted-on frames, this one newest.
+        obs = self.assembler.model_input(frame)
         self.guard.stage = 'policy'
         start = time.perf_counter()
         action = mean = self.policy(obs)
@@ -459,7 +461,7 @@ class PolicyController:
             self.record = self.sampler.record(self._stamp, a.gait_phase[0], log_prob, obs,
                                               action, mean, a.last_action[0],
                                               self.order.to_output(target))
-        return self._out(now, target, action)
+        return self._out(now, target, action, frame)
 
     def _command_timeout(self) -> None:
         """Zero the velocity command once cmd_vel is older than cmd_vel_timeout_s."""
@@ -475,8 +477,9 @@ class PolicyController:
         record, self.record = self.record, None
         return record
 
-    def _out(self, now: float, target: np.ndarray, action: np.ndarray | None) -> Targets:
-        self.assembler.advance(action)
+    def _out(self, now: float, target: np.ndarray, action: np.ndarray | None,
+             frame: np.ndarray | None = None) -> Targets:
+        self.assembler.advance(action, frame)
         self._last_output = self._mono
         self._passive_gains = self.safety.state == PASSIVE
         return self.order.to_output(target)
@@ -574,6 +577,7 @@ class PolicyController:
             raise
         self.policy, self._unverified, self.sampler = policy, unverified, sampler
         self.assembler.action_clip = policy_clip(policy)
+        self.assembler.set_history(policy.obs_history)
         self.last_swap = f'ok {self.version}'
         return self.version
 

@@ -344,6 +344,7 @@ def _clone(asm: ObservationAssembler) -> ObservationAssembler:
     out = copy.copy(asm)
     out.commands, out.last_action = asm.commands.copy(), asm.last_action.copy()
     out.gait_phase = asm.gait_phase.copy()
+    out.history = copy.deepcopy(asm.history)
     return out
 
 
@@ -414,10 +415,12 @@ class _Option:
 
 @dataclass(frozen=True)
 class _Outcome:
-    """What the model does on a tick: ``action`` [J] and ``target`` [J] in command order."""
+    """What the model does on a tick: ``action`` [J] and ``target`` [J] in command order,
+    from observation ``frame`` [obs_dim] (the newest of the model's window)."""
 
     action: np.ndarray
     target: np.ndarray
+    frame: np.ndarray
 
 
 @dataclass
@@ -499,6 +502,7 @@ class Replayer:
         # The node's story: observation, velocity bookkeeping (``asm.commands``: the cmd_vel in
         # effect, published at ``vel.since``) and a cmd_vel published, not yet seen in effect.
         self.asm = ObservationAssembler(robot, clip)
+        self.asm.set_history(getattr(policy, 'obs_history', 1))
         if robot.gait_period > 0:
             self.asm.gait_phase[:] = (phase_offset * robot.control_dt / robot.gait_period) % 1.0
         self.vel, self.pending = _Velocity(), None
@@ -645,8 +649,9 @@ class Replayer:
         self.ticks.timeouts += self.vel.timed_out and not was_timed_out
         kind, diff = self._judge(event, outcome.target, matched)
         # A matching tick continues with its own action (exact, even when clamped), a
-        # differing one with what was sent, so one difference does not propagate.
-        self.asm.advance(outcome.action if matched else sent)
+        # differing one with what was sent, so one difference does not propagate; both with
+        # the frame the node acted on (a model with memory keeps it in its window).
+        self.asm.advance(outcome.action if matched else sent, outcome.frame)
         self.known = matched or not _shaped(self.robot, self.order.from_output(recorded),
                                             story.origin)
         self.accepted = state.position
@@ -687,7 +692,8 @@ class Replayer:
                 vel = _Velocity(vel.since, True)
             tried = None if unanswered.imu is None else \
                 self._act(asm, unanswered.state, unanswered.imu, asm.commands[0], origin)
-            asm.advance(None if tried is None else tried.action)
+            asm.advance(None if tried is None else tried.action,
+                        None if tried is None else tried.frame)
             origin = None if tried is None else self.order.from_output(tried.target)
         return _Story(asm, vel, own.pending if command is None else None, origin)
 
@@ -721,14 +727,14 @@ class Replayer:
         # (joint limits, maximum change per tick) exactly as PolicyController does in RL
         # (after the fade-in).
         clip = asm.action_clip
-        obs = asm.observe(state.position, state.velocity, imu.quat, imu.gyro)
-        action = np.clip(self.policy(obs), -clip, clip)
+        frame = asm.observe(state.position, state.velocity, imu.quat, imu.gyro)
+        action = np.clip(self.policy(asm.model_input(frame)), -clip, clip)
         asm.commands[:] = saved
         shaper = CommandShaper(self.robot)
         if origin is not None:
             shaper.restart(origin)
         target, _ = shaper.shape(self.robot.default_joint_pos + self.robot.action_scale * action)
-        return _Outcome(action, self.order.to_output(target))
+        return _Outcome(action, self.order.to_output(target), frame)
 
     def _velocity_seen(self, label: str, matched: bool, t: int) -> None:
         """Move the velocity bookkeeping on by the option the tick shows (``label``), at the

@@ -17,7 +17,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..sim.observations import RobotState
+from ..sim.observations import ObservationHistory, RobotState
 from ..sim.robot import RobotSpec
 from ..sim.env_config import EnvConfig
 
@@ -236,7 +236,11 @@ class ObservationAssembler:
     """The policy observation from measured arrays, plus the node's own last action and clock.
 
     Mirrors the env: ``obs_t`` reads the gait phase and the previous action; after acting,
-    :meth:`advance` stores the action and moves the phase on by one control period.
+    :meth:`advance` stores the action and moves the phase on by one control period. A model
+    that reads ``obs_history`` frames (:meth:`set_history`) gets its window from
+    :meth:`model_input`, the env's :class:`~..sim.observations.ObservationHistory`: the frames
+    it acted on, tick after tick; a tick it did not act on (hold, fault, no model) restarts the
+    window at the next frame, as an env reset does.
     """
 
     def __init__(self, robot: RobotSpec, action_clip: float = CLIP_ACTIONS):
@@ -245,6 +249,28 @@ class ObservationAssembler:
         self.commands = np.zeros((1, 3))
         self.last_action = np.zeros((1, robot.num_joints))
         self.gait_phase = np.zeros(1)
+        self.history: ObservationHistory | None = None
+        self._fresh = True  # the next acted-on frame starts the window
+
+    def set_history(self, length: int) -> None:
+        """Serve a model reading ``length`` frames (its ``obs_history``); a new length starts
+        a new window, the same one keeps it (a hot swap between students of one kind)."""
+        current = 1 if self.history is None else self.history.length
+        if length == current:
+            return
+        self.history = None if length == 1 else \
+            ObservationHistory(1, length, self.robot.policy_obs.dim)
+        self._fresh = True
+
+    def model_input(self, frame: np.ndarray) -> np.ndarray:
+        """[obs_history * obs_dim] float32 the model reads with [obs_dim] ``frame`` as the
+        newest (the window is not moved on: :meth:`advance` does that for the acted-on one)."""
+        history = self.history
+        if history is None:
+            return frame
+        if self._fresh:
+            return np.tile(frame, history.length)
+        return history.with_newest(frame[None], np.zeros(1, np.int64))[0]
 
     def set_command(self, cmd: np.ndarray) -> None:
         """[3] (vx, vy, yaw rate) used by every following observation."""
@@ -261,18 +287,28 @@ class ObservationAssembler:
                            gait_phase=self.gait_phase)
         return r.policy_obs.compute(state, r.default_joint_pos)[0]
 
-    def advance(self, action: np.ndarray | None) -> None:
+    def advance(self, action: np.ndarray | None, frame: np.ndarray | None = None) -> None:
         """After a control tick: remember [J] ``action`` (None = default pose = action 0) and
-        advance the gait clock by one control period."""
+        the [obs_dim] ``frame`` it was computed from (None with an action: unknown, the window
+        restarts), and advance the gait clock by one control period."""
         r = self.robot
         if action is None:
             self.last_action[0] = 0.0
         else:
             self.last_action[0] = np.clip(action, -self.action_clip, self.action_clip)
+        if self.history is not None:
+            if action is None or frame is None:
+                self._fresh = True
+            elif self._fresh:
+                self.history.restart(frame[None])
+                self._fresh = False
+            else:
+                self.history.push(frame[None])
         if r.gait_period > 0:
             self.gait_phase = (self.gait_phase + r.control_dt / r.gait_period) % 1.0
 
     def reset(self) -> None:
-        """Forget the last action and restart the gait clock."""
+        """Forget the last action and the observation window, and restart the gait clock."""
         self.last_action[:] = 0.0
         self.gait_phase[:] = 0.0
+        self._fresh = True

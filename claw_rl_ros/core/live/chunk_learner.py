@@ -166,6 +166,7 @@ class ChunkLearner(Learner):
         ``action_std`` [A] in its metadata (what actors sample with); returns its bytes."""
         std = [float(x) for x in self.policy.log_std.detach().exp()]
         export_onnx(self.policy, robot, path, action_clip=self.cfg.env.clip_actions,
+                    obs_history=self.cfg.env.policy_history,
                     extra_metadata={'policy_version': self.policy_version, 'action_std': std,
                                     'iteration': self.iteration, 'total_steps': self.total_steps,
                                     'algorithm': self.cfg.algorithm,

@@ -117,6 +117,7 @@ class SACChunkLearner(ChunkLearner):
         low = (self.policy.action_bias - self.policy.action_scale).tolist()
         high = (self.policy.action_bias + self.policy.action_scale).tolist()
         export_onnx(self.policy, robot, path, action_clip=self.cfg.env.clip_actions,
+                    obs_history=self.cfg.env.policy_history,
                     extra_metadata={'policy_version': self.policy_version,
                                     'action_std': self.behaviour_std(),
                                     'behaviour': {'kind': BEHAVIOUR_KIND, 'low': low,

@@ -30,7 +30,8 @@ from ..math_utils import gravity_in_body, quat_mul, quat_rotate_inverse, yaw_qua
 from .physics import BatchedPhysics
 from .rewards import is_moving, RewardManager, RewardParams, StepData
 from .robot import load_robot, RobotSpec
-from .observations import HEIGHT_SCAN, POLICY, POLICY_NOISE_FREE, PRIVILEGED, RobotState
+from .observations import (HEIGHT_SCAN, ObservationHistory, POLICY, POLICY_NOISE_FREE,
+                           PRIVILEGED, RobotState)
 from .terrain import base_yaw
 from .terrain_curriculum import TerrainPlacement
 
@@ -51,8 +52,11 @@ class VecLocomotionEnv:
         self.num_feet = f = len(r.foot_bodies)
         self.obs_dim = r.policy_obs.dim
         self.privileged_dim = r.privileged_obs.dim
-        self.obs_dims = {POLICY: self.obs_dim, POLICY_NOISE_FREE: self.obs_dim,
-                         PRIVILEGED: self.privileged_dim}
+        self.obs_dims = {POLICY: self.obs_dim * cfg.policy_history,
+                         POLICY_NOISE_FREE: self.obs_dim, PRIVILEGED: self.privileged_dim}
+        # The student's memory (env.policy_history > 1): its last frames, with their noise.
+        self.history = ObservationHistory(n, cfg.policy_history, self.obs_dim) \
+            if cfg.policy_history > 1 else None
         self.dt = r.control_dt
         self.max_episode_length = int(math.ceil(cfg.episode_length_s / self.dt))
         self.rng = np.random.default_rng(cfg.seed)
@@ -150,7 +154,10 @@ class VecLocomotionEnv:
             self.seed(seed)
         self._reset_worlds(np.arange(self.num_envs))
         self._steer_to_heading()
-        return self._observe(self.robot_state()), {}
+        obs = self._observe(self.robot_state())
+        if self.history is not None:
+            obs[POLICY] = self.history.restart(obs[POLICY])
+        return obs, {}
 
     def step(self, actions: np.ndarray, targets: np.ndarray | None = None):
         """Apply [N, J] actions for one control step; see the module docstring for outputs.
@@ -196,7 +203,12 @@ class VecLocomotionEnv:
         done = terminated | truncated
         if done.any():
             ids = np.flatnonzero(done)
-            extras['final_obs'] = self._observe(data)
+            extras['final_obs'] = final = self._observe(data)
+            if self.history is not None:
+                # Only the finished worlds' rows are read: each ends on its own window.
+                window = self.history.flat()
+                window[ids] = self.history.with_newest(final[POLICY][ids], ids)
+                final[POLICY] = window
             extras['episode'] = self._episode_log(ids)
             if self.placement is not None:
                 self.placement.finish(ids, self.physics.qpos[ids, 0:2], self.episode_step[ids],
@@ -211,11 +223,21 @@ class VecLocomotionEnv:
         self._steer_to_heading()
         # Always from the current state: resets and pushes changed it after `data` was read.
         obs = self._observe(self.robot_state())
+        if self.history is not None:
+            # Reset worlds start a window of their first frame, the rest move theirs on.
+            frames = obs[POLICY]
+            obs[POLICY] = self.history.push(frames)
+            if done.any():
+                obs[POLICY] = self.history.restart(frames[ids], ids)
         return obs, reward.astype(np.float32), terminated, truncated, extras
 
     def observe(self) -> dict[str, np.ndarray]:
-        """The observation groups of the current state, as reset() and step() return them."""
-        return self._observe(self.robot_state())
+        """The observation groups of the current state, as reset() and step() return them
+        (with a history, ``policy`` is the window step() returned: nothing moves on)."""
+        obs = self._observe(self.robot_state())
+        if self.history is not None:
+            obs[POLICY] = self.history.flat()
+        return obs
 
     def close(self) -> None:
         self.physics.close()
@@ -238,6 +260,8 @@ class VecLocomotionEnv:
         }
         if self.placement is not None:
             state['terrain'] = self.placement.get_state()
+        if self.history is not None:
+            state['policy_history'] = self.history.frames.copy()
         return state
 
     def set_state(self, state: dict[str, Any]) -> None:
@@ -245,6 +269,12 @@ class VecLocomotionEnv:
         if state['physics'].shape != self.physics.state.shape:
             raise ValueError(f'saved env state has shape {state["physics"].shape}, this env '
                              f'{self.physics.state.shape}: num_envs or robot differ')
+        saved_history = state.get('policy_history')
+        if self.history is not None and getattr(saved_history, 'shape', None) != \
+                self.history.frames.shape:
+            raise ValueError('saved env state holds no policy history of shape '
+                             f'{self.history.frames.shape}: it was saved with another '
+                             'env.policy_history')
         self.physics.state[:] = state['physics']
         buffers = {**self._NEW_BUFFERS, **state['buffers']}
         for k in self._BUFFERS:
@@ -255,6 +285,8 @@ class VecLocomotionEnv:
         self.diverged_count = int(state['diverged_count'])
         if self.placement is not None:
             self.placement.set_state(state['terrain'])
+        if self.history is not None:
+            self.history.frames[:] = saved_history
         for i in range(self.num_envs):
             self.physics.set_physical_params(i, self.friction[i], self.added_mass[i],
                                              self.mass_scale[i], self.com_offset[i],

@@ -135,6 +135,9 @@ class EnvConfig:
     seed: int = param(0, 'seed of every random draw in the env', ge=0)
     num_threads: int = param(0, 'physics threads (0 = one per CPU core)', ge=0, le=256)
     clip_actions: float = param(10.0, 'policy actions are clipped to +-this', gt=0)
+    policy_history: int = param(1, 'control steps of policy observations the student reads, '
+                                'oldest first (1 = the current one only): memory for a blind '
+                                'student, e.g. to feel slippery ground', ge=1, le=100)
     solver_iterations: int = param(4, 'MuJoCo Newton iterations per step', ge=1, le=100)
     solver_ls_iterations: int = param(6, 'MuJoCo line-search iterations', ge=1, le=100)
     commands: CommandConfig = param(CommandConfig(), 'velocity commands')

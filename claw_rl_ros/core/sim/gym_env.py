@@ -32,7 +32,7 @@ class ClawLocomotionGymEnv(gym.Env):
                              'runs one world (use VecLocomotionEnv for batches)')
         self.env = VecLocomotionEnv(env_cfg)
         self.include_privileged = include_privileged
-        dim = self.env.obs_dim + (self.env.privileged_dim if include_privileged else 0)
+        dim = self.env.obs_dims['policy'] + (self.env.privileged_dim if include_privileged else 0)
         self.observation_space = gym.spaces.Box(-np.inf, np.inf, (dim,), np.float32)
         clip = env_cfg.clip_actions
         self.action_space = gym.spaces.Box(-clip, clip, (self.env.num_actions,), np.float32)

@@ -15,7 +15,8 @@ import numpy as np
 from ..math_utils import gravity_in_body
 
 # Observation groups every env returns. ``policy`` is what the student (and the robot) gets,
-# with sensor noise in training; ``policy_noise_free`` holds the same terms without noise, for
+# with sensor noise in training (with ``env.policy_history`` H > 1: its last H frames, see
+# :class:`ObservationHistory`); ``policy_noise_free`` holds the same terms without noise, for
 # the critic and privileged teachers (legged_gym / IsaacLab keep critic inputs uncorrupted);
 # ``privileged`` is simulation-only truth. ``height_scan`` (ground heights around the base, also
 # simulation-only) exists only when the env's terrain has its height scan on.
@@ -188,12 +189,64 @@ class ObservationLayout:
                 for s in self.slices]
 
 
+MAX_HISTORY = 100
+
+
+def check_history(length: Any, what: str) -> int:
+    """``length`` as a history length in 1..MAX_HISTORY; ValueError naming ``what`` if not."""
+    if isinstance(length, bool) or not isinstance(length, (int, np.integer)) \
+            or not 1 <= int(length) <= MAX_HISTORY:
+        raise ValueError(f'{what} = {length!r}: expected a whole number of control steps in '
+                         f'1..{MAX_HISTORY} (1 = the current observation only)')
+    return int(length)
+
+
+class ObservationHistory:
+    """The last ``length`` policy frames of N robots, flattened oldest first, newest last.
+
+    The one definition of the student's memory, shared by the env (batched, frames with noise)
+    and the policy node (N = 1, measured frames): ``input [N, length * dim] = frame_{t-length+1}
+    .. frame_t``. A robot that starts (an env reset, the node starting to act) sees its first
+    frame repeated over the whole window, so the first input is already in the trained range.
+    """
+
+    def __init__(self, num: int, length: int, dim: int):
+        self.length = check_history(length, 'history length')
+        self.dim = dim
+        self.frames = np.zeros((num, self.length, dim), np.float32)
+
+    def restart(self, frames: np.ndarray, ids: np.ndarray | slice = slice(None)) -> np.ndarray:
+        """Fill the windows of robots ``ids`` with their [k, dim] ``frames``; returns the whole
+        [N, length * dim] input."""
+        self.frames[ids] = np.asarray(frames, np.float32)[:, None, :]
+        return self.flat()
+
+    def push(self, frames: np.ndarray) -> np.ndarray:
+        """Move every window on by one step with the newest [N, dim] ``frames``; returns the
+        [N, length * dim] input."""
+        # Shift left by one frame in place, then write the newest frame last.
+        self.frames[:, :-1] = self.frames[:, 1:]
+        self.frames[:, -1] = frames
+        return self.flat()
+
+    def with_newest(self, frames: np.ndarray, ids: np.ndarray) -> np.ndarray:
+        """[k, length * dim] inputs of robots ``ids`` had [k, dim] ``frames`` been pushed,
+        without changing the windows (the observation a world ended in)."""
+        window = np.concatenate([self.frames[ids, 1:], np.asarray(frames, np.float32)[:, None]],
+                                axis=1)
+        return window.reshape(len(window), -1)
+
+    def flat(self) -> np.ndarray:
+        """[N, length * dim] copy of the current inputs."""
+        return self.frames.reshape(len(self.frames), -1).copy()
+
+
 def observation_dims(robot: Any, env_cfg: Any) -> dict[str, int]:
     """{group: size} of the env built from ``env_cfg`` for ``robot``, without building it: the
-    one source the env, the live trainer and the actors' chunk spec share (``height_scan`` only
-    with the terrain's scan on)."""
-    dims = {POLICY: robot.policy_obs.dim, POLICY_NOISE_FREE: robot.policy_obs.dim,
-            PRIVILEGED: robot.privileged_obs.dim}
+    one source the env, the live trainer and the actors' chunk spec share (``policy`` holds
+    ``env_cfg.policy_history`` frames; ``height_scan`` only with the terrain's scan on)."""
+    dims = {POLICY: robot.policy_obs.dim * env_cfg.policy_history,
+            POLICY_NOISE_FREE: robot.policy_obs.dim, PRIVILEGED: robot.privileged_obs.dim}
     scan = env_cfg.terrain.height_scan
     if env_cfg.terrain.enabled and scan.enabled:
         from .scene import standing_height

@@ -140,7 +140,9 @@ def env_group_mirrors(robot: 'RobotSpec', env_cfg: Any) -> dict[str, SignedPermu
         raise ValueError(f'robot {robot.name!r} declares no mirror; add mirror.swap (left/right '
                          'name parts, e.g. {FL_: FR_, RL_: RR_}) to its YAML')
     policy = mirror.layout(robot.policy_obs)
-    out = {POLICY: policy, POLICY_NOISE_FREE: policy,
+    # A history window mirrors frame by frame.
+    out = {POLICY: SignedPermutation.concat([policy] * env_cfg.policy_history),
+           POLICY_NOISE_FREE: policy,
            PRIVILEGED: mirror.layout(robot.privileged_obs)}
     scan = env_cfg.terrain.height_scan
     if env_cfg.terrain.enabled and scan.enabled:
