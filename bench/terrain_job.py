@@ -12,11 +12,14 @@
    mean terrain level against training wall time) in one PNG, and with ``--grid-s`` the
    pushed students (``models/student_v<version>.onnx``) on a wall-clock grid evaluated on the
    same terrain set: the first wall time each run meets the criterion (or its best).
+3. With ``--seeds``: every model on the set once per env seed (the same ground, other
+   randomised friction, masses and pushes), each type's vx error per seed side by side:
+   on 20 deg slopes a blind student's result swings with how slippery the seed's worlds are.
 
     .venv/bin/python bench/terrain_job.py --model student=runs/r/student/student.onnx \\
         --model flat=runs/f/student.onnx --run opd=runs/r/student --run blind=runs/b \\
         [--teacher-run opd=runs/r/teacher] [--config config/train_rough.yaml] \\
-        [--episodes 20] [--grid-s 120] [--png out.png]
+        [--episodes 20] [--grid-s 120] [--seeds 0 1 2 3] [--png out.png]
 """
 
 from __future__ import annotations
@@ -48,15 +51,36 @@ def named(items: list[str], flag: str) -> dict[str, Path]:
     return out
 
 
-def evaluate_model(path: Path, cfg, robot, episodes: int):
-    """An exported student (.onnx) or a checkpoint (.pt: e.g. the privileged teacher, in
-    torch) on the evaluation terrain set."""
+def evaluate_model(path: Path, cfg, robot, episodes: int, seed: int | None = None):
+    """An exported student (.onnx; a student with memory gets its own window) or a checkpoint
+    (.pt: e.g. the privileged teacher, in torch) on the evaluation terrain set, with env seed
+    ``seed`` (default the config's runner seed + 1, as the training run's own evaluation)."""
     if path.suffix == '.pt':
         policy = torch_policy_fn(load_policy(path)[0])
     else:
         policy = OnnxPolicy(path, robot)
     return evaluate_terrains(policy, cfg.env, robot, ('all',), episodes=episodes,
-                             seed=cfg.runner.seed + 1)
+                             seed=cfg.runner.seed + 1 if seed is None else seed)
+
+
+def over_seeds(models: dict[str, Path], cfg, robot, episodes: int, seeds: list[int]) -> str:
+    """Each model on the evaluation set once per env seed (other randomised friction, mass
+    and pushes on the same ground): per type and model the vx error of every seed, their mean,
+    and the falls of all of them."""
+    evals = {name: [evaluate_model(path, cfg, robot, episodes, seed) for seed in seeds]
+             for name, path in models.items()}
+    lines = [f'over env seeds {" ".join(map(str, seeds))} ({episodes} episodes per type and '
+             'seed): vx error per seed (mean), falls of all']
+    for i, terrain in enumerate(r['terrain'] for r in next(iter(evals.values()))[0].rows()):
+        cells = []
+        for name, runs in evals.items():
+            rows_ = [ev.rows()[i] for ev in runs]
+            vx = [r['vx_error'] if r['vx_error'] is not None else float('nan') for r in rows_]
+            falls = sum(r['falls'] for r in rows_)
+            cells.append(f'{name}: {" ".join(f"{v:.3f}" for v in vx)} ({sum(vx) / len(vx):.3f})'
+                         f', falls {falls}/{sum(r["episodes"] for r in rows_)}')
+        lines.append(f'  {terrain:<14} ' + ' | '.join(cells))
+    return '\n'.join(lines)
 
 
 def rows(run: Path) -> list[dict[str, str]]:
@@ -119,6 +143,9 @@ def main() -> int:
     parser.add_argument('--teacher-run', action='append', default=[], metavar='NAME=RUN_DIR',
                         help='the teacher run the run NAME was distilled from: its training '
                         'wall time is added to NAME\'s (the whole job on one clock)')
+    parser.add_argument('--seeds', type=int, nargs='+', default=[],
+                        help='also evaluate the models once per env seed and print each '
+                        'type\'s vx error per seed (what slippery slopes swing with)')
     parser.add_argument('--png', default='terrain_job.png')
     args = parser.parse_args()
     models, runs = named(args.model, '--model'), named(args.run, '--run')
@@ -134,6 +161,8 @@ def main() -> int:
               'randomisation and noise on, a map of its own seed):')
         print(side_by_side({name: evaluate_model(path, cfg, robot, args.episodes)
                             for name, path in models.items()}))
+    if models and args.seeds:
+        print(over_seeds(models, cfg, robot, args.episodes, args.seeds))
     if runs:
         plot(runs, Path(args.png), offsets)
         print(f'curves of {", ".join(runs)}: {args.png}')

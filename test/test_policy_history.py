@@ -25,6 +25,7 @@ from claw_rl_ros.core.sim.observations import (ObservationHistory, observation_d
                                                POLICY_NOISE_FREE)
 from claw_rl_ros.core.sim.robot import METADATA_KEY
 from claw_rl_ros.core.sim.symmetry import env_group_mirrors
+from claw_rl_ros.core.sim.training_session import TrainingSession
 from claw_rl_ros.launch_graph import GRAPHS, resolve
 from test_replay_backlog import drop
 from test_replay_node_model import assert_all_match, timeout_recording
@@ -280,3 +281,9 @@ def test_an_exported_memory_student_is_evaluated_with_its_window(robot, tmp_path
     report = evaluate(OnnxPolicy(path, robot), EnvConfig(), robot, episodes=2,
                       command=(0.5, 0.0, 0.0))
     assert report.episodes == 2 and np.isfinite(report.tracking_error_vx)
+
+
+def test_the_training_session_refuses_a_student_with_memory(robot):
+    cfg = from_dict(EnvConfig, {'policy_history': 2}, source='test')
+    with pytest.raises(ValueError, match='env.policy_history = 2: the control loop'):
+        TrainingSession(robot, cfg)

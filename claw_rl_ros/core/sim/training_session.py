@@ -55,6 +55,11 @@ class TrainingSession(SimSession):
     def __init__(self, robot: RobotSpec, cfg: EnvConfig, *, randomization: bool = False,
                  pushes: bool = False, noise: bool = False, seed: int = 0,
                  command_timeout_s: float = 0.5):
+        if cfg.policy_history != 1:
+            raise ValueError(f'env.policy_history = {cfg.policy_history}: the control loop '
+                             'pairs its steps with the env one observation at a time, so it '
+                             'trains only students of env.policy_history 1 (train a student '
+                             'with memory on the batched actors)')
         env_cfg = copy.deepcopy(cfg)
         env_cfg.num_envs, env_cfg.seed, env_cfg.noise.enabled = 1, seed, False
         env_cfg.randomization.enabled = randomization and cfg.randomization.enabled
