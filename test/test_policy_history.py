@@ -54,6 +54,8 @@ def test_a_window_starts_on_its_first_frame_and_moves_on_oldest_first():
     np.testing.assert_array_equal(hist.flat()[1], [2, 2, 12, 12, 22, 22])
     out = hist.restart(first[1:] + 40, np.array([1]))
     np.testing.assert_array_equal(out, [[1, 1, 11, 11, 21, 21], [42, 42] * 3])
+    out = hist.push(first + 50, restart=np.array([0]))
+    np.testing.assert_array_equal(out, [[51, 51] * 3, [42, 42, 42, 42, 52, 52]])
     for bad in (0, 101, 2.0, True, '3'):
         with pytest.raises(ValueError, match='history length'):
             ObservationHistory(1, bad, 2)

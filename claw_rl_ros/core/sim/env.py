@@ -225,10 +225,7 @@ class VecLocomotionEnv:
         obs = self._observe(self.robot_state())
         if self.history is not None:
             # Reset worlds start a window of their first frame, the rest move theirs on.
-            frames = obs[POLICY]
-            obs[POLICY] = self.history.push(frames)
-            if done.any():
-                obs[POLICY] = self.history.restart(frames[ids], ids)
+            obs[POLICY] = self.history.push(obs[POLICY], ids if done.any() else None)
         return obs, reward.astype(np.float32), terminated, truncated, extras
 
     def observe(self) -> dict[str, np.ndarray]:

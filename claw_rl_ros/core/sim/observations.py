@@ -221,12 +221,14 @@ class ObservationHistory:
         self.frames[ids] = np.asarray(frames, np.float32)[:, None, :]
         return self.flat()
 
-    def push(self, frames: np.ndarray) -> np.ndarray:
-        """Move every window on by one step with the newest [N, dim] ``frames``; returns the
-        [N, length * dim] input."""
+    def push(self, frames: np.ndarray, restart: np.ndarray | None = None) -> np.ndarray:
+        """Move every window on by one step with the newest [N, dim] ``frames`` (the robots
+        ``restart`` instead start theirs on it); returns the [N, length * dim] input."""
         # Shift left by one frame in place, then write the newest frame last.
         self.frames[:, :-1] = self.frames[:, 1:]
         self.frames[:, -1] = frames
+        if restart is not None:
+            self.frames[restart] = self.frames[restart, -1:]
         return self.flat()
 
     def with_newest(self, frames: np.ndarray, ids: np.ndarray) -> np.ndarray:
