@@ -13,16 +13,17 @@ failed test leaves nothing behind; namespaces an earlier, killed run left are re
 next start. :class:`HostNode` runs a node inside a host, logging to a file.
 
 :func:`require_netns` is the gate: for root it makes a throw-away namespace and fails loudly
-when it cannot; for anyone else it skips with a one-line reason, unless ``CI`` or
-``CLAW_REQUIRE_NETNS`` is set, where it fails (CI never skips these tests).
+when it cannot; for anyone else it fails with a one-line reason (never a skip).
 """
 
 from __future__ import annotations
 
+import ctypes
 from dataclasses import dataclass
 import os
 from pathlib import Path
 import random
+import select
 import signal
 import subprocess
 import sys
@@ -33,7 +34,7 @@ import pytest
 from ros_helpers import node_command, NodeProcess, ROOT
 
 PREFIX = 'clawnet'  # every namespace these tests make starts with this
-SKIP_REASON = 'network-namespace tests need root (ip netns, veth); run make test as root'
+NEED_ROOT = 'network-namespace tests need root (ip netns, veth); run make test as root'
 
 
 def ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -74,12 +75,9 @@ def remove_leftovers() -> None:
 
 
 def require_netns() -> None:
-    """Fail loudly (root, or CI) or skip (other users) when namespaces cannot be made."""
-    required = os.environ.get('CI') or os.environ.get('CLAW_REQUIRE_NETNS')
+    """Fail loudly, naming why, when namespaces cannot be made (never a skip)."""
     if os.geteuid() != 0:
-        if required:
-            pytest.fail(f'{SKIP_REASON} (CI requires them; CI and .ci/run run as root)')
-        pytest.skip(SKIP_REASON)
+        pytest.fail(f'{NEED_ROOT} (.ci/run runs as root)')
     probe = f'{PREFIX}{os.getpid()}_probe'
     try:
         ip('netns', 'add', probe)
@@ -284,19 +282,47 @@ def host_env(tmp_path: Path, host: str, domain: int, discovery: str, peers: str)
     return env
 
 
+class FileWrites:
+    """Wakes when a file is written: Linux inotify (IN_MODIFY) through libc."""
+
+    IN_MODIFY = 0x2
+
+    def __init__(self, path):
+        libc = ctypes.CDLL(None, use_errno=True)
+        self.fd = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+        if self.fd < 0:
+            raise OSError(ctypes.get_errno(), 'inotify_init1 failed')
+        if libc.inotify_add_watch(self.fd, os.fsencode(str(path)), self.IN_MODIFY) < 0:
+            err = ctypes.get_errno()
+            os.close(self.fd)
+            raise OSError(err, f'inotify_add_watch {path}: {os.strerror(err)}')
+
+    def wait(self, timeout: float) -> None:
+        """Until the file is written (or was since the last wait), at most ``timeout`` s."""
+        if select.select([self.fd], [], [], max(0.0, timeout))[0]:
+            try:
+                os.read(self.fd, 65536)  # drain the queued events
+            except BlockingIOError:
+                pass
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
 def wait_for_line(path, predicate, timeout: float, start: int = 0, what: str = ''):
     """The first line of the growing file ``path`` (from character ``start``) that satisfies
-    ``predicate``; polled (a log file has no event to wait on); on timeout the test fails."""
+    ``predicate``, re-read each time the file is written; on timeout the test fails."""
     deadline = time.monotonic() + timeout
-    while True:
-        try:
+    writes = FileWrites(path)  # watching before the first read: no write is missed
+    try:
+        while True:
             text = open(path).read()[start:]
-        except FileNotFoundError:
-            text = ''
-        for line in text.splitlines():
-            if predicate(line):
-                return line
-        if time.monotonic() > deadline:
-            pytest.fail(f'no line of {path} {what or "matched"} within {timeout:g} s; '
-                        f'its end:\n{text[-3000:]}')
-        time.sleep(0.2)
+            for line in text.splitlines():
+                if predicate(line):
+                    return line
+            if time.monotonic() > deadline:
+                pytest.fail(f'no line of {path} {what or "matched"} within {timeout:g} s; '
+                            f'its end:\n{text[-3000:]}')
+            writes.wait(deadline - time.monotonic())
+    finally:
+        writes.close()
