@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ..config import ConfigError, param
+from .observations import MAX_HISTORY
 from .terrain import TerrainConfig
 
 
@@ -137,7 +138,8 @@ class EnvConfig:
     clip_actions: float = param(10.0, 'policy actions are clipped to +-this', gt=0)
     policy_history: int = param(1, 'control steps of policy observations the student reads, '
                                 'oldest first (1 = the current one only): memory for a blind '
-                                'student, e.g. to feel slippery ground', ge=1, le=100)
+                                'student, e.g. to feel slippery ground', ge=1,
+                                le=MAX_HISTORY)
     solver_iterations: int = param(4, 'MuJoCo Newton iterations per step', ge=1, le=100)
     solver_ls_iterations: int = param(6, 'MuJoCo line-search iterations', ge=1, le=100)
     commands: CommandConfig = param(CommandConfig(), 'velocity commands')
