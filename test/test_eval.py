@@ -20,6 +20,7 @@ from claw_rl_ros.core.deploy import render
 from claw_rl_ros.core.config import ConfigError, from_dict
 from claw_rl_ros.core.sim.env import VecLocomotionEnv
 from claw_rl_ros.core.sim.env_config import EnvConfig
+from claw_rl_ros.core.sim.terrain import base_yaw
 from claw_rl_ros.core.deploy.evaluate import (eval_env_config, evaluate, evaluate_terrains,
                                               evaluation_tiles, side_by_side,
                                               TerrainEvaluation, torch_policy_fn)
@@ -263,6 +264,32 @@ def test_every_world_of_a_tile_evaluation_stands_on_that_tile(robot):
     with pytest.raises(ConfigError, match='terrain_seed: 0 is env.terrain.seed of the env '
                                           'config: the evaluation map would be the training'):
         evaluation_tiles(base, ['rough'], terrain_seed=0)
+
+
+def test_no_evaluation_walk_ends_at_the_edge_of_its_tile(robot):
+    # 20 s at 0.5 m/s is 10 m: every world can walk its whole episode, in its own heading,
+    # without reaching the edge (the default 12 H tile ends after about 1.6 m).
+    base = env_cfg(episode_length_s=20.0, terrain={'enabled': True})
+    for spec in ('slope_up', 'obstacles'):
+        tile = evaluation_tiles(base, [spec], command=(0.4, 0.3, 0.0))[0]
+        assert tile.walk == pytest.approx(10.0)
+        env = VecLocomotionEnv(eval_env_config(base, 8, (0.4, 0.3, 0.0), 0, tile), robot)
+        try:
+            yaw = base_yaw(env.physics.qpos[:, 3:7])
+            t = np.linspace(0.0, 20.0, 81)[:, None]
+            # The commanded body-frame velocity turned into the world by each world's heading.
+            vx = 0.4 * np.cos(yaw) - 0.3 * np.sin(yaw)
+            vy = 0.4 * np.sin(yaw) + 0.3 * np.cos(yaw)
+            path = env.physics.qpos[None, :, :2] + t[..., None] * np.stack([vx, vy], -1)
+            for xy in path:
+                assert not env.placement.out_of_bounds(xy).any()
+            if spec == 'slope_up':  # the slope goes on: 20 deg over ~9.6 m past the platform
+                assert -env.terrain.heights.min() > 3.3
+        finally:
+            env.close()
+    flat = evaluation_tiles(base, ['flat'])[0]
+    scan = eval_env_config(base, 2, (0.5, 0.0, 0.0), 0, flat, height_scan=True)
+    assert scan.terrain.tile_walk == pytest.approx(10.0)  # a teacher's flat heightfield too
 
 
 def test_evaluate_terrains_reports_each_tile_against_the_criterion(robot):

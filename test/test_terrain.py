@@ -142,6 +142,45 @@ def test_bad_terrain_config_names_the_key(overrides, key):
     assert err.value.key == f'terrain.{key}' and err.value.source == 't.yaml'
 
 
+def test_tile_walk_grows_a_tile_until_a_walk_in_any_heading_stays_on_it(robot):
+    # One stairs tile sized for a 10 m walk: from the spawn's farthest jitter, 10 m in any
+    # heading is still on the tile, and the stairs go on all the way (not the flat border).
+    h = robot.standing_height
+    cfg = only('stairs_up', num_levels=1, tile_walk=10.0)
+    t, sz = generate_terrain(cfg, robot), resolve_sizes(cfg, h)
+    nominal = resolve_sizes(only('stairs_up', num_levels=1), h)
+    assert sz.tile_px > nominal.tile_px and sz.nominal_tile_px == nominal.tile_px
+    assert sz.tile_size >= 2 * (10.0 + sz.spawn_jitter)
+    start = t.tile_origins[0, 0, :2] + sz.spawn_jitter
+    heading = np.linspace(0, 2 * np.pi, 16, endpoint=False)
+    end = start + 10.0 * np.stack([np.cos(heading), np.sin(heading)], axis=1)
+    assert ((end >= 0) & (end <= t.tile_size)).all()
+    # Up the stairs along +x from the platform to 10 m: as many steps as that run holds.
+    run = max(1, round(1.0 * h / sz.cell)) * sz.cell
+    platform = sz.platform_px * sz.cell
+    x = t.tile_origins[0, 0, 0] + np.linspace(platform, 10.0, 400)
+    ground = t.height_at(x, np.full_like(x, t.tile_origins[0, 0, 1]))
+    climbed = (ground[-1] - ground[0]) / (0.2 * h)
+    assert climbed >= math.floor((10.0 - platform) / run) - 1
+    # A walk shorter than half the nominal tile leaves the map as it was.
+    same = generate_terrain(only('stairs_up', num_levels=1, tile_walk=0.5), robot)
+    np.testing.assert_array_equal(same.heights,
+                                  generate_terrain(only('stairs_up', num_levels=1), robot).heights)
+
+
+def test_a_bigger_obstacle_tile_keeps_its_blocks_per_square_metre(robot):
+    def raised_share(walk, seed):
+        cfg = only('obstacles', num_levels=1, tile_walk=walk, seed=seed)
+        t, sz = generate_terrain(cfg, robot), resolve_sizes(cfg, robot.standing_height)
+        return float((tile(t, sz, 0, 0) > 0).mean()), sz.area_scale
+
+    nominal = np.mean([raised_share(0.0, s)[0] for s in range(6)])
+    big, scale = raised_share(8.0, 0)
+    assert scale > 15
+    # The same covered share (blocks overlap as often), not 1/scale of it.
+    assert 0.75 * nominal < big < 1.25 * nominal
+
+
 # ----------------------------------------------------------------------- lookup and scan
 def test_height_at_is_bilinear_on_the_grid(robot):
     t = generate_terrain(only('rough', num_levels=1), robot)

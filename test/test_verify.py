@@ -264,6 +264,25 @@ def test_a_terrain_episode_ends_before_the_robot_reaches_the_maps_edge(robot):
     assert terrain_episode_s(VerifyConfig(command_vx=0.1), t, robot) == cfg.episode_s
 
 
+def test_verify_tiles_are_long_enough_for_a_whole_episode(robot, tmp_path):
+    # claw-rl verify sizes each tile for episode_s at command_vx and hands that size to the
+    # sim node, which builds the same ground from its parameters.
+    from claw_rl_ros.commands.verify import _config
+    from claw_rl_ros.core.sim.sim_session import env_section
+    from claw_rl_ros.core.learning.train_config import split_overrides
+    args = cli.build_parser().parse_args(['verify', '--model', 'm.onnx', '--terrain',
+                                          'stairs_down', '--seconds', '12'])
+    cfg, path, tiles = _config(args)
+    assert tiles[0].walk == pytest.approx(12 * cfg.command_vx)
+    t = generate_terrain(tiles[0].config, robot)
+    assert terrain_episode_s(cfg, t, robot) == cfg.episode_s
+    sim = [n for n in verify_nodes(str(WALKER), 'claw_quadruped', path, 3, tiles[0])
+           if n.executable == 'sim_node'][0].parameters
+    env = env_section(sim['env_config'], split_overrides(sim['overrides'], 'overrides'))
+    node_tile = terrain_tile(sim['terrain'], env.terrain, sim['terrain_seed'])
+    np.testing.assert_array_equal(generate_terrain(node_tile.config, robot).heights, t.heights)
+
+
 def test_the_verify_graph_stands_the_sim_on_the_tile(robot):
     tile = terrain_tile('rough:4', TerrainConfig(), 77)
     sims = [n for n in verify_nodes(str(WALKER), 'claw_quadruped', Path('v.yaml'), 3, tile)

@@ -152,7 +152,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     policy, robot = _load_model(args, base.robot if args.config else None, model)
     env_cfg = _env_config(args, base, robot.name)
     command = tuple(args.command) if args.command else None
-    tiles = _tiles(args, env_cfg)
+    tiles = _tiles(args, env_cfg, command)
     print(f'model {args.model} (sha256 {policy.sha256[:12]}), robot {robot.name}')
     head = {'model': str(args.model), 'sha256': policy.sha256, 'robot': robot.name}
     if tiles:
@@ -168,13 +168,14 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
-def _tiles(args: argparse.Namespace, env_cfg) -> list:
-    """The --terrain tiles (none without --terrain); a bad spec or seed is a ConfigError."""
+def _tiles(args: argparse.Namespace, env_cfg, command) -> list:
+    """The --terrain tiles (none without --terrain), each one episode at the command long; a
+    bad spec or seed is a ConfigError."""
     if not args.terrain:
         return []
     from ..core.deploy.evaluate import evaluation_tiles
     return evaluation_tiles(env_cfg, args.terrain, args.terrain_seed, '--terrain',
-                            '--terrain-seed')
+                            '--terrain-seed', command=command or (0.5, 0.0, 0.0))
 
 
 def _eval_terrains(args: argparse.Namespace, policy, env_cfg, robot, tiles, command):

@@ -68,10 +68,12 @@ def _config(args: argparse.Namespace):
     cfg = load_config(VerifyConfig, path, 'verify')
     overrides = {k: v for k, v in (('episodes', args.episodes), ('episode_s', args.seconds))
                  if v is not None}
+    cfg = from_dict(VerifyConfig, merge(to_dict(cfg), overrides), source='claw-rl verify')
+    # Each tile is long enough for a whole episode at the command (no walk ends at its edge).
     tiles = terrain_tiles(args.terrain or [], env.terrain, args.terrain_seed, '--terrain',
-                          '--terrain-seed', include_flat=False)
-    return from_dict(VerifyConfig, merge(to_dict(cfg), overrides),
-                     source='claw-rl verify'), path, tiles
+                          '--terrain-seed', include_flat=False,
+                          walk=abs(cfg.command_vx) * cfg.episode_s)
+    return cfg, path, tiles
 
 
 DIAGNOSTICS_PERIOD_S = 0.1
@@ -89,7 +91,8 @@ def verify_nodes(model: str, robot_name: str, env_config: Path, seed: int,
     sim = {'randomization': True, 'pushes': True, 'noise': True, 'env_config': str(env_config),
            'seed': seed, 'reset_on_fall': True, 'command_timeout_s': 0.2, **status,
            'start_paused': True, 'pause_after_s': episode_s,  # the same steps every run
-           **({'terrain': tile.label, 'terrain_seed': tile.seed} if tile else {})}
+           **({'terrain': tile.label, 'terrain_seed': tile.seed,
+               'overrides': f'env.terrain.tile_walk={tile.walk!r}'} if tile else {})}
     extra = {'sim_node': sim, 'policy_node': status}
     return [dataclasses.replace(n, parameters={**n.parameters, **extra.get(n.executable, {})})
             for n in nodes]

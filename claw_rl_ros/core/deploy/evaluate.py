@@ -9,8 +9,9 @@ On terrain (:func:`evaluate_terrains`, ``claw-rl eval --terrain``) every world o
 stands on one tile of the generator, one type at one level (a map of that tile and its flat
 border, curriculum off, seed :data:`~..sim.sim_session.EVAL_TERRAIN_SEED` unless given; the
 tile sizes and top-level maxima are the env config's ``terrain`` section even when it is off);
-an episode ends at a fall, at the time-out, or as a time-out where the world reaches the map's
-edge, so what is measured is the walk over that tile. ``flat`` is the plane.
+the tile is big enough for a whole episode at the command (``tile_walk``), so an episode ends
+at a fall or at the time-out (reaching the map's edge would end it as a time-out). ``flat`` is
+the plane.
 """
 
 from __future__ import annotations
@@ -131,7 +132,8 @@ def eval_env_config(env_cfg: EnvConfig, episodes: int, command: Command | None,
         return cfg
     if not height_scan:
         return replace(cfg, terrain=on_tile(cfg, terrain))
-    config = terrain.config or tile_config(cfg.terrain, 'flat', terrain.level, terrain.seed)
+    config = terrain.config or tile_config(replace(cfg.terrain, tile_walk=terrain.walk), 'flat',
+                                           terrain.level, terrain.seed)
     return replace(cfg, terrain=replace(config, height_scan=replace(
         cfg.terrain.height_scan, enabled=True)))
 
@@ -311,15 +313,19 @@ def side_by_side(evaluations: dict[str, TerrainEvaluation]) -> str:
 
 def evaluation_tiles(env_cfg: EnvConfig, terrains: Iterable[str],
                      terrain_seed: int = EVAL_TERRAIN_SEED, name: str = 'terrains',
-                     seed_name: str = 'terrain_seed') -> list[TerrainTile]:
+                     seed_name: str = 'terrain_seed',
+                     command: Command = (0.5, 0.0, 0.0)) -> list[TerrainTile]:
     """``TYPE[:LEVEL]`` specs (``all``: every type at its top level) -> tiles of ``env_cfg``'s
-    terrain sizes with the evaluation seed; a seed equal to the env config's own
-    ``terrain.seed`` (its training map) is refused, naming ``seed_name``."""
+    terrain sizes with the evaluation seed, each big enough for a whole episode at ``command``
+    (``tile_walk`` = planar speed x episode_length_s: no walk ends at the tile's edge); a seed
+    equal to the env config's own ``terrain.seed`` (its training map) is refused, naming
+    ``seed_name``."""
     if terrain_seed == env_cfg.terrain.seed:
         raise ConfigError(seed_name, '', f'{terrain_seed} is env.terrain.seed of the env '
                           'config: the evaluation map would be the training map; give '
                           f'another seed (default {EVAL_TERRAIN_SEED})')
-    return terrain_tiles(terrains, env_cfg.terrain, terrain_seed, name, seed_name)
+    walk = math.hypot(command[0], command[1]) * env_cfg.episode_length_s
+    return terrain_tiles(terrains, env_cfg.terrain, terrain_seed, name, seed_name, walk=walk)
 
 
 def evaluate_terrains(policy_fn: PolicyFn, env_cfg: EnvConfig, robot: RobotSpec,
@@ -336,7 +342,8 @@ def evaluate_terrains(policy_fn: PolicyFn, env_cfg: EnvConfig, robot: RobotSpec,
     policies evaluated with the same ``env_cfg`` and ``terrain_seed`` walk the same ground.
     For the bench: ``side_by_side({'terrain student': a, 'flat student': b})``.
     """
-    tiles = evaluation_tiles(env_cfg, terrains, terrain_seed)
+    tiles = evaluation_tiles(env_cfg, terrains, terrain_seed,
+                             command=(0.5, 0.0, 0.0) if command is None else command)
     return TerrainEvaluation([evaluate(policy_fn, env_cfg, robot, episodes=episodes,
                                        command=command, seed=seed, settle_s=settle_s,
                                        terrain=tile) for tile in tiles],

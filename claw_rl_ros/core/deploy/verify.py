@@ -18,9 +18,10 @@ and hands the measurements of each episode to this module, which knows no ROS. T
 
 With terrain tiles (``claw-rl verify --terrain``) the gate runs the same graph again with the
 sim node's world on each tile (:class:`TerrainRow`, one line per tile): fall rate below
-``max_fall_rate`` and vx tracking error within ``max_vx_error``, the flat limits. A terrain
-episode lasts ``episode_s``, or less when the robot would reach the map's edge walking at
-``command_vx`` from the tile's centre (:func:`terrain_episode_s`).
+``max_fall_rate`` and vx tracking error within ``max_vx_error``, the flat limits. ``claw-rl
+verify`` makes each tile long enough for ``episode_s`` at ``command_vx`` (``tile_walk``); on a
+shorter tile an episode would end before the robot reaches the map's edge
+(:func:`terrain_episode_s`).
 
 The verdict is written beside the model as ``<model stem>.verify.json``:
 ``{"model_sha256", "passed", "table", "created"}`` and, with terrain tiles, ``"terrain"`` (the

@@ -46,13 +46,16 @@ EVAL_TERRAIN_SEED = 1000
 class TerrainTile:
     """One tile of the terrain generator: type ``kind``, ``level`` of ``num_levels``
     (difficulty (level + 1) / num_levels), ``seed`` of its random heights. ``config`` is the
-    one-tile TerrainConfig that generates it (None for flat: the plane, as without terrain)."""
+    one-tile TerrainConfig that generates it (None for flat: the plane, as without terrain);
+    ``walk`` [m] how far a world walks from its spawn before the tile ends, at least (its
+    ``tile_walk``)."""
 
     kind: str
     level: int
     num_levels: int
     seed: int
     config: Optional[TerrainConfig] = field(default=None, compare=False, repr=False)
+    walk: float = field(default=0.0, compare=False)
 
     @property
     def label(self) -> str:
@@ -76,11 +79,12 @@ def tile_config(base: TerrainConfig, kind: str, level: int, seed: int) -> Terrai
 
 
 def terrain_tile(spec: str, base: TerrainConfig, seed: int, name: str = 'terrain',
-                 seed_name: str = 'terrain_seed') -> TerrainTile | None:
+                 seed_name: str = 'terrain_seed', walk: float = 0.0) -> TerrainTile | None:
     """``TYPE[:LEVEL]`` (LEVEL default: the top one of ``base``) -> the tile; '' -> None.
 
     ``name`` / ``seed_name`` are what the user set (a parameter, an option): a bad value is a
-    ConfigError naming it, the value and the valid choices.
+    ConfigError naming it, the value and the valid choices. ``walk`` > 0 [m] (one episode at
+    the command) sets the tile's ``tile_walk``, else ``base``'s applies.
     """
     spec = spec.strip()
     if not spec:
@@ -101,20 +105,23 @@ def terrain_tile(spec: str, base: TerrainConfig, seed: int, name: str = 'terrain
                           f'LEVEL with {levels}')
     if seed < 0:
         raise ConfigError(seed_name, '', f'{seed} is negative; give a seed >= 0')
+    if walk > 0:
+        base = replace(base, tile_walk=float(walk))
     return TerrainTile(kind, level, base.num_levels, seed, None if kind == 'flat' else
-                       tile_config(base, kind, level, seed))
+                       tile_config(base, kind, level, seed), base.tile_walk)
 
 
 def terrain_tiles(specs: Iterable[str], base: TerrainConfig, seed: int, name: str = 'terrain',
-                  seed_name: str = 'terrain_seed',
-                  include_flat: bool = True) -> list[TerrainTile]:
+                  seed_name: str = 'terrain_seed', include_flat: bool = True,
+                  walk: float = 0.0) -> list[TerrainTile]:
     """Several specs (``all``: every type at its top level; without flat unless
-    ``include_flat``) -> their tiles, each once; a repeated or excluded one is refused."""
+    ``include_flat``) -> their tiles (``walk``: :func:`terrain_tile`), each once; a repeated
+    or excluded one is refused."""
     expanded: list[str] = []
     for spec in specs:
         expanded += [t for t in TERRAIN_TYPES if include_flat or t != 'flat'] \
             if spec.strip() == 'all' else [spec]
-    tiles = [terrain_tile(spec, base, seed, name, seed_name) for spec in expanded]
+    tiles = [terrain_tile(spec, base, seed, name, seed_name, walk) for spec in expanded]
     if None in tiles:
         raise ConfigError(name, '', f'an empty spec; give TYPE[:LEVEL] with TYPE one of '
                           f'{", ".join(TERRAIN_TYPES)}')

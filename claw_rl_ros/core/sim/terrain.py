@@ -56,6 +56,10 @@ class TerrainConfig:
                                 '(curriculum off: any level)', ge=0)
     seed: int = param(0, 'seed of the terrain heights (the same seed, the same map)', ge=0)
     tile_size: Optional[float] = param(None, 'side of a square tile [m] (None: 12 H)', gt=0)
+    tile_walk: float = param(0.0, 'tiles grow past tile_size until a world walks at least this '
+                             'far [m] from its spawn before its tile ends (claw-rl eval and '
+                             'verify set it for their one-tile maps: one episode at the '
+                             'command)', ge=0)
     border: Optional[float] = param(None, 'flat margin around the tiles [m] (None: 4 H)', ge=0)
     horizontal_scale: Optional[float] = param(None, 'heightfield grid spacing [m] (None: 0.2 H)',
                                               gt=0)
@@ -115,6 +119,7 @@ class TerrainSizes:
     cell: float
     tile_px: int
     border_px: int
+    nominal_tile_px: int
     platform_px: int
     spawn_jitter: float
     footprint: float
@@ -122,6 +127,11 @@ class TerrainSizes:
     @property
     def tile_size(self) -> float:
         return self.tile_px * self.cell
+
+    @property
+    def area_scale(self) -> float:
+        """A tile's area over tile_size's (above 1 when tile_walk made it bigger)."""
+        return (self.tile_px / self.nominal_tile_px) ** 2
 
 
 def resolve_sizes(cfg: TerrainConfig, standing_height: float) -> TerrainSizes:
@@ -132,12 +142,16 @@ def resolve_sizes(cfg: TerrainConfig, standing_height: float) -> TerrainSizes:
         return default * h if value is None else value
 
     cell = size(cfg.horizontal_scale, 0.2)
+    jitter = size(cfg.spawn_jitter, 0.5)
     # An even number of cells per tile puts a grid point at the tile centre.
-    tile_px = max(2, 2 * round(size(cfg.tile_size, 12.0) / (2 * cell)))
+    nominal_px = max(2, 2 * round(size(cfg.tile_size, 12.0) / (2 * cell)))
+    # Half a tile from the spawn's farthest jitter on: tile_walk metres to walk in any heading.
+    walk_px = 2 * math.ceil((cfg.tile_walk + jitter) / cell) if cfg.tile_walk > 0 else 0
+    tile_px = max(nominal_px, walk_px)
     platform_px = min(tile_px // 2, round(size(cfg.platform_size, 4.0) / (2 * cell)))
     return TerrainSizes(standing_height=h, cell=cell, tile_px=tile_px,
                         border_px=round(size(cfg.border, 4.0) / cell), platform_px=platform_px,
-                        spawn_jitter=size(cfg.spawn_jitter, 0.5), footprint=h)
+                        spawn_jitter=jitter, footprint=h, nominal_tile_px=nominal_px)
 
 
 def scan_offsets(cfg: HeightScanConfig, standing_height: float) -> np.ndarray:
@@ -284,12 +298,13 @@ def _stairs_up(d, cfg, sz, rng):
 
 
 def _obstacles(d, cfg, sz, rng):
-    # Raised rectangular blocks of random size and height, the spawn platform kept clear.
+    # Raised rectangular blocks of random size and height, the spawn platform kept clear;
+    # obstacle_count per tile_size tile, so a bigger tile has as many per square metre.
     px, h = sz.tile_px, d * cfg.obstacle_height * sz.standing_height
     lo, hi = (min(px, max(1, round(s * sz.standing_height / sz.cell)))
               for s in cfg.obstacle_size)
     out = np.zeros((px, px))
-    for _ in range(cfg.obstacle_count):
+    for _ in range(round(cfg.obstacle_count * sz.area_scale)):
         sx, sy = rng.integers(lo, hi + 1, 2)
         x, y = rng.integers(0, px - sx + 1), rng.integers(0, px - sy + 1)
         out[x:x + sx, y:y + sy] = rng.uniform(0.5 * h, h)
