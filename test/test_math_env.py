@@ -592,11 +592,20 @@ def test_contacts_need_the_found_flag_and_more_than_the_force_threshold(make_env
     contact(env, sd, 'foot_contact', 1, 0, 0, 1.0, (0.0, 0.0, 5.0))      # early substep only
     contact(env, sd, 'foot_contact', 1, 1, last - 1, 1.0, (0.0, 0.0, 5.0))  # one before last
     contact(env, sd, 'foot_contact', 1, 3, slice(None), 1.0, (0.0, 2.0, 0.0))
-    feet = env._contacts(sd, 'foot_contact', last_only=True)
+    feet, penalised, termination = env._contacts(sd)
     assert feet.tolist() == [[True, False, True, False], [False, False, False, True]]
-    # Over all substeps the early touchdowns count too.
-    assert env._contacts(sd, 'foot_contact', last_only=False)[1].tolist() == \
-        [True, True, False, True]
+    assert not penalised.any() and not termination.any()
+    # Penalised and termination bodies count a contact at any substep, by the same test.
+    sd = blank_sensors(env)
+    contact(env, sd, 'penalised_contact', 1, 0, 0, 1.0, (0.0, 0.0, 5.0))         # early substep
+    contact(env, sd, 'penalised_contact', 1, 1, last - 1, 1.0, (0.0, 0.0, 1.0))  # threshold
+    contact(env, sd, 'penalised_contact', 1, 2, last, 1.0, (0.0, 1.5, 0.0))
+    contact(env, sd, 'termination_contact', 0, 0, 1, 1.0, (0.0, 3.0, 0.0))
+    contact(env, sd, 'termination_contact', 1, 0, 1, 0.0, (0.0, 3.0, 0.0))       # not found
+    feet, penalised, termination = env._contacts(sd)
+    assert not feet.any() and not penalised[0].any()
+    assert penalised[1].tolist()[:4] == [True, False, True, False]
+    assert termination[:, 0].tolist() == [True, False] and not termination[:, 1:].any()
 
 
 def test_step_data_reads_contacts_torques_heights_and_failures_from_the_sensors(make_env):

@@ -41,9 +41,14 @@ class GaitRewardsOff(UserWarning):
 
 
 class VecLocomotionEnv:
-    """N independent worlds of a legged robot tracking random velocity commands."""
+    """N independent worlds of a legged robot tracking random velocity commands.
 
-    def __init__(self, cfg: EnvConfig, robot: RobotSpec | None = None):
+    ``visuals=True`` keeps the geoms that only show the robot (for a renderer); the dynamics
+    are the same without them.
+    """
+
+    def __init__(self, cfg: EnvConfig, robot: RobotSpec | None = None, *,
+                 visuals: bool = False):
         self.cfg = cfg
         self.robot = robot if robot is not None else load_robot(cfg.robot)
         r = self.robot
@@ -64,7 +69,7 @@ class VecLocomotionEnv:
         self.physics = BatchedPhysics(r, n, num_threads=cfg.num_threads,
                                       solver_iterations=cfg.solver_iterations,
                                       solver_ls_iterations=cfg.solver_ls_iterations,
-                                      terrain=self.terrain)
+                                      terrain=self.terrain, visuals=visuals)
 
         scales = self._reward_scales()
         lat = cfg.randomization.action_latency_substeps
@@ -320,19 +325,32 @@ class VecLocomotionEnv:
         return {'lin_vel_x': float(err[:, 0].mean()), 'lin_vel_y': float(err[:, 1].mean()),
                 'ang_vel_yaw': float(err[:, 2].mean())}
 
-    def _contacts(self, sensordata: np.ndarray, group: str, last_only: bool) -> np.ndarray:
-        # Contact sensors give [found, fx, fy, fz] per body; a contact needs enough force.
-        lo, hi = getattr(self.physics.sensors, group)
-        raw = sensordata[:, -1:, lo:hi] if last_only else sensordata[:, :, lo:hi]
-        raw = raw.reshape(raw.shape[0], raw.shape[1], -1, 4)
-        force = np.linalg.norm(raw[..., 1:4], axis=-1)
-        touching = (raw[..., 0] > 0) & (force > self.cfg.termination.contact_force)
-        return touching.any(axis=1)
+    def _contacts(self, sensordata: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """[N, decimation, nsensordata] -> (feet [N, F] in contact at the last physics step,
+        penalised [N, P] and termination [N, T] bodies in contact at any physics step).
+
+        Contact sensors give [found, fx, fy, fz] per body, the three groups side by side
+        (scene.sensor_slices); a contact needs a force above termination.contact_force.
+        """
+        sensors = self.physics.sensors
+        lo, hi = sensors.foot_contact[0], sensors.termination_contact[1]
+        raw = sensordata[:, :, lo:hi].reshape(sensordata.shape[0], sensordata.shape[1], -1, 4)
+        force = raw[..., 1:4]
+        # |f| > threshold, compared squared (no square root over every body and step).
+        threshold = self.cfg.termination.contact_force
+        touching = (raw[..., 0] > 0) & \
+            (np.einsum('ndkc,ndkc->ndk', force, force) > threshold ** 2)
+
+        def group(name):
+            a, b = getattr(sensors, name)
+            return touching[:, :, (a - lo) // 4:(b - lo) // 4]
+        return (group('foot_contact')[:, -1], group('penalised_contact').any(axis=1),
+                group('termination_contact').any(axis=1))
 
     def _step_data(self, sensordata: np.ndarray, diverged: np.ndarray) -> StepData:
         cfg = self.cfg
         s = self.robot_state()
-        contact = self._contacts(sensordata, 'foot_contact', last_only=True)
+        contact, penalised, term_contact = self._contacts(sensordata)
         # Feet air time as legged_gym: a touchdown is the first contact after a swing.
         contact_filt = contact | self.last_contacts
         self.last_contacts = contact
@@ -346,7 +364,6 @@ class VecLocomotionEnv:
         gravity = gravity_in_body(trunk_quat)
         lo, hi = self.physics.sensors.joint_torque
         torque_sq_mean = np.mean(np.square(sensordata[:, :, lo:hi]), axis=1)
-        term_contact = self._contacts(sensordata, 'termination_contact', last_only=False)
         tilted = gravity[:, 2] > -math.cos(cfg.termination.max_tilt)
         low = s.base_height < self.min_base_height
         terminated = term_contact.any(axis=1) | tilted | low | diverged
@@ -359,7 +376,7 @@ class VecLocomotionEnv:
             joint_acc=(s.joint_vel - self.last_joint_vel) / self.dt,
             joint_torque=np.sqrt(torque_sq_mean), previous_action=self.last_actions.copy(),
             foot_air_time=air_time, first_contact=first_contact,
-            penalised_contact=self._contacts(sensordata, 'penalised_contact', last_only=False),
+            penalised_contact=penalised,
             terminated=terminated, desired_stance=self._desired_stance(s.commands),
             foot_height=foot_z - self.physics.foot_ground_offset)
 
