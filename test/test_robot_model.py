@@ -126,3 +126,67 @@ def test_default_pose_outside_limits_is_rejected():
 def test_load_robot_by_path_equals_by_name():
     by_path = load_robot(paths.config_path('robots/claw_quadruped.yaml'))
     assert by_path.to_metadata() == load_robot('claw_quadruped').to_metadata()
+
+
+def stepped(model, robot, terrain=None, steps=600):
+    """(qpos, qvel, sensordata) after ``steps`` physics steps of noisy targets from standing."""
+    from claw_rl_ros.core.sim.scene import standing_qpos
+    data = mujoco.MjData(model)
+    data.qpos[:] = standing_qpos(model, robot)
+    if terrain is not None:
+        data.qpos[0:2] = terrain.tile_origins[1, 4, :2]
+        data.qpos[2] += terrain.tile_origins[1, 4, 2]
+    rng = np.random.default_rng(1)
+    for _ in range(steps):
+        data.ctrl[:] = robot.default_joint_pos + rng.normal(0, 0.4, robot.num_joints)
+        mujoco.mj_step(model, data)
+    return data.qpos.copy(), data.qvel.copy(), data.sensordata.copy()
+
+
+def test_worlds_without_visual_geoms_move_exactly_as_with_them(robot):
+    # The batched worlds leave out the geoms that only show the robot: fewer geoms, the same
+    # masses, and the same trajectory bit for bit, on the plane and on stairs and slopes.
+    from claw_rl_ros.core.sim.env import VecLocomotionEnv
+    from claw_rl_ros.core.sim.env_config import EnvConfig
+    from claw_rl_ros.core.sim.terrain import generate_terrain, TerrainConfig
+    terrain = generate_terrain(TerrainConfig(enabled=True, num_levels=2), robot)
+    for ground in (None, terrain):
+        full, lean = (build_model(robot, terrain=ground, visuals=v) for v in (True, False))
+        assert lean.ngeom < full.ngeom
+        assert (lean.geom_contype | lean.geom_conaffinity).all()  # every geom left collides
+        np.testing.assert_array_equal(lean.body_mass, full.body_mass)
+        np.testing.assert_array_equal(lean.body_inertia, full.body_inertia)
+        for a, b in zip(stepped(full, robot, ground), stepped(lean, robot, ground)):
+            np.testing.assert_array_equal(a, b)
+    from claw_rl_ros.core.deploy.render import render_env
+    env = VecLocomotionEnv(EnvConfig(num_envs=2, num_threads=1), robot)
+    shown = render_env(robot, 1.0, (0.5, 0.0, 0.0), 0)  # a renderer's world shows the robot
+    try:
+        assert env.physics.model.ngeom == build_model(robot, visuals=False).ngeom
+        assert shown.physics.model.ngeom == build_model(robot).ngeom
+    finally:
+        env.close()
+        shown.close()
+
+
+def test_visual_geoms_stay_where_they_give_a_link_its_inertia():
+    # A link without an inertial gets its mass from its geoms (MuJoCo's inertiafromgeom auto):
+    # its visual geom stays; a link with one loses it; inertiafromgeom true keeps every geom.
+    from claw_rl_ros.core.sim.scene import drop_visual_geoms
+    xml = '''<mujoco><compiler inertiafromgeom="{mode}"/><worldbody>
+      <body name="given"><inertial pos="0 0 0" mass="1" diaginertia="1 1 1"/>
+        <geom name="given_visual" type="sphere" size="0.1" contype="0" conaffinity="0"/>
+        <geom name="given_collision" type="sphere" size="0.1"/></body>
+      <body name="from_geoms" pos="1 0 0">
+        <geom name="geom_visual" type="box" size="0.1 0.1 0.1" contype="0" conaffinity="0"/>
+      </body></worldbody></mujoco>'''
+    spec = mujoco.MjSpec.from_string(xml.format(mode='auto'))
+    mass = spec.compile().body('from_geoms').mass[0]
+    drop_visual_geoms(spec)
+    model = spec.compile()
+    names = {model.geom(g).name for g in range(model.ngeom)}
+    assert names == {'given_collision', 'geom_visual'}
+    assert model.body('from_geoms').mass[0] == mass
+    spec = mujoco.MjSpec.from_string(xml.format(mode='true'))
+    drop_visual_geoms(spec)
+    assert spec.compile().ngeom == 3

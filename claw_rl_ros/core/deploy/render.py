@@ -46,8 +46,8 @@ def render_env(robot: RobotSpec, seconds: float, command: tuple[float, float, fl
         'randomization': {'enabled': False}, 'noise': {'enabled': False},
         **fixed_command_overrides(command, seconds + 1.0)}, source='render')
     if terrain is None:
-        return VecLocomotionEnv(cfg, robot)
-    env = VecLocomotionEnv(replace(cfg, terrain=on_tile(cfg, terrain)), robot)
+        return VecLocomotionEnv(cfg, robot, visuals=True)
+    env = VecLocomotionEnv(replace(cfg, terrain=on_tile(cfg, terrain)), robot, visuals=True)
     if env.terrain is not None:
         # The scene's light shines down on the origin: move it over the tile (pictures only).
         env.physics.model.light_pos[:, 0:2] += env.terrain.tile_origins[0, 0, 0:2]
