@@ -267,12 +267,12 @@ def test_a_terrain_episode_ends_before_the_robot_reaches_the_maps_edge(robot):
 def test_verify_tiles_are_long_enough_for_a_whole_episode(robot, tmp_path):
     # claw-rl verify sizes each tile for episode_s at command_vx and hands that size to the
     # sim node, which builds the same ground from its parameters.
-    from claw_rl_ros.commands.verify import _config
+    from claw_rl_ros.commands.verify import verify_config
     from claw_rl_ros.core.sim.sim_session import env_section
     from claw_rl_ros.core.learning.train_config import split_overrides
     args = cli.build_parser().parse_args(['verify', '--model', 'm.onnx', '--terrain',
                                           'stairs_down', '--seconds', '12'])
-    cfg, path, tiles = _config(args)
+    cfg, path, tiles = verify_config(args)
     assert tiles[0].walk == pytest.approx(12 * cfg.command_vx)
     t = generate_terrain(tiles[0].config, robot)
     assert terrain_episode_s(cfg, t, robot) == cfg.episode_s

@@ -54,7 +54,7 @@ def _load_model(model: str, robot_name: str):
     return robot, policy.sha256
 
 
-def _config(args: argparse.Namespace):
+def verify_config(args: argparse.Namespace):
     """(VerifyConfig with the command-line overrides, absolute path of the YAML, the --terrain
     tiles of its env.terrain sizes)."""
     from ..core import paths
@@ -218,7 +218,7 @@ def run_verify(args: argparse.Namespace) -> int:
     from ..core.deploy.policy_card import card_path, write_policy_card
     from ..core.sim.terrain import generate_terrain
     from ..core.deploy.status_board import GraphGone
-    cfg, config_path, tiles = _config(args)
+    cfg, config_path, tiles = verify_config(args)
     robot, sha = _load_model(args.model, args.robot)
     model = str(Path(args.model).resolve())
     start = time.monotonic()
