@@ -148,8 +148,8 @@ def build_spec(robot: RobotSpec, *, terrain: Terrain | None = None, solver_itera
     """The robot on a flat floor (or on ``terrain``'s heightfield), ready to compile.
 
     ``visuals=False`` leaves out the geoms that only show the robot (no contact) on links whose
-    mass and inertia the URDF gives: the same dynamics bit for bit, half the geoms, and a
-    smaller model per world (what a batch of worlds steps fastest; a renderer wants them).
+    mass and inertia the URDF gives: the same dynamics bit for bit with half the geoms to pose
+    every physics step (what a batch of worlds wants; a renderer wants them).
     """
     spec = mujoco.MjSpec.from_string(scene_urdf(Path(robot.model_path)))
     spec.option.timestep = robot.sim_dt
