@@ -102,18 +102,25 @@ def raw_mj_step_rate(seconds: float, samples=None) -> float:
     return steps / busy
 
 
+def alternating_rates(envs: dict, seconds: float, rounds: int) -> dict:
+    """{key: [env steps/s per round]} of ``envs`` stepped in turn, ``rounds`` times (machine
+    load hits them alike); closes them."""
+    rates: dict = {key: [] for key in envs}
+    for r in range(rounds):
+        for key, env in envs.items():
+            rates[key].append(stepped_rate(env, seconds, seed=r))
+    for env in envs.values():
+        env.close()
+    return rates
+
+
 def visual_geoms_ab(seconds: float, rounds: int) -> None:
     """``--visuals``: env steps/s at 256 worlds with and without the robot's visual geoms in
     every world's model, alternating rounds in one process; each round's ratio and the
     median."""
     cfg = from_dict(EnvConfig, {'num_envs': 256, 'seed': 0})
     envs = {v: VecLocomotionEnv(cfg, visuals=v) for v in (True, False)}
-    rates: dict[bool, list[float]] = {v: [] for v in envs}
-    for r in range(rounds):
-        for v, env in envs.items():
-            rates[v].append(stepped_rate(env, seconds, seed=r))
-    for env in envs.values():
-        env.close()
+    rates = alternating_rates(envs, seconds, rounds)
     ratios = np.array(rates[False]) / np.array(rates[True])
     print(f'256 worlds: with visual geoms ({envs[True].physics.model.ngeom} geoms) '
           + ', '.join(f'{x:,.0f}' for x in rates[True]) + f' /s; without '
@@ -157,13 +164,8 @@ def env_rate(num_envs: int, seconds: float) -> float:
 
 def terrain_rates(num_envs: int, seconds: float, rounds: int) -> dict[str, float]:
     """{setting: median env steps/s over alternating rounds} for each TERRAIN setting."""
-    envs = {name: make_env(num_envs, name) for name in TERRAIN}
-    rates: dict[str, list[float]] = {name: [] for name in TERRAIN}
-    for r in range(rounds):
-        for name, env in envs.items():
-            rates[name].append(stepped_rate(env, seconds, seed=r))
-    for env in envs.values():
-        env.close()
+    rates = alternating_rates({name: make_env(num_envs, name) for name in TERRAIN}, seconds,
+                              rounds)
     return {name: float(np.median(v)) for name, v in rates.items()}
 
 
