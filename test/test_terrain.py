@@ -168,6 +168,18 @@ def test_tile_walk_grows_a_tile_until_a_walk_in_any_heading_stays_on_it(robot):
                                   generate_terrain(only('stairs_up', num_levels=1), robot).heights)
 
 
+def test_a_walk_longer_than_the_cap_is_refused_by_name():
+    # A command of 9 m/s for a 20 s episode would ask for a 360 m tile (~46 M cells per world):
+    # refused before any map is made, from a YAML and from code (evaluation) alike.
+    from claw_rl_ros.core.deploy.evaluate import evaluation_tiles
+    with pytest.raises(ConfigError, match='tile_walk: -1.0 is out of range'):
+        terrain_cfg(tile_walk=-1.0)
+    with pytest.raises(ConfigError, match='env.terrain: tile_walk: 180 m: give 0 to 100 m'):
+        evaluation_tiles(from_dict(EnvConfig, {'terrain': {'enabled': True}}), ['stairs_up'],
+                         command=(9.0, 0.0, 0.0))
+    assert terrain_cfg(tile_walk=100.0).tile_walk == 100.0
+
+
 def test_a_bigger_obstacle_tile_keeps_its_blocks_per_square_metre(robot):
     def raised_share(walk, seed):
         cfg = only('obstacles', num_levels=1, tile_walk=walk, seed=seed)

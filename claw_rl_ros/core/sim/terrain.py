@@ -27,6 +27,9 @@ if TYPE_CHECKING:  # robot.py builds on the scene, which builds on this module
 
 TERRAIN_TYPES = ('flat', 'rough', 'slope_up', 'slope_down', 'stairs_up', 'stairs_down',
                  'obstacles')
+# The longest tile_walk [m]: a 200 m tile is ~14 M grid cells (and each world's model holds
+# its own copy); more would exhaust memory before the first step.
+MAX_TILE_WALK = 100.0
 
 
 @dataclass
@@ -59,7 +62,7 @@ class TerrainConfig:
     tile_walk: float = param(0.0, 'tiles grow past tile_size until a world walks at least this '
                              'far [m] from its spawn before its tile ends (claw-rl eval and '
                              'verify set it for their one-tile maps: one episode at the '
-                             'command)', ge=0)
+                             'command)', ge=0, le=MAX_TILE_WALK)
     border: Optional[float] = param(None, 'flat margin around the tiles [m] (None: 4 H)', ge=0)
     horizontal_scale: Optional[float] = param(None, 'heightfield grid spacing [m] (None: 0.2 H)',
                                               gt=0)
@@ -95,6 +98,11 @@ class TerrainConfig:
         if self.max_init_level >= self.num_levels:
             raise ConfigError('', 'max_init_level', f'{self.max_init_level} is not a level of '
                               f'0..{self.num_levels - 1}; lower it or raise num_levels')
+        if not 0 <= self.tile_walk <= MAX_TILE_WALK:  # also when set in code (replace)
+            raise ConfigError('env.terrain', 'tile_walk', f'{self.tile_walk:g} m: give 0 to '
+                              f'{MAX_TILE_WALK:g} m (evaluation and verify set it to the '
+                              'command speed x the episode length: slow the command or shorten '
+                              'the episode)')
         if self.height_scan.enabled and not self.enabled:
             raise ConfigError('', 'height_scan.enabled', 'a height scan needs the terrain; set '
                               'terrain.enabled: true or switch the scan off')
