@@ -175,16 +175,16 @@ def _tiles(args: argparse.Namespace, env_cfg, command) -> list:
         return []
     from ..core.deploy.evaluate import evaluation_tiles
     return evaluation_tiles(env_cfg, args.terrain, args.terrain_seed, '--terrain',
-                            '--terrain-seed', command=command or (0.5, 0.0, 0.0))
+                            '--terrain-seed', command=command)
 
 
 def _eval_terrains(args: argparse.Namespace, policy, env_cfg, robot, tiles, command):
     """Each tile's report as it finishes, then the table."""
-    from ..core.deploy.evaluate import evaluate, TerrainEvaluation
+    from ..core.deploy.evaluate import evaluate, TERRAIN_COMMAND, TerrainEvaluation
     result = TerrainEvaluation([])
     for tile in tiles:
         report = evaluate(policy, env_cfg, robot, episodes=args.episodes,
-                          command=command or (0.5, 0.0, 0.0), seed=args.seed, terrain=tile)
+                          command=command or TERRAIN_COMMAND, seed=args.seed, terrain=tile)
         print(report.format(), flush=True)
         result.reports.append(report)
     print(result.format())

@@ -35,6 +35,8 @@ from ..sim.sim_session import EVAL_TERRAIN_SEED, terrain_tiles, tile_config, Ter
 
 PolicyFn = Callable[[np.ndarray], np.ndarray]
 Command = tuple[float, float, float]
+# The terrain evaluation's command (the bench's criterion is at it): 0.5 m/s forward.
+TERRAIN_COMMAND: Command = (0.5, 0.0, 0.0)
 
 
 @dataclass
@@ -314,23 +316,25 @@ def side_by_side(evaluations: dict[str, TerrainEvaluation]) -> str:
 def evaluation_tiles(env_cfg: EnvConfig, terrains: Iterable[str],
                      terrain_seed: int = EVAL_TERRAIN_SEED, name: str = 'terrains',
                      seed_name: str = 'terrain_seed',
-                     command: Command = (0.5, 0.0, 0.0)) -> list[TerrainTile]:
+                     command: Command | None = None) -> list[TerrainTile]:
     """``TYPE[:LEVEL]`` specs (``all``: every type at its top level) -> tiles of ``env_cfg``'s
     terrain sizes with the evaluation seed, each big enough for a whole episode at ``command``
-    (``tile_walk`` = planar speed x episode_length_s: no walk ends at the tile's edge); a seed
+    (None: :data:`TERRAIN_COMMAND`; ``tile_walk`` = planar speed x episode_length_s: no walk
+    ends at the tile's edge); a seed
     equal to the env config's own ``terrain.seed`` (its training map) is refused, naming
     ``seed_name``."""
     if terrain_seed == env_cfg.terrain.seed:
         raise ConfigError(seed_name, '', f'{terrain_seed} is env.terrain.seed of the env '
                           'config: the evaluation map would be the training map; give '
                           f'another seed (default {EVAL_TERRAIN_SEED})')
-    walk = math.hypot(command[0], command[1]) * env_cfg.episode_length_s
+    vx, vy, _ = TERRAIN_COMMAND if command is None else command
+    walk = math.hypot(vx, vy) * env_cfg.episode_length_s
     return terrain_tiles(terrains, env_cfg.terrain, terrain_seed, name, seed_name, walk=walk)
 
 
 def evaluate_terrains(policy_fn: PolicyFn, env_cfg: EnvConfig, robot: RobotSpec,
                       terrains: Iterable[str] = ('all',), *, episodes: int = 20,
-                      command: Command | None = (0.5, 0.0, 0.0), seed: int = 0,
+                      command: Command | None = TERRAIN_COMMAND, seed: int = 0,
                       terrain_seed: int = EVAL_TERRAIN_SEED, settle_s: float = 1.0,
                       max_fall_rate: float = 0.05,
                       max_vx_error: float = 0.15) -> TerrainEvaluation:
@@ -342,8 +346,7 @@ def evaluate_terrains(policy_fn: PolicyFn, env_cfg: EnvConfig, robot: RobotSpec,
     policies evaluated with the same ``env_cfg`` and ``terrain_seed`` walk the same ground.
     For the bench: ``side_by_side({'terrain student': a, 'flat student': b})``.
     """
-    tiles = evaluation_tiles(env_cfg, terrains, terrain_seed,
-                             command=(0.5, 0.0, 0.0) if command is None else command)
+    tiles = evaluation_tiles(env_cfg, terrains, terrain_seed, command=command)
     return TerrainEvaluation([evaluate(policy_fn, env_cfg, robot, episodes=episodes,
                                        command=command, seed=seed, settle_s=settle_s,
                                        terrain=tile) for tile in tiles],
@@ -388,7 +391,7 @@ def export_and_evaluate(learner: Any, robot: RobotSpec, run_dir: str | Path) -> 
                     if r.terrain == 'flat'})
     elif episodes:
         report = evaluate(policy_fn, cfg.env, robot, episodes=episodes,
-                          command=(0.5, 0.0, 0.0), seed=cfg.runner.seed + 1)
+                          command=TERRAIN_COMMAND, seed=cfg.runner.seed + 1)
         print(f'evaluation at 0.5 m/s forward:\n{report.format()}', flush=True)
         out['eval_forward_0.5'] = report.to_dict()
     return out
