@@ -217,10 +217,10 @@ def _deployed_action_and_scale(policy: nn.Module, obs: torch.Tensor, action_clip
 
     def record(module, inputs, output):
         for value in (inputs[0], output):
-            scale.copy_(torch.maximum(scale, value.detach().abs().amax(-1).double()))
+            scale.copy_(torch.maximum(scale, value.detach().abs().flatten(1).amax(-1).double()))
 
     hooks = [m.register_forward_hook(record) for m in policy.modules()
-             if isinstance(m, nn.Linear)]
+             if isinstance(m, (nn.Linear, nn.Conv1d))]
     try:
         with torch.no_grad():
             actions = deployed_action(policy, obs, action_clip)
@@ -232,8 +232,8 @@ def _deployed_action_and_scale(policy: nn.Module, obs: torch.Tensor, action_clip
 
 def activation_scale(policy: nn.Module, obs: torch.Tensor,
                      action_clip: ActionClip = float('inf')) -> torch.Tensor:
-    """[B] ``max(1, largest |value| into or out of a Linear layer)`` while computing the
-    deployed action of each row of ``obs`` [B, obs_dim]: the size of the float32 rounding
+    """[B] ``max(1, largest |value| into or out of a Linear or Conv1d layer)`` while computing
+    the deployed action of each row of ``obs`` [B, obs_dim]: the size of the float32 rounding
     error two correct implementations may differ by."""
     return _deployed_action_and_scale(policy, obs, action_clip)[1]
 

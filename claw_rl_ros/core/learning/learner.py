@@ -111,7 +111,8 @@ def build_policy(cfg: TrainConfig, obs_dims: dict[str, int], num_actions: int,
             action_low=torch.as_tensor(getattr(env, 'action_low', -bound), dtype=torch.float32),
             action_high=torch.as_tensor(getattr(env, 'action_high', bound), dtype=torch.float32))
     return ActorCritic(*sizes, **common, init_noise_std=p.init_noise_std, min_std=p.min_noise_std,
-                       obs_normalizer=p.obs_normalizer, init=p.init)
+                       obs_normalizer=p.obs_normalizer, init=p.init,
+                       history_encoder=p.history_encoder, history=cfg.env.policy_history)
 
 
 def load_policy(path: str | Path) -> tuple[ActorCritic | SACPolicy, TrainConfig, dict[str, Any]]:

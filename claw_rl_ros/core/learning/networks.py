@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 import torch.nn.functional as F
+
+if TYPE_CHECKING:
+    from .train_config import HistoryEncoderConfig
 
 ACTIVATIONS = {'elu': nn.ELU, 'relu': nn.ReLU, 'tanh': nn.Tanh, 'selu': nn.SELU,
                'leaky_relu': nn.LeakyReLU}
@@ -39,6 +43,46 @@ def mlp_forward(net: nn.Sequential, x: torch.Tensor, hidden_dtype: torch.dtype |
         h = F.linear(h, layer.weight.to(hidden_dtype), layer.bias.to(hidden_dtype)) \
             if isinstance(layer, nn.Linear) else layer(h)
     return F.linear(h.float(), last.weight, last.bias)
+
+
+class HistoryActor(nn.Module):
+    """An actor over a window of H policy frames of D values each: a 1D convolution over time
+    encodes the memory, an MLP acts on the newest frame and that encoding.
+
+    obs [..., H * D] (oldest frame first, as :class:`~..sim.observations.ObservationHistory`
+    lays it out) -> frames [B, D, H] -> (a 1x1 convolution: per-frame embedding) -> convolutions
+    over time -> latent [B, latent_dim]; actions [..., A] = head([newest frame, latent]).
+    """
+
+    def __init__(self, frame_dim: int, history: int, num_actions: int, hidden_dims: list[int],
+                 activation: str, encoder: HistoryEncoderConfig):
+        super().__init__()
+        self.frame_dim, self.history = frame_dim, history
+        length = encoder.output_length(history)
+        if length < 1:
+            raise ValueError(f'history encoder: a window of {history} frames is shorter than '
+                             f'its convolutions need ({encoder.min_history})')
+        act = ACTIVATIONS[activation]
+        layers: list[nn.Module] = []
+        width = frame_dim
+        if encoder.embed_dim:
+            layers += [nn.Conv1d(frame_dim, encoder.embed_dim, 1), act()]
+            width = encoder.embed_dim
+        for channels, kernel, stride in zip(encoder.channels, encoder.kernel_sizes,
+                                            encoder.strides):
+            layers += [nn.Conv1d(width, channels, kernel, stride), act()]
+            width = channels
+        layers += [nn.Flatten(), nn.Linear(width * length, encoder.latent_dim), act()]
+        self.encoder = nn.Sequential(*layers)
+        self.head = mlp(frame_dim + encoder.latent_dim, hidden_dims, num_actions, activation)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        lead = obs.shape[:-1]
+        # [..., H * D] -> [B, H, D] -> channels first [B, D, H] for the convolutions.
+        frames = obs.reshape(-1, self.history, self.frame_dim)
+        latent = self.encoder(frames.transpose(1, 2))
+        out = self.head(torch.cat([frames[:, -1], latent], dim=-1))
+        return out.reshape(*lead, out.shape[-1])
 
 
 # Normaliser variants: (epsilon, clip). rsl_rl adds eps to the std; sb3 adds it to the variance.
@@ -155,11 +199,17 @@ class ActorCritic(nn.Module):
                  activation: str = 'elu', init_noise_std: float = 1.0,
                  normalize_obs: bool = True, actor_obs_groups: list[str] | None = None,
                  critic_obs_groups: list[str] | None = None, min_std: float = 0.0,
-                 obs_normalizer: str = 'rsl_rl', init: str = 'torch'):
+                 obs_normalizer: str = 'rsl_rl', init: str = 'torch',
+                 history_encoder: HistoryEncoderConfig | None = None, history: int = 1):
         super().__init__()
         self.actor_obs_groups = list(actor_obs_groups or ['policy'])
         self.critic_obs_groups = list(critic_obs_groups or ['policy_noise_free', 'privileged'])
-        self.actor = mlp(actor_dim, actor_hidden_dims, num_actions, activation)
+        if history_encoder is not None and history_encoder.enabled:
+            # A window of ``history`` frames through a convolution, then the MLP.
+            self.actor = HistoryActor(actor_dim // history, history, num_actions,
+                                      actor_hidden_dims, activation, history_encoder)
+        else:
+            self.actor = mlp(actor_dim, actor_hidden_dims, num_actions, activation)
         self.critic = mlp(critic_dim, critic_hidden_dims, 1, activation)
         self.actor_normalizer = EmpiricalNormalization(actor_dim, variant=obs_normalizer) \
             if normalize_obs else nn.Identity()
@@ -168,7 +218,7 @@ class ActorCritic(nn.Module):
         # sb3 statistics follow every step before it is acted on; rsl_rl's once per rollout.
         self.normalize_every_step = normalize_obs and obs_normalizer == 'sb3'
         if init == 'orthogonal':
-            orthogonal_init_(self.actor, output_gain=0.01)
+            orthogonal_init_(getattr(self.actor, 'head', self.actor), output_gain=0.01)
             orthogonal_init_(self.critic, output_gain=1.0)
         elif init != 'torch':
             raise ValueError(f'init {init!r}: use torch or orthogonal')

@@ -13,6 +13,55 @@ from .. import paths
 
 
 @dataclass
+class HistoryEncoderConfig:
+    """A 1D convolution over the student's memory (``env.policy_history`` frames), as RMA's
+    adaptation module and the temporal convolution of Lee et al. 2020: frames [B, H, D] ->
+    (a per-frame embedding) -> convolutions over time -> latent [B, latent_dim], which the actor
+    MLP reads beside the newest frame. Off (``channels: []``): the MLP reads the flattened
+    window. Layer i uses ``channels[i]``, ``kernel_sizes[i]`` and ``strides[i]``."""
+
+    channels: list[int] = param([], 'output channels of each convolution over time (empty: no '
+                                    'encoder); e.g. [32, 32, 32] with env.policy_history 50',
+                                ge=1, le=1024)
+    kernel_sizes: list[int] = param([8, 5, 5], 'kernel of each convolution [frames]', ge=1)
+    strides: list[int] = param([4, 1, 1], 'stride of each convolution [frames]', ge=1)
+    embed_dim: int = param(0, 'per-frame embedding width (a 1x1 convolution, as RMA; 0: the '
+                              'first convolution reads the frames; on a CPU the embedding of '
+                              'every frame costs more than all the convolutions)', ge=0, le=1024)
+    latent_dim: int = param(16, 'width of the memory latent the actor MLP reads', ge=1, le=1024)
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.channels)
+
+    def output_length(self, history: int) -> int:
+        """Frames left after the convolutions over a ``history``-frame window (< 1: too short)."""
+        length = history
+        for _, kernel, stride in zip(self.channels, self.kernel_sizes, self.strides):
+            # Valid convolution: floor((L - k) / s) + 1 outputs.
+            length = (length - kernel) // stride + 1
+        return length
+
+    @property
+    def min_history(self) -> int:
+        """The shortest window the convolutions leave one frame of."""
+        need = 1
+        layers = list(zip(self.channels, self.kernel_sizes, self.strides))
+        for _, kernel, stride in reversed(layers):
+            # Invert floor((L - k) / s) + 1 >= need: L >= (need - 1) s + k.
+            need = (need - 1) * stride + kernel
+        return need
+
+    def __post_init__(self):
+        if not self.enabled:
+            return
+        for key in ('kernel_sizes', 'strides'):
+            if len(getattr(self, key)) < len(self.channels):
+                raise ConfigError('', key, f'{getattr(self, key)} gives fewer layers than '
+                                  f'channels {self.channels}; give one per convolution')
+
+
+@dataclass
 class PolicyConfig:
     """Actor-critic networks (the student's actor is what gets exported)."""
 
@@ -36,6 +85,8 @@ class PolicyConfig:
     init: Literal['torch', 'orthogonal'] = param(
         'torch', 'weight init. torch: PyTorch default. orthogonal: SB3 / CleanRL (orthogonal '
         'weights, zero biases, gain sqrt 2 hidden, 0.01 action mean, 1 value)')
+    history_encoder: HistoryEncoderConfig = param(
+        HistoryEncoderConfig(), "the student's memory through a 1D convolution (off by default)")
 
 
 @dataclass
@@ -196,9 +247,30 @@ class TrainConfig:
                 raise ConfigError('', f'policy.{key}', f'reads {HEIGHT_SCAN!r}, but the env has '
                                   'no height scan; set env.terrain.enabled and '
                                   'env.terrain.height_scan.enabled to true, or drop the group')
+        self.check_history_encoder()
         if self.policy.actor_obs_groups[0] not in (POLICY, POLICY_NOISE_FREE):
             raise ConfigError('', 'policy.actor_obs_groups', 'must start with policy (a '
                               'student) or policy_noise_free (a privileged teacher)')
+
+    def check_history_encoder(self) -> None:
+        """The encoder reads a window of policy frames: a PPO student on ``[policy]`` whose
+        ``env.policy_history`` outlasts the convolutions."""
+        enc = self.policy.history_encoder
+        if not enc.enabled:
+            return
+        if self.algorithm != 'ppo' or self.gym_env:
+            raise ConfigError('', 'policy.history_encoder', 'reads the robot env\'s policy '
+                              'frames with PPO; set channels: [] for SAC or a Gymnasium task')
+        if self.policy.actor_obs_groups != [POLICY]:
+            raise ConfigError('', 'policy.history_encoder', f'reads the window of {POLICY!r} '
+                              f'alone, but the actor reads {self.policy.actor_obs_groups}; set '
+                              'policy.actor_obs_groups: [policy] or channels: []')
+        history = self.env.policy_history
+        if history < enc.min_history:
+            raise ConfigError('', 'policy.history_encoder', f'kernels {enc.kernel_sizes} and '
+                              f'strides {enc.strides} need a window of {enc.min_history} frames '
+                              f'or more, env.policy_history is {history}; raise '
+                              'env.policy_history (e.g. 50) or use smaller kernels')
 
 
 def parse_overrides(items: list[str], source: str = '--set') -> dict:
