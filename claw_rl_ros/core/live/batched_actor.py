@@ -193,4 +193,5 @@ class BatchedActor:
             if final_values else np.zeros(0, np.float32),
             last_obs={g: self.obs[g].numpy().copy() for g in dims},
             episodes=episode_arrays(summary.episodes),
-            stats=rollout_stats(summary.errors, summary.diverged, summary.terrain_level))
+            stats=rollout_stats(summary.errors, summary.diverged, summary.terrain_level),
+            windows=dict(getattr(self.env, 'obs_windows', {})))

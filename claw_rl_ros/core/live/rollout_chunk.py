@@ -19,9 +19,10 @@ offset size     content
 Header keys: ``model_sha`` (hex sha256 prefix of the ONNX bytes that acted), ``policy_version``
 (the trainer's integer version of that model), ``actor_id``, ``seq`` (the actor's chunk
 counter), ``num_steps``, ``num_envs``, ``num_actions``, ``num_final`` (K, transitions that ended
-by time-out), ``num_episodes`` (E), ``obs_groups`` ({group: dim}), ``has_values``,
-``episode_keys``, ``stats`` ({name: float}, the actor's rollout statistics) and ``fields``
-([[name, shape], ...], which must equal :func:`field_table` of the other keys).
+by time-out), ``num_episodes`` (E), ``obs_groups`` ({group: dim}), ``windows`` ({group: H}:
+the groups that travel as frames, see below), ``has_values``, ``episode_keys``, ``stats``
+({name: float}, the actor's rollout statistics) and ``fields`` ([[name, shape], ...], which
+must equal :func:`field_table` of the other keys).
 
 Body fields (float32; flags are 0.0 / 1.0):
 
@@ -35,6 +36,11 @@ Body fields (float32; flags are 0.0 / 1.0):
   row-major order of ``np.nonzero(truncated)``; ``final_values`` [K] if ``has_values``;
 - ``last_obs/<group>`` [N, dim]: the observation after the last step (GAE bootstrap);
 - ``episode/<key>`` [E]: per finished episode, ``return``, ``length_s`` and ``reward/<term>``.
+
+A group in ``windows`` (the student's memory, ``env.policy_history`` H frames of D values)
+travels as ``head/<group>`` [N, (H - 1) * D] and ``frames/<group>`` [T + 1, N, D] in place of
+``obs/<group>``, with ``final_obs/<group>`` [K, D] and no ``last_obs/<group>``; the decoder
+rebuilds the windows (:mod:`.chunk_windows`).
 
 :func:`decode_chunk` checks everything above against a :class:`ChunkSpec` and raises
 :class:`ChunkError` whose ``cause`` is one of :data:`CAUSES`; the decoded arrays are read-only
@@ -51,8 +57,10 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from .chunk_windows import compact_group, expand_group, restarts, window_dims
+
 MAGIC = b'CLRC'
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: windows travel as frames
 _PREFIX = struct.Struct('<4sHHIQ')
 _ALIGN = 8
 
@@ -87,6 +95,8 @@ class ChunkSpec:
     obs_dims: Mapping[str, int]
     num_actions: int
     max_envs: int = 1 << 16
+    # {group: H} of the groups that are windows of H frames (env.policy_history > 1).
+    windows: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -111,6 +121,8 @@ class RolloutChunk:
     episodes: dict[str, np.ndarray] = field(default_factory=dict)
     stats: dict[str, float] = field(default_factory=dict)
     seq: int = 0
+    # {group: H}: windows of H frames, sent as frames when they rebuild exactly.
+    windows: dict[str, int] = field(default_factory=dict)
 
     @property
     def num_steps(self) -> int:
@@ -131,24 +143,45 @@ class RolloutChunk:
 
 def field_table(num_steps: int, num_envs: int, num_actions: int, obs_dims: Mapping[str, int],
                 num_final: int, num_episodes: int, has_values: bool,
-                episode_keys: list[str]) -> list[tuple[str, tuple[int, ...]]]:
+                episode_keys: list[str], windows: Mapping[str, int] | None = None
+                ) -> list[tuple[str, tuple[int, ...]]]:
     """The body's (name, shape) list, in body order."""
     t, n, a, k, e = num_steps, num_envs, num_actions, num_final, num_episodes
-    table = [(f'obs/{g}', (t, n, d)) for g, d in obs_dims.items()]
+    windows = windows or {}
+    frame = window_dims(obs_dims, windows)
+    table = []
+    for g, d in obs_dims.items():
+        table += [(f'head/{g}', (n, d - frame[g])), (f'frames/{g}', (t + 1, n, frame[g]))] \
+            if g in windows else [(f'obs/{g}', (t, n, d))]
     table += [('actions', (t, n, a)), ('mu', (t, n, a)), ('sigma', (t, n, a)),
               ('log_probs', (t, n))]
     if has_values:
         table.append(('values', (t, n)))
     table += [('rewards', (t, n)), ('terminated', (t, n)), ('truncated', (t, n))]
-    table += [(f'final_obs/{g}', (k, d)) for g, d in obs_dims.items()]
+    table += [(f'final_obs/{g}', (k, frame.get(g, d))) for g, d in obs_dims.items()]
     if has_values:
         table.append(('final_values', (k,)))
-    table += [(f'last_obs/{g}', (n, d)) for g, d in obs_dims.items()]
+    table += [(f'last_obs/{g}', (n, d)) for g, d in obs_dims.items() if g not in windows]
     table += [(f'episode/{key}', (e,)) for key in episode_keys]
     return table
 
 
-def _arrays(chunk: RolloutChunk) -> dict[str, np.ndarray]:
+def _compact(chunk: RolloutChunk) -> dict[str, dict[str, np.ndarray]]:
+    """{group: head, frames, final} of the chunk's windows that rebuild exactly."""
+    if not chunk.windows:
+        return {}
+    restart = restarts(chunk.terminated, chunk.truncated)
+    out = {}
+    for g, history in chunk.windows.items():
+        parts = compact_group(chunk.obs[g], chunk.last_obs[g], chunk.final_obs[g], restart,
+                              chunk.truncated, history)
+        if parts is not None:
+            out[g] = parts
+    return out
+
+
+def _arrays(chunk: RolloutChunk, compact: dict[str, dict[str, np.ndarray]]
+            ) -> dict[str, np.ndarray]:
     out = {f'obs/{g}': v for g, v in chunk.obs.items()}
     out.update(actions=chunk.actions, mu=chunk.mu, sigma=chunk.sigma, log_probs=chunk.log_probs,
                values=chunk.values, rewards=chunk.rewards, terminated=chunk.terminated,
@@ -156,33 +189,37 @@ def _arrays(chunk: RolloutChunk) -> dict[str, np.ndarray]:
     out.update({f'final_obs/{g}': v for g, v in chunk.final_obs.items()})
     out.update({f'last_obs/{g}': v for g, v in chunk.last_obs.items()})
     out.update({f'episode/{k}': v for k, v in chunk.episodes.items()})
+    for g, parts in compact.items():
+        out.update({f'head/{g}': parts['head'], f'frames/{g}': parts['frames'],
+                    f'final_obs/{g}': parts['final']})
     return out
 
 
-def _header(chunk: RolloutChunk) -> dict[str, Any]:
+def _header(chunk: RolloutChunk, windows: dict[str, int]) -> dict[str, Any]:
     has_values = chunk.values is not None
     episode_keys = list(chunk.episodes)
     num_final = int(np.count_nonzero(chunk.truncated))
     num_episodes = len(next(iter(chunk.episodes.values()))) if chunk.episodes else 0
     obs_dims = chunk.obs_dims
     table = field_table(chunk.num_steps, chunk.num_envs, chunk.num_actions, obs_dims, num_final,
-                        num_episodes, has_values, episode_keys)
+                        num_episodes, has_values, episode_keys, windows)
     return {'model_sha': chunk.model_sha, 'policy_version': int(chunk.policy_version),
             'actor_id': chunk.actor_id, 'seq': int(chunk.seq), 'num_steps': chunk.num_steps,
             'num_envs': chunk.num_envs, 'num_actions': chunk.num_actions,
             'num_final': num_final, 'num_episodes': num_episodes, 'obs_groups': obs_dims,
-            'has_values': has_values, 'episode_keys': episode_keys,
+            'windows': windows, 'has_values': has_values, 'episode_keys': episode_keys,
             'stats': {k: float(v) for k, v in chunk.stats.items()},
             'fields': [[name, list(shape)] for name, shape in table]}
 
 
 def encode_chunk(chunk: RolloutChunk) -> bytearray:
     """The chunk's payload (module docstring layout); ValueError if an array's shape is wrong."""
-    header = _header(chunk)
+    compact = _compact(chunk)
+    header = _header(chunk, {g: chunk.windows[g] for g in compact})
     text = json.dumps(header, separators=(',', ':')).encode()
     pad = (-(_PREFIX.size + len(text))) % _ALIGN
     text += b' ' * pad
-    arrays = _arrays(chunk)
+    arrays = _arrays(chunk, compact)
     table = [(name, tuple(shape)) for name, shape in header['fields']]
     body_len = 4 * sum(math.prod(shape) for _, shape in table)
     start = _PREFIX.size + len(text)
@@ -204,7 +241,7 @@ def encode_chunk(chunk: RolloutChunk) -> bytearray:
 
 _HEADER_TYPES = {'model_sha': str, 'policy_version': int, 'actor_id': str, 'seq': int,
                  'num_steps': int, 'num_envs': int, 'num_actions': int, 'num_final': int,
-                 'num_episodes': int, 'obs_groups': dict, 'has_values': bool,
+                 'num_episodes': int, 'obs_groups': dict, 'windows': dict, 'has_values': bool,
                  'episode_keys': list, 'stats': dict, 'fields': list}
 
 
@@ -255,13 +292,20 @@ def _check_table(h: dict[str, Any], body_len: int, spec: ChunkSpec) -> None:
 
 def _table(h: dict[str, Any]) -> list[tuple[str, tuple[int, ...]]]:
     return field_table(h['num_steps'], h['num_envs'], h['num_actions'], h['obs_groups'],
-                       h['num_final'], h['num_episodes'], h['has_values'], h['episode_keys'])
+                       h['num_final'], h['num_episodes'], h['has_values'], h['episode_keys'],
+                       h['windows'])
 
 
 def _check_sizes(h: dict[str, Any], spec: ChunkSpec) -> None:
     if h['obs_groups'] != dict(spec.obs_dims):
         raise ChunkError(WRONG_SIZE, f'obs_groups {h["obs_groups"]}, the trainer expects '
                          f'{dict(spec.obs_dims)} (same robot and env on both sides?)')
+    windows = h['windows']
+    if windows and (windows != dict(spec.windows) or
+                    not all(type(v) is int for v in windows.values())):
+        raise ChunkError(WRONG_SIZE, f'windows {h["windows"]}, the trainer expects '
+                         f'{dict(spec.windows) or "none"} (the same env.policy_history on both '
+                         'sides?)')
     if h['num_actions'] != spec.num_actions:
         raise ChunkError(WRONG_SIZE, f'num_actions {h["num_actions"]}, expected '
                          f'{spec.num_actions}')
@@ -324,6 +368,12 @@ def _assemble(h: dict[str, Any], arrays: dict[str, np.ndarray],
         raise ChunkError(BAD_VALUE, f'{np.count_nonzero(truncated)} truncated flags but '
                          f'num_final is {h["num_final"]}')
     groups = list(h['obs_groups'])
+    restart = restarts(terminated, truncated)
+    for g, history in h['windows'].items():
+        # Windows sent as frames: rebuilt with the chunk's own episode ends.
+        arrays[f'obs/{g}'], arrays[f'last_obs/{g}'], arrays[f'final_obs/{g}'] = expand_group(
+            arrays[f'head/{g}'], arrays[f'frames/{g}'], arrays[f'final_obs/{g}'], restart,
+            truncated, history)
     return RolloutChunk(
         model_sha=h['model_sha'], policy_version=h['policy_version'], actor_id=h['actor_id'],
         seq=h['seq'], obs={g: arrays[f'obs/{g}'] for g in groups}, actions=arrays['actions'],
@@ -332,7 +382,8 @@ def _assemble(h: dict[str, Any], arrays: dict[str, np.ndarray],
         truncated=truncated, final_obs={g: arrays[f'final_obs/{g}'] for g in groups},
         final_values=arrays.get('final_values'),
         last_obs={g: arrays[f'last_obs/{g}'] for g in groups},
-        episodes={k: arrays[f'episode/{k}'] for k in h['episode_keys']}, stats=stats)
+        episodes={k: arrays[f'episode/{k}'] for k in h['episode_keys']}, stats=stats,
+        windows=dict(h['windows']))
 
 
 # ------------------------------------------------------------------ building chunks (actors)

@@ -62,6 +62,8 @@ class VecLocomotionEnv:
         # The student's memory (env.policy_history > 1): its last frames, with their noise.
         self.history = ObservationHistory(n, cfg.policy_history, self.obs_dim) \
             if cfg.policy_history > 1 else None
+        # {group: H} of the groups that are windows (rollout chunks send them as frames).
+        self.obs_windows = {POLICY: cfg.policy_history} if self.history is not None else {}
         self.dt = r.control_dt
         self.max_episode_length = int(math.ceil(cfg.episode_length_s / self.dt))
         self.rng = np.random.default_rng(cfg.seed)
