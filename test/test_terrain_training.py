@@ -9,6 +9,7 @@ import torch
 from claw_rl_ros.core.config import ConfigError
 from claw_rl_ros.core.deploy.export import export_onnx
 from claw_rl_ros.core.learning.runner import OnPolicyRunner
+from claw_rl_ros.core.learning.train_config import load_train_config
 from test_chunk_learning import LocalActorLearner
 from test_training import params_of, tiny_config
 
@@ -147,3 +148,15 @@ def test_a_teacher_run_ends_with_its_torch_evaluation_and_no_student_file(tmp_pa
     rows = out['eval_terrain']['rows']
     assert [r['terrain'] for r in rows] == ['flat', 'rough:2', 'stairs_up:2']
     assert all(r['episodes'] == 2 for r in rows)
+
+
+def test_the_blind_students_swing_clears_the_top_riser_it_cannot_see(robot):
+    """feet_clearance stops rewarding lift at its target: below the top stairs' riser, a blind
+    foot is taught to stop under the edge. The teacher, which sees the steps, keeps the
+    robot's own target."""
+    student = load_train_config('config/train_rough.yaml').env
+    teacher = load_train_config('config/train_rough_teacher.yaml').env
+    riser = student.terrain.step_height * robot.standing_height
+    assert student.rewards.swing_height_target >= 1.4 * riser
+    # None: the env takes the robot's swing_height (test_math_env).
+    assert teacher.rewards.swing_height_target is None and robot.swing_height < riser
