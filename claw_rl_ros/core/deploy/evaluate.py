@@ -320,9 +320,8 @@ def evaluation_tiles(env_cfg: EnvConfig, terrains: Iterable[str],
     """``TYPE[:LEVEL]`` specs (``all``: every type at its top level) -> tiles of ``env_cfg``'s
     terrain sizes with the evaluation seed, each big enough for a whole episode at ``command``
     (None: :data:`TERRAIN_COMMAND`; ``tile_walk`` = planar speed x episode_length_s: no walk
-    ends at the tile's edge); a seed
-    equal to the env config's own ``terrain.seed`` (its training map) is refused, naming
-    ``seed_name``."""
+    ends at the tile's edge); a seed equal to the env config's own ``terrain.seed`` (its
+    training map) is refused, naming ``seed_name``."""
     if terrain_seed == env_cfg.terrain.seed:
         raise ConfigError(seed_name, '', f'{terrain_seed} is env.terrain.seed of the env '
                           'config: the evaluation map would be the training map; give '

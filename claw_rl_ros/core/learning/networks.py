@@ -58,8 +58,7 @@ class HistoryActor(nn.Module):
                  activation: str, encoder: HistoryEncoderConfig):
         super().__init__()
         self.frame_dim, self.history = frame_dim, history
-        length = encoder.output_length(history)
-        if length < 1:
+        if history < encoder.min_history:
             raise ValueError(f'history encoder: a window of {history} frames is shorter than '
                              f'its convolutions need ({encoder.min_history})')
         act = ACTIVATIONS[activation]
@@ -72,7 +71,8 @@ class HistoryActor(nn.Module):
                                             encoder.strides):
             layers += [nn.Conv1d(width, channels, kernel, stride), act()]
             width = channels
-        layers += [nn.Flatten(), nn.Linear(width * length, encoder.latent_dim), act()]
+        layers += [nn.Flatten(), nn.Linear(width * encoder.output_length(history),
+                                           encoder.latent_dim), act()]
         self.encoder = nn.Sequential(*layers)
         self.head = mlp(frame_dim + encoder.latent_dim, hidden_dims, num_actions, activation)
 

@@ -34,7 +34,7 @@ from ..learning.learner import Learner
 from ..learning.networks import ActorCritic, gaussian_log_prob
 from ..learning.storage import RolloutStorage
 from ..learning.train_config import TrainConfig
-from ..sim.observations import POLICY
+from ..sim.observations import observation_windows
 from .rollout_chunk import ChunkSpec, RolloutChunk
 
 
@@ -53,9 +53,8 @@ class ChunkLearner(Learner):
     def __init__(self, cfg: TrainConfig, obs_dims: dict[str, int], num_actions: int,
                  reward_terms: list[str] | None = None):
         super().__init__(cfg, obs_dims, num_actions, reward_terms or ())
-        history = cfg.env.policy_history
         self.spec = ChunkSpec(cfg.runner.num_steps_per_env, self.obs_dims, num_actions,
-                              windows={POLICY: history} if history > 1 else {})
+                              windows=observation_windows(cfg.env))
         self.init_storage()
 
     def init_storage(self) -> None:

@@ -44,7 +44,7 @@ rebuilds the windows (:mod:`.chunk_windows`).
 
 :func:`decode_chunk` checks everything above against a :class:`ChunkSpec` and raises
 :class:`ChunkError` whose ``cause`` is one of :data:`CAUSES`; the decoded arrays are read-only
-views of the payload (no copy).
+views of the payload (no copy), but for the windows rebuilt from frames.
 """
 
 from __future__ import annotations

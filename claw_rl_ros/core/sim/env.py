@@ -30,8 +30,8 @@ from ..math_utils import gravity_in_body, quat_mul, quat_rotate_inverse, yaw_qua
 from .physics import BatchedPhysics
 from .rewards import is_moving, RewardManager, RewardParams, StepData
 from .robot import load_robot, RobotSpec
-from .observations import (HEIGHT_SCAN, ObservationHistory, POLICY, POLICY_NOISE_FREE,
-                           PRIVILEGED, RobotState)
+from .observations import (HEIGHT_SCAN, ObservationHistory, observation_windows, POLICY,
+                           POLICY_NOISE_FREE, PRIVILEGED, RobotState)
 from .terrain import base_yaw
 from .terrain_curriculum import TerrainPlacement
 
@@ -63,7 +63,7 @@ class VecLocomotionEnv:
         self.history = ObservationHistory(n, cfg.policy_history, self.obs_dim) \
             if cfg.policy_history > 1 else None
         # {group: H} of the groups that are windows (rollout chunks send them as frames).
-        self.obs_windows = {POLICY: cfg.policy_history} if self.history is not None else {}
+        self.obs_windows = observation_windows(cfg)
         self.dt = r.control_dt
         self.max_episode_length = int(math.ceil(cfg.episode_length_s / self.dt))
         self.rng = np.random.default_rng(cfg.seed)

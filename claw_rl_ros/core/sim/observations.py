@@ -255,3 +255,10 @@ def observation_dims(robot: Any, env_cfg: Any) -> dict[str, int]:
         from .terrain import scan_offsets
         dims[HEIGHT_SCAN] = len(scan_offsets(scan, standing_height(robot)))
     return dims
+
+
+def observation_windows(env_cfg: Any) -> dict[str, int]:
+    """{group: H} of the groups that are windows of H frames (``policy`` with
+    ``env_cfg.policy_history`` > 1): the env and the trainer's chunk spec share it (rollout
+    chunks send such windows as frames)."""
+    return {POLICY: env_cfg.policy_history} if env_cfg.policy_history > 1 else {}
