@@ -94,3 +94,22 @@ def test_a_killed_node_restarts_with_a_latched_restarted_fault(ros_env, probe, r
         assert 'restart' in third.log and '[ERROR]' in third.log
     finally:
         assert third.stop() == 0, third.log
+
+
+def test_a_native_crash_prints_every_threads_python_stack(ros_env, probe, model,
+                                                          tmp_path):  # noqa: F811
+    """A segfault in a library (MuJoCo, onnxruntime, the DDS) leaves the node's Python stacks
+    on stderr: the launcher's log names the callback, not only the signal. (rclpy's
+    EventsExecutor turns Python's fault handler on by itself; the trainer's and the actor's
+    single-threaded executor does not.)"""
+    probe.subscribe('/diagnostics', DiagnosticArray, 50)
+    node = NodeProcess('policy_node', ros_env, tmp_path, {
+        'model_path': str(model), 'autostart': False, 'executor': 'single_threaded'},
+        name='crashing')
+    status(probe, 'crashing', timeout=30)  # spinning
+    node.proc.send_signal(signal.SIGSEGV)
+    assert node.wait_exit(10) == -signal.SIGSEGV  # still dies of it (no swallowed crash)
+    log = node.log
+    assert 'Fatal Python error: Segmentation fault' in log, log
+    # The main thread's stack reaches the node's spin loop.
+    assert 'ros_io.py' in log and 'in spin' in log, log

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import array
+import faulthandler
 import gc
 import signal
 import sys
@@ -131,6 +132,10 @@ def spin(make_node: Callable[[], Node], args: list[str] | None = None) -> int:
     """
     interrupted: list[int] = []
     kind = ''
+    # A native crash (SIGSEGV, SIGBUS, SIGFPE, SIGABRT, SIGILL in MuJoCo, onnxruntime, torch or
+    # the DDS) prints every Python thread's stack on stderr before the process dies: the
+    # launcher's log then says which callback and which library, not only the signal.
+    faulthandler.enable(file=sys.stderr, all_threads=True)
 
     def on_sigint(signum, frame):
         interrupted.append(signum)
