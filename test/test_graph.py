@@ -410,15 +410,19 @@ def test_deploy_graph_is_the_policy_node_on_the_robots_controllers(model, tmp_pa
         'controllers_file'] == ''
 
 
-def test_only_the_deploy_policy_node_respawns(tmp_path):
-    """If the policy node dies on the robot anyway, the deploy graph starts it again; every
-    other node's death still ends its graph."""
+def test_only_the_deploy_policy_node_and_the_train_actors_respawn(tmp_path):
+    """If the policy node dies on the robot anyway, the deploy graph starts it again; so does
+    the train graph an actor (no learning state lives there); every other node's death still
+    ends its graph (the trainer's, the control loop's)."""
     policy, = resolve(GRAPHS['deploy'], {})
     assert policy.respawn and 0 < policy.respawn_delay <= 2.0
     recorder, policy = resolve(GRAPHS['deploy'], {'record': str(tmp_path / 'run.mcap')})
     assert policy.respawn and not recorder.respawn
+    train = resolve(GRAPHS['train'], {'actors': '3'})
+    assert [n.executable for n in train if n.respawn] == ['actor_node'] * 3
+    assert all(0 < n.respawn_delay <= 2.0 for n in train if n.respawn)
     for name, graph in GRAPHS.items():
-        if name != 'deploy':
+        if name not in ('deploy', 'train'):
             assert not any(node.respawn for node in resolve(graph, {})), name
 
 

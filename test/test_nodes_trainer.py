@@ -4,6 +4,7 @@ advance at both actors), training goes on when an actor dies and a restarted act
 current model, checkpoints are written, and every process stops cleanly."""
 
 import json
+import os
 from pathlib import Path
 import re
 import shutil
@@ -452,3 +453,35 @@ def test_train_graph_trains_sac_live_with_the_same_nodes(ros_env, tmp_path):
     assert pushed and all(json.loads({p.key: p.value for p in onnx.load(str(m)).metadata_props}
                                      ['behaviour'])['kind'] == 'squashed_gaussian'
                           for m in pushed[-2:])
+
+
+def test_train_graph_restarts_a_crashed_actor_and_trains_on(ros_env, tmp_path):  # noqa: F811
+    """An actor that dies of a native crash (SIGSEGV, as CI saw once) is started again: the
+    trainer pushes it the current student and learns from its chunks to the end of the run;
+    the crash is logged with the actor's Python stacks."""
+    from test_graph_runner import gone, up
+    config = tmp_path / 'tiny.yaml'
+    config.write_text(TINY_YAML)
+    run_dir = tmp_path / 'run'
+    runner = up('train', '--config', str(config), '--actors', '1', '--run-dir', str(run_dir),
+                '--control-loop', 'false', '--set', 'runner.max_iterations=30', env=ros_env,
+                cwd=tmp_path)
+    try:
+        runner.wait_line(r'^\[trainer\] .*/actor_0 joined', timeout=120)
+        old = runner.pids()['actor_0']
+        os.kill(old, signal.SIGSEGV)
+        runner.wait_line(r'^\[up\] actor_0 died \(killed by SIGSEGV\): restarting it in 1 s$')
+        new = int(runner.wait_line(rf'^\[up\] started actor_0 \(pid (?!{old}\b)(\d+)\)',
+                                   timeout=30)[1])
+        assert runner.finish(timeout=300) == 0, runner.text
+    finally:
+        runner.kill_leftovers()
+    assert gone(old) and gone(new)
+    lines = runner.text.splitlines()
+    assert 'Fatal Python error: Segmentation fault' in runner.text, runner.text
+    restart = next(i for i, line in enumerate(lines) if f'started actor_0 (pid {new})' in line)
+    # Iterations learnt after the restart: the old actor had at most one chunk in flight
+    # (chunks_in_flight 1), so the new one's chunks made all but one of them.
+    after = [line for line in lines[restart:] if re.match(r'^\[trainer\] it +\d+/30 ', line)]
+    assert len(after) >= 2 and after[-1].startswith('[trainer] it    30/30 '), runner.text
+    assert json.loads((run_dir / 'summary.json').read_text())['iterations'] == 30

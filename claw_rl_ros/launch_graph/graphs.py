@@ -162,7 +162,10 @@ def _train(values: Mapping[str, str]) -> list[NodeEntry]:
     nodes = [trainer] + [NodeEntry('actor_node', name, parameters={
         'config': values['config'], 'robot': robot, 'num_envs': worlds,
         'seed': actor_seed(train_cfg.runner.seed, i), 'overrides': overrides,
-        'chunks_in_flight': in_flight}) for i, name in enumerate(names)]
+        'chunks_in_flight': in_flight},
+        # An actor holds no learning state: one that dies (a native crash) is started again,
+        # the trainer pushes it the current student, and the run goes on.
+        respawn=True, respawn_delay=RESPAWN_DELAY_S) for i, name in enumerate(names)]
     if loop:
         # The control loop as in deployment, on the training env (randomisation and noise as
         # configured), serving each pushed student from the first one on.
