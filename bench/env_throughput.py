@@ -40,6 +40,7 @@ import resource
 import subprocess
 import sys
 import time
+from typing import Any
 
 import mujoco
 import numpy as np
@@ -61,8 +62,9 @@ TERRAIN = {'flat': {}, 'terrain': {'enabled': True}, 'terrain + scan': SCAN,
            'scan, cell 0.4 H': {**SCAN, 'horizontal_scale': 0.4}}
 
 
-def make_env(num_envs: int, terrain: str = 'flat') -> VecLocomotionEnv:
-    cfg = {'num_envs': num_envs, 'seed': 0}
+def make_env(num_envs: int, terrain: str = 'flat', **env: Any) -> VecLocomotionEnv:
+    """``env``: further EnvConfig keys (e.g. ``noslip_iterations=3``)."""
+    cfg = {'num_envs': num_envs, 'seed': 0, **env}
     if TERRAIN[terrain]:
         cfg['terrain'] = dict(TERRAIN[terrain])
         if 'horizontal_scale' in cfg['terrain']:
@@ -127,6 +129,18 @@ def visual_geoms_ab(seconds: float, rounds: int) -> None:
           f'({envs[False].physics.model.ngeom}) ' + ', '.join(f'{x:,.0f}' for x in rates[False])
           + ' /s; ratio ' + ', '.join(f'{x:.3f}' for x in ratios)
           + f', median {np.median(ratios):.3f}')
+
+
+def noslip_ab(seconds: float, rounds: int) -> None:
+    """``--noslip``: env steps/s at 256 worlds with ``noslip_iterations`` 0 (the default) and 3
+    (no creeping friction), flat and terrain + scan, alternating rounds in one process."""
+    for floor in ('flat', 'terrain + scan'):
+        envs = {k: make_env(256, floor, noslip_iterations=k) for k in (0, 3)}
+        rates = alternating_rates(envs, seconds, rounds)
+        ratios = np.array(rates[3]) / np.array(rates[0])
+        print(f'{floor:>15}: noslip 0 ' + ', '.join(f'{x:,.0f}' for x in rates[0]) + ' /s; 3 '
+              + ', '.join(f'{x:,.0f}' for x in rates[3]) + ' /s; ratio '
+              + ', '.join(f'{x:.3f}' for x in ratios) + f', median {np.median(ratios):.3f}')
 
 
 def limit_rounds(num_envs: int, seconds: float, rounds: int) -> tuple[list[float], list[float]]:
@@ -308,7 +322,12 @@ def main() -> None:
     parser.add_argument('--chunks', action='store_true', help='only the rollout task sizes')
     parser.add_argument('--visuals', action='store_true', help='only 256 worlds with and '
                         'without the robot\'s visual geoms')
+    parser.add_argument('--noslip', action='store_true', help='only 256 worlds with MuJoCo\'s '
+                        'noslip pass off and on (env.noslip_iterations 0 vs 3)')
     args = parser.parse_args()
+    if args.noslip:
+        noslip_ab(args.seconds, args.rounds)
+        return
     if args.visuals:
         visual_geoms_ab(args.seconds, args.rounds)
         return

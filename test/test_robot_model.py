@@ -190,3 +190,43 @@ def test_visual_geoms_stay_where_they_give_a_link_its_inertia():
     spec = mujoco.MjSpec.from_string(xml.format(mode='true'))
     drop_visual_geoms(spec)
     assert spec.compile().ngeom == 3
+
+
+def creep_cm_s(robot, incline_deg: float, friction: float, noslip_iterations: int) -> float:
+    """Downhill speed [cm/s] of the robot holding its default pose on an incline (gravity
+    tilted about y), over 5 s after a 1 s settle."""
+    from claw_rl_ros.core.sim.scene import FLOOR, standing_qpos
+    m = build_model(robot, noslip_iterations=noslip_iterations, visuals=False)
+    tilt = np.radians(incline_deg)
+    m.opt.gravity[:] = [-9.81 * np.sin(tilt), 0.0, -9.81 * np.cos(tilt)]  # downhill is -x
+    m.geom_friction[m.geom(FLOOR).id, 0] = friction
+    d = mujoco.MjData(m)
+    d.qpos[:] = standing_qpos(m, robot)
+    d.ctrl[:] = robot.default_joint_pos
+    mujoco.mj_step(m, d, nstep=round(1.0 / m.opt.timestep))
+    x0 = d.qpos[0]
+    mujoco.mj_step(m, d, nstep=round(5.0 / m.opt.timestep))
+    assert d.qpos[3] ** 2 - d.qpos[4] ** 2 - d.qpos[5] ** 2 + d.qpos[6] ** 2 > 0.9  # upright
+    return float(x0 - d.qpos[0]) / 5.0 * 100.0
+
+
+@pytest.mark.parametrize('friction', [0.5, 1.0])
+def test_noslip_iterations_stop_the_soft_contacts_creep_down_an_incline(robot, friction):
+    """MuJoCo's soft contacts let a claw creep under a steady sideways load well inside the
+    friction cone (tan 10 deg = 0.18): about 1.2 cm/s at friction 0.5 and at 1.0 alike.
+    ``env.noslip_iterations`` 3 holds the robot where Coulomb friction would."""
+    assert creep_cm_s(robot, 10.0, friction, 0) > 0.6
+    assert abs(creep_cm_s(robot, 10.0, friction, 3)) < 0.15
+
+
+def test_noslip_iterations_reach_the_env_and_the_sim_node_session(robot):
+    from claw_rl_ros.core.sim.env import VecLocomotionEnv
+    from claw_rl_ros.core.sim.env_config import EnvConfig
+    from claw_rl_ros.core.sim.sim_session import SimSession
+    cfg = EnvConfig(num_envs=2, noslip_iterations=3)
+    env = VecLocomotionEnv(cfg)
+    assert all(m.opt.noslip_iterations == 3 for m in env.physics.models)
+    env.close()
+    assert EnvConfig().noslip_iterations == 0  # the default physics is unchanged
+    session = SimSession(robot, cfg)
+    assert session.physics.model.opt.noslip_iterations == 3

@@ -71,6 +71,7 @@ class VecLocomotionEnv:
         self.physics = BatchedPhysics(r, n, num_threads=cfg.num_threads,
                                       solver_iterations=cfg.solver_iterations,
                                       solver_ls_iterations=cfg.solver_ls_iterations,
+                                      noslip_iterations=cfg.noslip_iterations,
                                       terrain=self.terrain, visuals=visuals)
 
         scales = self._reward_scales()

@@ -42,14 +42,16 @@ class BatchedPhysics:
 
     def __init__(self, robot: RobotSpec, num_envs: int, *, num_threads: int = 0,
                  solver_iterations: int = 4, solver_ls_iterations: int = 6,
-                 terrain: Terrain | None = None, visuals: bool = False):
+                 noslip_iterations: int = 0, terrain: Terrain | None = None,
+                 visuals: bool = False):
         self.robot = robot
         self.num_envs = num_envs
         self.decimation = robot.decimation
         # Without the robot's visual geoms unless asked (a renderer): the same dynamics, and
         # ~5 % faster (no poses of geoms that only show the robot, every physics step).
         self.model = build_model(robot, terrain=terrain, solver_iterations=solver_iterations,
-                                 solver_ls_iterations=solver_ls_iterations, visuals=visuals)
+                                 solver_ls_iterations=solver_ls_iterations,
+                                 noslip_iterations=noslip_iterations, visuals=visuals)
         m = self.model
         self.models = [copy.copy(m) for _ in range(num_envs)]
         self.num_threads = resolve_threads(num_threads, num_envs)

@@ -144,7 +144,8 @@ def _add_floor(spec: mujoco.MjSpec, robot: RobotSpec, terrain: Terrain | None) -
 
 
 def build_spec(robot: RobotSpec, *, terrain: Terrain | None = None, solver_iterations: int = 4,
-               solver_ls_iterations: int = 6, visuals: bool = True) -> mujoco.MjSpec:
+               solver_ls_iterations: int = 6, noslip_iterations: int = 0,
+               visuals: bool = True) -> mujoco.MjSpec:
     """The robot on a flat floor (or on ``terrain``'s heightfield), ready to compile.
 
     ``visuals=False`` leaves out the geoms that only show the robot (no contact) on links whose
@@ -156,6 +157,9 @@ def build_spec(robot: RobotSpec, *, terrain: Terrain | None = None, solver_itera
     spec.option.integrator = mujoco.mjtIntegrator.mjINT_IMPLICITFAST
     spec.option.iterations = solver_iterations
     spec.option.ls_iterations = solver_ls_iterations
+    # MuJoCo's contacts are soft: under a steady sideways load friction creeps at any
+    # coefficient. The noslip pass after the main solver removes that creep (0: off).
+    spec.option.noslip_iterations = noslip_iterations
     spec.option.cone = mujoco.mjtCone.mjCONE_PYRAMIDAL
 
     base = spec.body(robot.base_body)

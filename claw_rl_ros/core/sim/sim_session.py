@@ -188,7 +188,8 @@ class SimSession:
         # One world; a subclass may bring its own (e.g. an env's, see training_session.py).
         self.physics = physics if physics is not None else BatchedPhysics(
             robot, 1, solver_iterations=cfg.solver_iterations,
-            solver_ls_iterations=cfg.solver_ls_iterations, terrain=self.terrain)
+            solver_ls_iterations=cfg.solver_ls_iterations,
+            noslip_iterations=cfg.noslip_iterations, terrain=self.terrain)
         self._data = mujoco.MjData(self.physics.models[0])
         self._push_steps = max(1, round(cfg.randomization.push_interval_s / self.dt))
         self.time = 0.0
