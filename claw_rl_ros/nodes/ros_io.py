@@ -134,7 +134,7 @@ def spin(make_node: Callable[[], Node], args: list[str] | None = None) -> int:
     kind = ''
     # A native crash (SIGSEGV, SIGBUS, SIGFPE, SIGABRT, SIGILL in MuJoCo, onnxruntime, torch or
     # the DDS) prints every Python thread's stack on stderr before the process dies: the
-    # launcher's log then says which callback and which library, not only the signal.
+    # launcher's log then names the callback and the library call, not only the signal.
     faulthandler.enable(file=sys.stderr, all_threads=True)
 
     def on_sigint(signum, frame):
