@@ -25,7 +25,7 @@ import warnings
 
 import numpy as np
 
-from .env_config import EnvConfig, GAIT_REWARDS, robot_sized
+from .env_config import EnvConfig, GAIT_REWARDS, robot_sized, solver_options
 from ..math_utils import gravity_in_body, quat_mul, quat_rotate_inverse, yaw_quat
 from .physics import BatchedPhysics
 from .rewards import is_moving, RewardManager, RewardParams, StepData
@@ -69,10 +69,8 @@ class VecLocomotionEnv:
         self.rng = np.random.default_rng(cfg.seed)
         self._build_terrain()
         self.physics = BatchedPhysics(r, n, num_threads=cfg.num_threads,
-                                      solver_iterations=cfg.solver_iterations,
-                                      solver_ls_iterations=cfg.solver_ls_iterations,
-                                      noslip_iterations=cfg.noslip_iterations,
-                                      terrain=self.terrain, visuals=visuals)
+                                      **solver_options(cfg), terrain=self.terrain,
+                                      visuals=visuals)
 
         scales = self._reward_scales()
         lat = cfg.randomization.action_latency_substeps

@@ -164,3 +164,11 @@ class EnvConfig:
             if name not in OBS_TERMS:
                 raise ConfigError('', f'noise.levels.{name}', 'unknown observation term; '
                                   f'available: {", ".join(OBS_TERMS)}')
+
+
+def solver_options(cfg: EnvConfig) -> dict[str, int]:
+    """The MuJoCo solver settings of ``cfg`` as BatchedPhysics takes them: one list for the
+    training env and the sim node's session, so both step the same physics."""
+    return {'solver_iterations': cfg.solver_iterations,
+            'solver_ls_iterations': cfg.solver_ls_iterations,
+            'noslip_iterations': cfg.noslip_iterations}

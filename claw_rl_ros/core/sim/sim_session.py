@@ -31,7 +31,7 @@ import mujoco
 import numpy as np
 
 from ..config import ConfigError, from_dict, load_yaml, merge
-from .env_config import EnvConfig, robot_sized
+from .env_config import EnvConfig, robot_sized, solver_options
 from ..math_utils import quat_mul
 from .physics import BatchedPhysics, STATE_SPEC
 from .robot import RobotSpec
@@ -187,9 +187,7 @@ class SimSession:
             if self.tile else None
         # One world; a subclass may bring its own (e.g. an env's, see training_session.py).
         self.physics = physics if physics is not None else BatchedPhysics(
-            robot, 1, solver_iterations=cfg.solver_iterations,
-            solver_ls_iterations=cfg.solver_ls_iterations,
-            noslip_iterations=cfg.noslip_iterations, terrain=self.terrain)
+            robot, 1, **solver_options(cfg), terrain=self.terrain)
         self._data = mujoco.MjData(self.physics.models[0])
         self._push_steps = max(1, round(cfg.randomization.push_interval_s / self.dt))
         self.time = 0.0
