@@ -16,6 +16,10 @@
    randomised friction, masses and pushes), each type's vx error per seed side by side:
    on 20 deg slopes a blind student's result swings with how slippery the seed's worlds are.
 
+The evaluation worlds use MuJoCo's default soft contacts (``--noslip-iterations 0``) whatever
+the config trains with (``config/train_rough.yaml`` trains with 3): the harder contacts for a
+standing claw, and the ones every earlier table was measured on.
+
     .venv/bin/python bench/terrain_job.py --model student=runs/r/student/student.onnx \\
         --model flat=runs/f/student.onnx --run opd=runs/r/student --run blind=runs/b \\
         [--teacher-run opd=runs/r/teacher] [--config config/train_rough.yaml] \\
@@ -31,10 +35,11 @@ from pathlib import Path
 import re
 import sys
 
+from claw_rl_ros.core.config import ConfigError, from_dict, merge, to_dict
 from claw_rl_ros.core.deploy.evaluate import evaluate_terrains, side_by_side, torch_policy_fn
 from claw_rl_ros.core.deploy.onnx_policy import OnnxPolicy
 from claw_rl_ros.core.learning.learner import load_policy
-from claw_rl_ros.core.learning.train_config import load_train_config
+from claw_rl_ros.core.learning.train_config import load_train_config, TrainConfig
 from claw_rl_ros.core.sim.robot import load_robot
 
 
@@ -146,6 +151,10 @@ def main() -> int:
     parser.add_argument('--seeds', type=int, nargs='+', default=[],
                         help='also evaluate the models once per env seed and print each '
                         'type\'s vx error per seed (what slippery slopes swing with)')
+    parser.add_argument('--noslip-iterations', type=int, default=0,
+                        help='MuJoCo noslip iterations of the evaluation worlds (default 0: '
+                        'the default soft contacts, whatever the config trains with, so every '
+                        'table compares)')
     parser.add_argument('--png', default='terrain_job.png')
     args = parser.parse_args()
     models, runs = named(args.model, '--model'), named(args.run, '--run')
@@ -155,6 +164,12 @@ def main() -> int:
         sys.exit(f'--teacher-run {unknown[0]}=...: no --run {unknown[0]}=RUN_DIR to add it to')
     offsets = {name: training_wall_s(path) for name, path in teachers.items()}
     cfg = load_train_config(args.config)
+    # The evaluation set's contacts are the bench's, not the training config's.
+    try:
+        cfg = from_dict(TrainConfig, merge(to_dict(cfg), {'env': {
+            'noslip_iterations': args.noslip_iterations}}), source='--noslip-iterations')
+    except ConfigError as exc:
+        sys.exit(str(exc))
     robot = load_robot(cfg.env.robot)
     if models:
         print(f'evaluation terrain set ({args.episodes} episodes per type, 0.5 m/s, '
