@@ -391,8 +391,9 @@ def section_settings(args: argparse.Namespace, section: str) -> SACSettings:
 
 def main() -> None:
     args = parse_args()
-    try:
-        import stable_baselines3  # noqa: F401
+    try:  # every section but the claw's (SAC vs PPO, both ours) runs SB3
+        if set(args.sections) - {'claw'}:
+            import stable_baselines3  # noqa: F401
     except ModuleNotFoundError:
         raise SystemExit('stable_baselines3 is missing: .venv/bin/python -m pip install -r '
                          'requirements-bench.txt') from None
