@@ -49,8 +49,8 @@ def test_sac_config_runs_updates_on_the_claw_env(tmp_path):
 
 def test_sac_config_starts_with_an_entropy_bonus_below_the_task_reward():
     """The initial temperature times the entropy target (-|A| nats per step) stays below the
-    most the task's positive terms pay per control step: at SB3's 1.0 the bonus was ~100x the
-    task and SAC stood for the first third of the budget (docs/sac_results.md)."""
+    most the task's positive terms pay per control step: at SB3's 1.0 it was two orders of
+    magnitude above the task and SAC stood for a third of the budget (docs/sac_results.md)."""
     cfg = load_train_config('train_sac.yaml')
     robot = load_robot(cfg.env.robot)
     scales = cfg.env.rewards.scales
