@@ -24,7 +24,8 @@ and sensor refresh, observations, command resampling, pushes), and the rest (act
 bookkeeping, the wrappers' own cost).
 
 ``--visuals``: env steps/s at 256 worlds with every world's model holding the robot's visual
-geoms (as before 2026-12-05) and without them (the default), in alternating rounds.
+geoms and the floor's texture (as before 2026-12-05) and without them (the default), in
+alternating rounds.
 
 ``--chunks``: env steps/s at 256 worlds with the rollout's thread-pool task size (worlds per
 task) at 2, 4, 8 (the default on 2 threads) and 32 (the earlier default), alternating rounds,
@@ -117,9 +118,9 @@ def alternating_rates(envs: dict, seconds: float, rounds: int) -> dict:
 
 
 def visual_geoms_ab(seconds: float, rounds: int) -> None:
-    """``--visuals``: env steps/s at 256 worlds with and without the robot's visual geoms in
-    every world's model, alternating rounds in one process; each round's ratio and the
-    median."""
+    """``--visuals``: env steps/s at 256 worlds with and without the robot's visual geoms and
+    the floor's texture in every world's model, alternating rounds in one process; each round's
+    ratio and the median."""
     cfg = from_dict(EnvConfig, {'num_envs': 256, 'seed': 0})
     envs = {v: VecLocomotionEnv(cfg, visuals=v) for v in (True, False)}
     rates = alternating_rates(envs, seconds, rounds)

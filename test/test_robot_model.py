@@ -144,8 +144,9 @@ def stepped(model, robot, terrain=None, steps=600):
 
 
 def test_worlds_without_visual_geoms_move_exactly_as_with_them(robot):
-    # The batched worlds leave out the geoms that only show the robot: fewer geoms, the same
-    # masses, and the same trajectory bit for bit, on the plane and on stairs and slopes.
+    # The batched worlds leave out the geoms that only show the robot and the floor's texture:
+    # fewer geoms, the same masses, and the same trajectory bit for bit, on the plane and on
+    # stairs and slopes.
     from claw_rl_ros.core.sim.env import VecLocomotionEnv
     from claw_rl_ros.core.sim.env_config import EnvConfig
     from claw_rl_ros.core.sim.terrain import generate_terrain, TerrainConfig
@@ -154,6 +155,9 @@ def test_worlds_without_visual_geoms_move_exactly_as_with_them(robot):
         full, lean = (build_model(robot, terrain=ground, visuals=v) for v in (True, False))
         assert lean.ngeom < full.ngeom
         assert (lean.geom_contype | lean.geom_conaffinity).all()  # every geom left collides
+        # No floor texture either: a fifth of the bytes per world's model (cache, not RAM).
+        assert (lean.ntex, lean.nmat, full.ntex) == (0, 0, 1)
+        assert lean.nbuffer - (0 if ground is None else lean.hfield_data.nbytes) < 100_000
         np.testing.assert_array_equal(lean.body_mass, full.body_mass)
         np.testing.assert_array_equal(lean.body_inertia, full.body_inertia)
         for a, b in zip(stepped(full, robot, ground), stepped(lean, robot, ground)):

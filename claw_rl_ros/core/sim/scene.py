@@ -110,19 +110,24 @@ def _ament_share(package: str) -> list[Path]:
         return []
 
 
-def _add_floor(spec: mujoco.MjSpec, robot: RobotSpec, terrain: Terrain | None) -> None:
+def _add_floor(spec: mujoco.MjSpec, robot: RobotSpec, terrain: Terrain | None,
+               textured: bool) -> None:
     """The ground geom FLOOR: a plane, or the terrain's heightfield, with the same contacts.
 
-    Its priority makes its friction the contact friction (randomised per world); a checker
-    texture makes motion visible in rendered gaits.
+    Its priority makes its friction the contact friction (randomised per world). ``textured``:
+    a checker texture makes motion visible in rendered gaits. Its 192 KiB of pixels are 4/5 of
+    a compiled model, and a batch holds a model per world: 256 of them span 60 MiB instead of
+    12 MiB, past this machine's 32 MiB L3 cache (bench/env_throughput.py --visuals).
     """
-    spec.add_texture(name='grid', type=mujoco.mjtTexture.mjTEXTURE_2D,
-                     builtin=mujoco.mjtBuiltin.mjBUILTIN_CHECKER, width=256, height=256,
-                     rgb1=[0.32, 0.36, 0.32], rgb2=[0.42, 0.47, 0.42])
-    grid = spec.add_material(name='grid', texrepeat=[8, 8], texuniform=True)
-    grid.textures[int(mujoco.mjtTextureRole.mjTEXROLE_RGB)] = 'grid'
     contact = dict(name=FLOOR, contype=1, conaffinity=0, priority=1,
-                   friction=[robot.foot_friction, 0.005, 0.0001], material='grid')
+                   friction=[robot.foot_friction, 0.005, 0.0001])
+    if textured:
+        spec.add_texture(name='grid', type=mujoco.mjtTexture.mjTEXTURE_2D,
+                         builtin=mujoco.mjtBuiltin.mjBUILTIN_CHECKER, width=256, height=256,
+                         rgb1=[0.32, 0.36, 0.32], rgb2=[0.42, 0.47, 0.42])
+        grid = spec.add_material(name='grid', texrepeat=[8, 8], texuniform=True)
+        grid.textures[int(mujoco.mjtTextureRole.mjTEXROLE_RGB)] = 'grid'
+        contact['material'] = 'grid'
     if terrain is None:
         spec.worldbody.add_geom(type=mujoco.mjtGeom.mjGEOM_PLANE, size=[0, 0, 0.05], **contact)
         return
@@ -166,7 +171,7 @@ def build_spec(robot: RobotSpec, *, terrain: Terrain | None = None, solver_itera
     base.pos = [0.0, 0.0, robot.init_base_height]  # 0 while the standing height is computed
     base.add_freejoint(name=ROOT_JOINT)
 
-    _add_floor(spec, robot, terrain)
+    _add_floor(spec, robot, terrain, textured=visuals)
     spec.worldbody.add_light(pos=[0, 0, 3], dir=[0, 0, -1], castshadow=False)
     # Robot collision geoms touch the floor only (no self-collision).
     for geom in spec.geoms:
