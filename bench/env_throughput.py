@@ -3,10 +3,12 @@
 physical limit [env steps/s] = raw mj_step rate (one core, same model, states from the env's own
 random-action rollouts) x cores / decimation. The headline ratio at 256 worlds comes from
 alternating rounds (raw rate, then env rate) and is the median of the per-round ratios; the
-table for other sizes divides by the median raw rate. Also reports the peak RSS of a 256-world
-batch, and flat vs terrain vs terrain + height scan at 256 worlds (config/train_rough.yaml's
-terrain, every world on level 0 as training starts), measured in alternating rounds so machine load
-hits all three alike; the ratio is each one's median rate over flat's.
+table for other sizes divides by the median raw rate. The env is the main job's: its worlds
+share randomised model copies as config/train_ppo.yaml says (``worlds_per_model``). Also
+reports the peak RSS of a 256-world batch, and flat vs terrain vs terrain + height scan at 256
+worlds (config/train_rough.yaml's terrain, every world on level 0 as training starts), measured
+in alternating rounds so machine load hits all three alike; the ratio is each one's median rate
+over flat's.
 
 ``--warmstart``: the solver's warm start. The env's rollout calls pass no warm start, so every
 control step's first physics step starts the constraint solver cold (mjSTATE_FULLPHYSICS holds
@@ -27,16 +29,21 @@ bookkeeping, the wrappers' own cost).
 geoms and the floor's texture (as before 2026-12-05) and without them (the default), in
 alternating rounds.
 
+``--shared-models``: env steps/s at 256 worlds with every world its own randomised model copy
+(``env.randomization.worlds_per_model`` 1) and with 4, 8 and 16 worlds per copy
+(core/sim/model_variants.py), flat and terrain + scan, alternating rounds, each over 1's median.
+
 ``--chunks``: env steps/s at 256 worlds with the rollout's thread-pool task size (worlds per
 task) at 2, 4, 8 (the default on 2 threads) and 32 (the earlier default), alternating rounds,
 each over 32's median.
 
     .venv/bin/python bench/env_throughput.py [--sizes 1 16 64 256] [--seconds 3] [--rounds 3]
-        [--warmstart] [--profile] [--chunks] [--visuals]
+        [--warmstart] [--profile] [--chunks] [--visuals] [--noslip] [--shared-models]
 """
 
 import argparse
 import os
+from pathlib import Path
 import resource
 import subprocess
 import sys
@@ -47,6 +54,7 @@ import mujoco
 import numpy as np
 
 from claw_rl_ros.core.config import from_dict
+from claw_rl_ros.core.learning.train_config import load_train_config
 from claw_rl_ros.core.sim.env import VecLocomotionEnv
 from claw_rl_ros.core.sim.env_config import EnvConfig
 from claw_rl_ros.core.sim.physics import STATE_SPEC
@@ -63,9 +71,16 @@ TERRAIN = {'flat': {}, 'terrain': {'enabled': True}, 'terrain + scan': SCAN,
            'scan, cell 0.4 H': {**SCAN, 'horizontal_scale': 0.4}}
 
 
+# The env as the main job runs it: worlds sharing randomised model copies as its config says.
+MAIN_JOB_SHARE = load_train_config(str(Path(__file__).resolve().parents[1] / 'config'
+                                       / 'train_ppo.yaml')).env.randomization.worlds_per_model
+
+
 def make_env(num_envs: int, terrain: str = 'flat', **env: Any) -> VecLocomotionEnv:
-    """``env``: further EnvConfig keys (e.g. ``noslip_iterations=3``)."""
-    cfg = {'num_envs': num_envs, 'seed': 0, **env}
+    """``env``: further EnvConfig keys (e.g. ``noslip_iterations=3``); worlds share model
+    copies as in the main job unless ``randomization`` says otherwise."""
+    cfg = {'num_envs': num_envs, 'seed': 0,
+           'randomization': {'worlds_per_model': MAIN_JOB_SHARE}, **env}
     if TERRAIN[terrain]:
         cfg['terrain'] = dict(TERRAIN[terrain])
         if 'horizontal_scale' in cfg['terrain']:
@@ -142,6 +157,21 @@ def noslip_ab(seconds: float, rounds: int) -> None:
         print(f'{floor:>15}: noslip 0 ' + ', '.join(f'{x:,.0f}' for x in rates[0]) + ' /s; 3 '
               + ', '.join(f'{x:,.0f}' for x in rates[3]) + ' /s; ratio '
               + ', '.join(f'{x:.3f}' for x in ratios) + f', median {np.median(ratios):.3f}')
+
+
+def shared_models_ab(seconds: float, rounds: int) -> None:
+    """``--shared-models``: env steps/s at 256 worlds with every world its own randomised model
+    copy (``randomization.worlds_per_model`` 1) and with 4, 8 and 16 worlds per copy, flat and
+    terrain + scan, alternating rounds in one process; each median over 1's."""
+    for floor in ('flat', 'terrain + scan'):
+        envs = {k: make_env(256, floor, randomization={'worlds_per_model': k})
+                for k in (1, 4, 8, 16)}
+        copies = {k: len(env.physics.copies) for k, env in envs.items()}
+        rates = alternating_rates(envs, seconds, rounds)
+        base = float(np.median(rates[1]))
+        print(f'{floor:>15}: ' + '; '.join(
+            f'{k} per copy ({copies[k]} copies) ' + ', '.join(f'{x:,.0f}' for x in v)
+            + f' /s, median {np.median(v) / base:.3f}x' for k, v in rates.items()))
 
 
 def limit_rounds(num_envs: int, seconds: float, rounds: int) -> tuple[list[float], list[float]]:
@@ -325,7 +355,12 @@ def main() -> None:
                         'without the robot\'s visual geoms')
     parser.add_argument('--noslip', action='store_true', help='only 256 worlds with MuJoCo\'s '
                         'noslip pass off and on (env.noslip_iterations 0 vs 3)')
+    parser.add_argument('--shared-models', action='store_true', help='only 256 worlds with '
+                        '1, 4, 8 and 16 worlds per randomised model copy')
     args = parser.parse_args()
+    if args.shared_models:
+        shared_models_ab(args.seconds, args.rounds)
+        return
     if args.noslip:
         noslip_ab(args.seconds, args.rounds)
         return

@@ -123,10 +123,13 @@ def fixed_command_overrides(command: Command, episode_length_s: float) -> dict[s
 def eval_env_config(env_cfg: EnvConfig, episodes: int, command: Command | None,
                     seed: int, terrain: TerrainTile | None = None,
                     height_scan: bool = False) -> EnvConfig:
-    """``env_cfg`` with one world per episode, the seed and (optionally) a fixed command and
-    a terrain tile for every world (flat: the plane; with ``height_scan``, for a policy that
-    reads it, the tile keeps the scan on and flat is a flat heightfield)."""
-    overrides: dict[str, Any] = {'num_envs': episodes, 'seed': seed}
+    """``env_cfg`` with one world per episode (each its own randomised model copy), the seed
+    and (optionally) a fixed command and a terrain tile for every world (flat: the plane;
+    with ``height_scan``, for a policy that reads it, the tile keeps the scan on and flat is a
+    flat heightfield)."""
+    # Every episode its own draw of the randomisation (training may share model copies).
+    overrides: dict[str, Any] = {'num_envs': episodes, 'seed': seed,
+                                 'randomization': {'worlds_per_model': 1}}
     if command is not None:
         overrides.update(fixed_command_overrides(command, env_cfg.episode_length_s))
     cfg = from_dict(EnvConfig, merge(to_dict(env_cfg), overrides), source='evaluate')

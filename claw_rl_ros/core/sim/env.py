@@ -27,6 +27,7 @@ import numpy as np
 
 from .env_config import EnvConfig, GAIT_REWARDS, robot_sized, solver_options
 from ..math_utils import gravity_in_body, quat_mul, quat_rotate_inverse, yaw_quat
+from .model_variants import ModelVariants
 from .physics import BatchedPhysics
 from .rewards import is_moving, RewardManager, RewardParams, StepData
 from .robot import load_robot, RobotSpec
@@ -68,9 +69,13 @@ class VecLocomotionEnv:
         self.max_episode_length = int(math.ceil(cfg.episode_length_s / self.dt))
         self.rng = np.random.default_rng(cfg.seed)
         self._build_terrain()
+        # Worlds share randomised model copies when the config says so (model_variants.py).
+        share = cfg.randomization.worlds_per_model
+        self.variants = ModelVariants(n, share) if share > 1 else None
         self.physics = BatchedPhysics(r, n, num_threads=cfg.num_threads,
                                       **solver_options(cfg), terrain=self.terrain,
-                                      visuals=visuals)
+                                      visuals=visuals, num_models=self.variants and
+                                      self.variants.size)
 
         scales = self._reward_scales()
         lat = cfg.randomization.action_latency_substeps
@@ -120,6 +125,11 @@ class VecLocomotionEnv:
         self.mass_scale = np.ones(n)
         self.com_offset = np.zeros((n, 3))
         self.motor_strength = np.ones(n)
+        if self.variants is not None:
+            # The physical parameters of each shared copy (its worlds hold them too), nominal
+            # until it is drawn.
+            self._copy_params = {name: np.repeat(getattr(self, name)[:1], self.variants.size,
+                                                 axis=0) for name in self._PHYSICAL}
         self.diverged_count = 0
         self.reset()
 
@@ -265,6 +275,9 @@ class VecLocomotionEnv:
             state['terrain'] = self.placement.get_state()
         if self.history is not None:
             state['policy_history'] = self.history.frames.copy()
+        if self.variants is not None:
+            state['model_copies'] = {**self.variants.get_state(), 'params': {
+                k: v.copy() for k, v in self._copy_params.items()}}
         return state
 
     def set_state(self, state: dict[str, Any]) -> None:
@@ -278,6 +291,9 @@ class VecLocomotionEnv:
             raise ValueError('saved env state holds no policy history of shape '
                              f'{self.history.frames.shape}: it was saved with another '
                              'env.policy_history')
+        if self.variants is not None:
+            # Checked before anything changes: a refused state leaves the env as it was.
+            self.variants.check_state(state.get('model_copies'))
         self.physics.state[:] = state['physics']
         buffers = {**self._NEW_BUFFERS, **state['buffers']}
         for k in self._BUFFERS:
@@ -290,10 +306,18 @@ class VecLocomotionEnv:
             self.placement.set_state(state['terrain'])
         if self.history is not None:
             self.history.frames[:] = saved_history
-        for i in range(self.num_envs):
-            self.physics.set_physical_params(i, self.friction[i], self.added_mass[i],
-                                             self.mass_scale[i], self.com_offset[i],
-                                             self.motor_strength[i])
+        if self.variants is None:
+            for i in range(self.num_envs):
+                self._write_copy(i, i)
+            return
+        # Shared copies: who steps with which, and each copy's parameters.
+        self.variants.set_state(state['model_copies'])
+        for name in self._PHYSICAL:
+            self._copy_params[name][:] = state['model_copies']['params'][name]
+        for c in range(self.variants.size):
+            self.physics.set_physical_params(c, *(self._copy_params[name][c]
+                                                  for name in self._PHYSICAL))
+        self.physics.use_copies(np.arange(self.num_envs), self.variants.of_world)
 
     # ------------------------------------------------------------------------------ internals
     def robot_state(self) -> RobotState:
@@ -464,28 +488,49 @@ class VecLocomotionEnv:
         # The IMU of a reset world reads its new state, not the one it ended in.
         p.forward(ids, self.targets[ids])
 
+    _PHYSICAL = ('friction', 'added_mass', 'mass_scale', 'com_offset', 'motor_strength')
+
     def _randomise(self, ids: np.ndarray) -> None:
+        """Physical parameters and action latency of the worlds ``ids`` that reset."""
+        if self.variants is None:
+            # Each world its own model copy, drawn anew at every reset.
+            for name, value in self._draw(len(ids)).items():
+                getattr(self, name)[ids] = value
+            for i in ids:
+                self._write_copy(i, i)
+            return
+        # Shared copies: the worlds join copies; a copy no world used is drawn anew.
+        copies, fresh = self.variants.assign(ids)
+        drawn = self._draw(len(fresh))
+        for name in self._PHYSICAL:
+            self._copy_params[name][fresh] = drawn[name]
+            getattr(self, name)[ids] = self._copy_params[name][copies]
+        for c in fresh:
+            self._write_copy(c, ids[np.flatnonzero(copies == c)[0]])
+        self.physics.use_copies(ids, copies)
+        self.latency[ids] = self._draw(len(ids))['latency']
+
+    def _write_copy(self, copy_id: int, world: int) -> None:
+        """Model copy ``copy_id`` gets the physical parameters of ``world``."""
+        self.physics.set_physical_params(copy_id, self.friction[world], self.added_mass[world],
+                                         self.mass_scale[world], self.com_offset[world],
+                                         self.motor_strength[world])
+
+    def _draw(self, k: int) -> dict[str, np.ndarray]:
+        """k draws of the physical parameters and the action latency (nominal values with
+        randomisation off)."""
         dr, r, rng = self.cfg.randomization, self.robot, self.rng
-        k = len(ids)
-        if dr.enabled:
-            self.friction[ids] = rng.uniform(*dr.friction, k)
-            self.added_mass[ids] = rng.uniform(*self.payload_range, k)
-            self.mass_scale[ids] = rng.uniform(*dr.link_mass_scale, k)
-            self.com_offset[ids] = rng.uniform(*self.com_offset_range, (k, 3))
-            self.motor_strength[ids] = rng.uniform(*dr.motor_strength, k)
-            self.latency[ids] = rng.integers(dr.action_latency_substeps[0],
-                                             dr.action_latency_substeps[1] + 1, k)
-        else:
-            self.friction[ids] = r.foot_friction
-            self.added_mass[ids] = 0.0
-            self.mass_scale[ids] = 1.0
-            self.com_offset[ids] = 0.0
-            self.motor_strength[ids] = 1.0
-            self.latency[ids] = 0
-        for i in ids:
-            self.physics.set_physical_params(i, self.friction[i], self.added_mass[i],
-                                             self.mass_scale[i], self.com_offset[i],
-                                             self.motor_strength[i])
+        if not dr.enabled:
+            return {'friction': np.full(k, r.foot_friction), 'added_mass': np.zeros(k),
+                    'mass_scale': np.ones(k), 'com_offset': np.zeros((k, 3)),
+                    'motor_strength': np.ones(k), 'latency': np.zeros(k, dtype=np.int64)}
+        return {'friction': rng.uniform(*dr.friction, k),
+                'added_mass': rng.uniform(*self.payload_range, k),
+                'mass_scale': rng.uniform(*dr.link_mass_scale, k),
+                'com_offset': rng.uniform(*self.com_offset_range, (k, 3)),
+                'motor_strength': rng.uniform(*dr.motor_strength, k),
+                'latency': rng.integers(dr.action_latency_substeps[0],
+                                        dr.action_latency_substeps[1] + 1, k)}
 
     def _resample_commands(self, ids: np.ndarray) -> None:
         if len(ids) == 0:

@@ -113,6 +113,9 @@ class RandomizationConfig:
                                                      'arrives late', ge=0, ordered=True)
     init_joint_pos_noise: float = param(0.1, 'reset pose noise per joint [rad]', ge=0)
     init_base_vel_noise: float = param(0.3, 'reset base velocity noise [m/s, rad/s]', ge=0)
+    worlds_per_model: int = param(1, 'worlds that share one randomised model copy (1: each '
+                                  'world its own; more: fewer copies, which stay in the CPU '
+                                  'cache; core/sim/model_variants.py)', ge=1, le=64)
 
 
 @dataclass

@@ -43,7 +43,7 @@ class BatchedPhysics:
     def __init__(self, robot: RobotSpec, num_envs: int, *, num_threads: int = 0,
                  solver_iterations: int = 4, solver_ls_iterations: int = 6,
                  noslip_iterations: int = 0, terrain: Terrain | None = None,
-                 visuals: bool = False):
+                 visuals: bool = False, num_models: int | None = None):
         self.robot = robot
         self.num_envs = num_envs
         self.decimation = robot.decimation
@@ -53,7 +53,11 @@ class BatchedPhysics:
                                  solver_ls_iterations=solver_ls_iterations,
                                  noslip_iterations=noslip_iterations, visuals=visuals)
         m = self.model
-        self.models = [copy.copy(m) for _ in range(num_envs)]
+        # The randomised copies (one per world unless ``num_models`` says fewer: worlds share
+        # them, model_variants.py) and the copy each world steps with.
+        self.copies = [copy.copy(m) for _ in range(num_envs if num_models is None
+                                                   else num_models)]
+        self.models = [self.copies[i % len(self.copies)] for i in range(num_envs)]
         self.num_threads = resolve_threads(num_threads, num_envs)
         self._datas = [mujoco.MjData(m) for _ in range(max(1, self.num_threads))]
         self._rollout = rollout.Rollout(nthread=self.num_threads)
@@ -106,11 +110,17 @@ class BatchedPhysics:
     def qvel(self) -> np.ndarray:
         return self.state[:, self.qvel_slice]
 
-    def set_physical_params(self, env_id: int, friction: float, added_mass: float,
+    def use_copies(self, ids: np.ndarray, copies: np.ndarray) -> None:
+        """Worlds ``ids`` step with model copies ``copies`` from now on."""
+        for i, c in zip(ids, copies):
+            self.models[i] = self.copies[c]
+
+    def set_physical_params(self, copy_id: int, friction: float, added_mass: float,
                             mass_scale: float, com_offset: np.ndarray,
                             motor_strength: float) -> None:
-        """Write one world's randomised parameters into its model (from the nominal ones)."""
-        m = self.models[env_id]
+        """Write randomised parameters into model copy ``copy_id`` (from the nominal ones): a
+        world's own, unless worlds share copies."""
+        m = self.copies[copy_id]
         m.geom_friction[self.floor_geom, 0] = friction
         # Scale every link's mass and inertia together, then add the payload to the trunk.
         m.body_mass[:] = self._mass0 * mass_scale
