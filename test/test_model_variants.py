@@ -148,3 +148,30 @@ def test_worlds_per_model_out_of_range_is_refused_by_name():
     for bad in (0, 65, 2.5):
         with pytest.raises((ConfigError, ValueError), match='worlds_per_model'):
             from_dict(EnvConfig, {'randomization': {'worlds_per_model': bad}})
+
+
+def test_an_offline_run_resumes_its_shared_copies_and_refuses_another_setting(tmp_path):
+    from claw_rl_ros.core.config import ConfigError
+    from claw_rl_ros.core.learning import checkpoint as ckpt
+    from claw_rl_ros.core.learning.runner import OnPolicyRunner
+    from test_training import tiny_config
+    shared = {'env': {'randomization': {'worlds_per_model': 4}}}
+    runner = OnPolicyRunner(tiny_config(**shared), tmp_path / 'run')
+    runner.train_one_epoch()
+    runner.save()
+    copies = physical_params(runner.env)
+    runner.close()
+    again = OnPolicyRunner(tiny_config(**shared), tmp_path / 'again')
+    again.load(ckpt.latest_checkpoint(tmp_path / 'run'))
+    assert again.env_resumed
+    np.testing.assert_array_equal(physical_params(again.env), copies)
+    again.close()
+    # A checkpoint of per-world copies cannot continue with shared ones: one line naming it.
+    own = OnPolicyRunner(tiny_config(), tmp_path / 'own')
+    own.train_one_epoch()
+    path = own.save()
+    own.close()
+    other = OnPolicyRunner(tiny_config(**shared), tmp_path / 'other')
+    with pytest.raises(ConfigError, match='env: .*worlds_per_model 1; resume with that'):
+        other.load(path)
+    other.close()

@@ -15,6 +15,7 @@ from typing import Any, Callable
 import torch
 
 from . import checkpoint as ckpt
+from ..config import ConfigError
 from ..sim.env import VecLocomotionEnv
 from .learner import Learner
 from .rollout import collect_rollout, obs_to_torch
@@ -154,7 +155,10 @@ class OnPolicyRunner:
         payload = self.learner.load(path)
         self.env_resumed = payload.get('env') is not None
         if self.env_resumed:
-            self.env.set_state(ckpt.to_numpy(payload['env']))
+            try:
+                self.env.set_state(ckpt.to_numpy(payload['env']))
+            except ValueError as exc:  # the env config differs from the run's (named in exc)
+                raise ConfigError(str(path), 'env', str(exc)) from None
             self.obs = {k: v.clone() for k, v in payload['obs'].items()}
 
     def close(self) -> None:
