@@ -6,9 +6,9 @@ alternating rounds (raw rate, then env rate) and is the median of the per-round 
 table for other sizes divides by the median raw rate. The env is the main job's: its worlds
 share randomised model copies as config/train_ppo.yaml says (``worlds_per_model``). Also
 reports the peak RSS of a 256-world batch, and flat vs terrain vs terrain + height scan at 256
-worlds (config/train_rough.yaml's terrain, every world on level 0 as training starts), measured
-in alternating rounds so machine load hits all three alike; the ratio is each one's median rate
-over flat's.
+worlds (config/train_rough.yaml's terrain and model copies, every world on level 0 as training
+starts), measured in alternating rounds so machine load hits all three alike; the ratio is each
+one's median rate over flat's.
 
 ``--warmstart``: the solver's warm start. The env's rollout calls pass no warm start, so every
 control step's first physics step starts the constraint solver cold (mjSTATE_FULLPHYSICS holds
@@ -71,9 +71,11 @@ TERRAIN = {'flat': {}, 'terrain': {'enabled': True}, 'terrain + scan': SCAN,
            'scan, cell 0.4 H': {**SCAN, 'horizontal_scale': 0.4}}
 
 
-# The env as the main job runs it: worlds sharing randomised model copies as its config says.
-MAIN_JOB_SHARE = load_train_config(str(Path(__file__).resolve().parents[1] / 'config'
-                                       / 'train_ppo.yaml')).env.randomization.worlds_per_model
+# The env as the main job runs it (worlds sharing randomised model copies as its config says),
+# and as the terrain job does.
+MAIN_JOB_SHARE, TERRAIN_JOB_SHARE = (
+    load_train_config(str(Path(__file__).resolve().parents[1] / 'config' / name))
+    .env.randomization.worlds_per_model for name in ('train_ppo.yaml', 'train_rough.yaml'))
 
 
 def make_env(num_envs: int, terrain: str = 'flat', **env: Any) -> VecLocomotionEnv:
@@ -208,9 +210,10 @@ def env_rate(num_envs: int, seconds: float) -> float:
 
 
 def terrain_rates(num_envs: int, seconds: float, rounds: int) -> dict[str, float]:
-    """{setting: median env steps/s over alternating rounds} for each TERRAIN setting."""
-    rates = alternating_rates({name: make_env(num_envs, name) for name in TERRAIN}, seconds,
-                              rounds)
+    """{setting: median env steps/s over alternating rounds} for each TERRAIN setting, every
+    world its own model copy as the terrain job runs (config/train_rough.yaml)."""
+    rates = alternating_rates({name: make_env(num_envs, name, randomization={
+        'worlds_per_model': TERRAIN_JOB_SHARE}) for name in TERRAIN}, seconds, rounds)
     return {name: float(np.median(v)) for name, v in rates.items()}
 
 
@@ -323,15 +326,17 @@ def step_profile(floor: str, seconds: float, num_envs: int = 256) -> dict[str, f
     return out
 
 
-def peak_rss_mib(num_envs: int, terrain: str = 'flat') -> float:
-    """Peak RSS of a fresh process that builds and steps a num_envs batch.
+def peak_rss_mib(num_envs: int, terrain: str = 'flat', share: int | None = None) -> float:
+    """Peak RSS of a fresh process that builds and steps a num_envs batch (``share`` worlds
+    per model copy; None: the main job's).
 
     Read from the child's own VmHWM: Linux carries ru_maxrss over fork and exec, so a child's
     getrusage would report this (bigger) process's peak instead.
     """
     code = ('import numpy as np, sys; sys.path.insert(0, "bench"); '
             'from env_throughput import make_env; '
-            f'env = make_env({num_envs}, {terrain!r}); '
+            f'env = make_env({num_envs}, {terrain!r}, randomization={{"worlds_per_model": '
+            f'{share or MAIN_JOB_SHARE}}}); '
             '[env.step(np.zeros((env.num_envs, env.num_actions))) for _ in range(200)]; '
             'print([line.split()[1] for line in open("/proc/self/status") '
             'if line.startswith("VmHWM:")][0])')
@@ -423,7 +428,7 @@ def main() -> None:
     rates = terrain_rates(256, args.seconds, args.rounds)
     for name, rate in rates.items():
         print(f'{name:>17} {rate:>12,.0f} {rate / rates["flat"]:>8.1%} '
-              f'{peak_rss_mib(256, name):>6,.0f} MiB')
+              f'{peak_rss_mib(256, name, TERRAIN_JOB_SHARE):>6,.0f} MiB')
     print('(goal: terrain + scan >= 70 % of flat; the default is cell 0.2 H)')
     print(f'(this process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f} MiB)')
 
