@@ -7,8 +7,8 @@ With ``worlds_per_model`` S > 1, consecutive resets share one freshly drawn copy
 out of a pool of ``pool_size(N, S)`` copies: a copy is drawn anew only when no world uses it, so
 no world's physics changes during its episode, and each world's parameters are still one draw
 of the randomisation's distribution (a copy's draw does not depend on who adopts it). legged_gym
-shares friction the same way (64 buckets); here every randomised parameter is shared, and the
-draws keep coming for the whole run (one per S resets) instead of once at start.
+shares friction across worlds too (64 buckets drawn once at start); here every randomised
+parameter is shared, and the draws keep coming for the whole run (one per S resets).
 """
 
 from __future__ import annotations
