@@ -74,8 +74,8 @@ class VecLocomotionEnv:
         self.variants = ModelVariants(n, share) if share > 1 else None
         self.physics = BatchedPhysics(r, n, num_threads=cfg.num_threads,
                                       **solver_options(cfg), terrain=self.terrain,
-                                      visuals=visuals, num_models=self.variants and
-                                      self.variants.size)
+                                      visuals=visuals, num_models=None if self.variants is None
+                                      else self.variants.size)
 
         scales = self._reward_scales()
         lat = cfg.randomization.action_latency_substeps
@@ -308,15 +308,14 @@ class VecLocomotionEnv:
             self.history.frames[:] = saved_history
         if self.variants is None:
             for i in range(self.num_envs):
-                self._write_copy(i, i)
+                self._write_copy(i, self._world_params(), i)
             return
         # Shared copies: who steps with which, and each copy's parameters.
         self.variants.set_state(state['model_copies'])
         for name in self._PHYSICAL:
             self._copy_params[name][:] = state['model_copies']['params'][name]
         for c in range(self.variants.size):
-            self.physics.set_physical_params(c, *(self._copy_params[name][c]
-                                                  for name in self._PHYSICAL))
+            self._write_copy(c, self._copy_params, c)
         self.physics.use_copies(np.arange(self.num_envs), self.variants.of_world)
 
     # ------------------------------------------------------------------------------ internals
@@ -496,8 +495,9 @@ class VecLocomotionEnv:
             # Each world its own model copy, drawn anew at every reset.
             for name, value in self._draw(len(ids)).items():
                 getattr(self, name)[ids] = value
+            params = self._world_params()
             for i in ids:
-                self._write_copy(i, i)
+                self._write_copy(i, params, i)
             return
         # Shared copies: the worlds join copies; a copy no world used is drawn anew.
         copies, fresh = self.variants.assign(ids)
@@ -506,15 +506,17 @@ class VecLocomotionEnv:
             self._copy_params[name][fresh] = drawn[name]
             getattr(self, name)[ids] = self._copy_params[name][copies]
         for c in fresh:
-            self._write_copy(c, ids[np.flatnonzero(copies == c)[0]])
+            self._write_copy(c, self._copy_params, c)
         self.physics.use_copies(ids, copies)
         self.latency[ids] = self._draw(len(ids))['latency']
 
-    def _write_copy(self, copy_id: int, world: int) -> None:
-        """Model copy ``copy_id`` gets the physical parameters of ``world``."""
-        self.physics.set_physical_params(copy_id, self.friction[world], self.added_mass[world],
-                                         self.mass_scale[world], self.com_offset[world],
-                                         self.motor_strength[world])
+    def _world_params(self) -> dict[str, np.ndarray]:
+        """{name: [N, ...]} the worlds' physical parameters (views)."""
+        return {name: getattr(self, name) for name in self._PHYSICAL}
+
+    def _write_copy(self, copy_id: int, params: dict[str, np.ndarray], row: int) -> None:
+        """Model copy ``copy_id`` gets row ``row`` of the physical parameters ``params``."""
+        self.physics.set_physical_params(copy_id, *(params[name][row] for name in self._PHYSICAL))
 
     def _draw(self, k: int) -> dict[str, np.ndarray]:
         """k draws of the physical parameters and the action latency (nominal values with
