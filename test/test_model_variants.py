@@ -132,6 +132,17 @@ def test_shared_copies_resume_bit_for_bit():
         np.testing.assert_array_equal(physical_params(a), physical_params(b))
         with pytest.raises(ValueError, match='worlds_per_model'):
             shared_env(share=8).set_state(a.get_state())
+        # A damaged state is refused by the key it lacks, before anything changes.
+        before = b.get_state()
+        for damage in ('filling', 'params', 'friction'):
+            state = a.get_state()
+            if damage == 'friction':
+                del state['model_copies']['params'][damage]
+            else:
+                del state['model_copies'][damage]
+            with pytest.raises(ValueError, match=f'{damage}.*damaged'):
+                b.set_state(state)
+        np.testing.assert_array_equal(b.get_state()['physics'], before['physics'])
     finally:
         a.close()
         b.close()

@@ -280,6 +280,18 @@ class VecLocomotionEnv:
                 k: v.copy() for k, v in self._copy_params.items()}}
         return state
 
+    def _check_copy_params(self, saved: Any) -> None:
+        """ValueError unless ``saved`` holds every randomised parameter of every model copy."""
+        if not isinstance(saved, dict):
+            raise ValueError('saved model copies lack params: the checkpoint is damaged; resume '
+                             'from another one')
+        for name, values in self._copy_params.items():
+            shape = np.shape(saved[name]) if name in saved else None
+            if shape != values.shape:
+                raise ValueError(f'saved model copies hold no {name} of shape {values.shape} '
+                                 f'(found {shape}): the checkpoint is damaged; resume from '
+                                 'another one')
+
     def set_state(self, state: dict[str, Any]) -> None:
         """Restore :meth:`get_state` output (from an env with the same config)."""
         if state['physics'].shape != self.physics.state.shape:
@@ -294,6 +306,7 @@ class VecLocomotionEnv:
         if self.variants is not None:
             # Checked before anything changes: a refused state leaves the env as it was.
             self.variants.check_state(state.get('model_copies'))
+            self._check_copy_params(state['model_copies'].get('params'))
         self.physics.state[:] = state['physics']
         buffers = {**self._NEW_BUFFERS, **state['buffers']}
         for k in self._BUFFERS:

@@ -76,6 +76,11 @@ class ModelVariants:
         if state is None:
             raise ValueError('saved env state holds no model copies: it was saved with '
                              'env.randomization.worlds_per_model 1; resume with that')
+        keys = ('of_world', 'users', 'filling', 'places_left')
+        missing = [k for k in keys if k not in state] if isinstance(state, dict) else keys
+        if missing:
+            raise ValueError(f'saved model copies lack {", ".join(missing)}: the checkpoint is '
+                             'damaged; resume from another one')
         if np.shape(state['of_world']) != self.of_world.shape or \
                 np.shape(state['users']) != self.users.shape:
             raise ValueError('saved model copies do not fit this env: it was saved with another '
