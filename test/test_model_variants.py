@@ -132,8 +132,11 @@ def test_shared_copies_resume_bit_for_bit():
         np.testing.assert_array_equal(physical_params(a), physical_params(b))
         with pytest.raises(ValueError, match='worlds_per_model'):
             shared_env(share=8).set_state(a.get_state())
-        # A damaged state is refused by the key it lacks, before anything changes.
+        # A damaged state is refused by the key it lacks, before anything changes (a steps on,
+        # so its state would move b).
+        a.step(actions[0])
         before = b.get_state()
+        assert not np.array_equal(a.get_state()['physics'], before['physics'])
         for damage in ('filling', 'params', 'friction'):
             state = a.get_state()
             if damage == 'friction':
