@@ -43,7 +43,6 @@ each over 32's median.
 
 import argparse
 import os
-from pathlib import Path
 import resource
 import subprocess
 import sys
@@ -74,8 +73,8 @@ TERRAIN = {'flat': {}, 'terrain': {'enabled': True}, 'terrain + scan': SCAN,
 # The env as the main job runs it (worlds sharing randomised model copies as its config says),
 # and as the terrain job does.
 MAIN_JOB_SHARE, TERRAIN_JOB_SHARE = (
-    load_train_config(str(Path(__file__).resolve().parents[1] / 'config' / name))
-    .env.randomization.worlds_per_model for name in ('train_ppo.yaml', 'train_rough.yaml'))
+    load_train_config(name).env.randomization.worlds_per_model
+    for name in ('train_ppo.yaml', 'train_rough.yaml'))
 
 
 def make_env(num_envs: int, terrain: str = 'flat', **env: Any) -> VecLocomotionEnv:

@@ -320,8 +320,9 @@ class VecLocomotionEnv:
         if self.history is not None:
             self.history.frames[:] = saved_history
         if self.variants is None:
+            params = self._world_params()
             for i in range(self.num_envs):
-                self._write_copy(i, self._world_params(), i)
+                self._write_copy(i, params, i)
             return
         # Shared copies: who steps with which, and each copy's parameters.
         self.variants.set_state(state['model_copies'])
