@@ -140,7 +140,6 @@ def _measure(args: argparse.Namespace, cfg, robot, sha: str, model: str, config_
     from ..core.deploy.verify import worst_latency
     from ..launch_graph.graph_runner import GraphRunner
     from ..core.deploy.status_board import GraphGone
-    from ..nodes.verify_driver import VerifyDriver
     jobs = max(1, min(args.jobs, cfg.episodes))
     os.environ['ROS_AUTOMATIC_DISCOVERY_RANGE'] = 'LOCALHOST'  # the drivers in this process
     if not any(os.environ.get(k) for k in PROFILE_VARIABLES):  # (a user's profile wins)
@@ -160,26 +159,39 @@ def _measure(args: argparse.Namespace, cfg, robot, sha: str, model: str, config_
         try:
             driver.start(cfg.command_vx, sha[:12])
             up.append(time.monotonic() - t0)
-            ran = 0
+            began = None  # the policy's status count as this graph's last episode began
             while True:
                 with lock:
                     i = next(todo, None)
                 if i is None or failures:
                     break
+                began = driver.board.count(driver.policy)
                 episodes[i] = ep = driver.episode(seconds, cfg.settle_s, i)
-                ran += 1
                 done.append(time.monotonic() - t0)
                 if args.verbose:
                     print(f'  {tile.label + " " if tile else ""}episode {i + 1}: '
                           f'{"FELL" if ep.fell else "ok"} ' + ', '.join(
                               f'{k} {v}' for k, v in ep.params.items()), flush=True)
-            if ran:  # (a graph that started after the others took every episode measured none)
-                latency.append(driver.latency())
+            if began is not None:  # (a graph that started last may have measured none)
+                latency.append(driver.latency(began))
+            # This graph is done: its processes stop while the others run their last episodes.
+            stop(g)
         except GraphGone as exc:
             failures.append(f'graph {g + 1} of {jobs}: {exc}; node output:\n' + '\n'.join(
                 logs[g].getvalue().splitlines()[-40:]))
+
+    stopped: set[int] = set()
+
+    def stop(g: int) -> None:
+        with lock:  # (once: a second stop would skip the graph's grace period, as Ctrl-C does)
+            if g in stopped or g >= len(runners):
+                return
+            stopped.add(g)
+        runners[g].stop()
     try:
-        for g, domain in enumerate(graph_domains(args.domain_id, jobs)):
+        # The node processes first: they start up while this process makes its drivers.
+        domains = graph_domains(args.domain_id, jobs)
+        for g, domain in enumerate(domains):
             nodes = verify_nodes(model, args.robot or robot.name, config_path, args.seed, tile,
                                  seconds)
             logs.append(io.StringIO())
@@ -187,6 +199,8 @@ def _measure(args: argparse.Namespace, cfg, robot, sha: str, model: str, config_
             runners.append(GraphRunner(nodes, out=logs[g], env=env, grace_s=3.0))
             threads.append(threading.Thread(target=runners[g].run, daemon=True))
             threads[g].start()
+        from ..nodes.verify_driver import VerifyDriver  # (rclpy: ~70 ms of imports)
+        for g, domain in enumerate(domains):
             drivers.append(VerifyDriver(robot, threads[g].is_alive, domain_id=domain,
                                         name=f'verify_driver_{g + 1}'))
         workers = [threading.Thread(target=drive, args=(g, d)) for g, d in enumerate(drivers)]
@@ -202,10 +216,10 @@ def _measure(args: argparse.Namespace, cfg, robot, sha: str, model: str, config_
             f'{max(done) - min(up):.1f} s = {steps / (max(done) - min(up)):,.0f} steps/s'
 
     finally:
+        for g in range(len(runners)):
+            stop(g)
         for d in drivers:
             d.close()
-        for r in runners:
-            r.stop()
         for t in threads:
             t.join(timeout=30)
 

@@ -22,7 +22,7 @@ from typing import Any, Callable, Mapping
 import yaml
 
 from ..core import paths
-from ..core.config import ConfigError
+from ..core.config import ConfigError, SAFE_LOADER
 
 PACKAGE = 'claw_rl_ros'
 # Installed executable (lib/claw_rl_ros/<name>, a scripts/ launcher) -> the module it runs.
@@ -168,7 +168,7 @@ def _param_file(name: str, node: ResolvedNode, where: str) -> Path:
     if not path.is_file():
         raise ConfigError(where, 'param_files', f'{path} does not exist; install the package '
                           '(its config/ folder) or give an existing file')
-    data = yaml.safe_load(path.read_text()) or {}
+    data = yaml.load(path.read_text(), Loader=SAFE_LOADER) or {}
     keys = [k for k, v in data.items() if isinstance(v, dict) and 'ros__parameters' in v]
     if not any(node_pattern_matches(key, node.fqn) for key in keys):
         raise ConfigError(str(path), 'node names', f'no section applies to {node.fqn} (keys: '

@@ -168,10 +168,12 @@ class VerifyDriver:
         except ValueError as exc:
             raise GraphGone(f'{self.sim}: {exc}') from None
 
-    def latency(self) -> dict[str, float]:
-        """core.deploy.verify.score's latency rows: the policy's next status (one said before
-        the episodes may have measured nothing), the sim's as the last episode ended."""
-        return latency_of(self.board.next_status(self.policy), self.paused_status)
+    def latency(self, since: int | None = None) -> dict[str, float]:
+        """core.deploy.verify.score's latency rows: the policy's first status after its
+        ``since``-th (:meth:`StatusBoard.count` taken as the last episode began: one said before
+        the episodes may have measured nothing; default: the next one), the sim's as the last
+        episode ended. The policy's figures cover its last 3,000 control steps."""
+        return latency_of(self.board.next_status(self.policy, seq=since), self.paused_status)
 
     def close(self) -> None:
         self.context.try_shutdown()

@@ -32,7 +32,6 @@ import numpy as np
 
 from ..config import ConfigError, from_dict, load_yaml, merge
 from .env_config import EnvConfig, robot_sized, solver_options
-from ..math_utils import quat_mul
 from .physics import BatchedPhysics, STATE_SPEC
 from .robot import RobotSpec
 from .terrain import difficulty, generate_terrain, Terrain, TERRAIN_TYPES, TerrainConfig
@@ -366,16 +365,20 @@ class SimSession:
         return out
 
     def _add_noise(self, out: SimReadings) -> None:
-        # Uniform noise with the env's per-term levels (joint_pos, joint_vel, gyro, gravity).
-        levels, scale, rng = self.cfg.noise.levels, self.cfg.noise.scale, self.rng
+        # Uniform noise with the env's per-term levels (joint_pos, joint_vel, gyro, gravity):
+        # one draw for the four terms, the same numbers as a draw per term in this order.
+        levels, scale = self.cfg.noise.levels, self.cfg.noise.scale
         n = self.robot.num_joints
-        out.joint_pos += rng.uniform(-1, 1, n) * levels.get('joint_pos', 0.0) * scale
-        out.joint_vel += rng.uniform(-1, 1, n) * levels.get('joint_vel', 0.0) * scale
-        out.imu_gyro += rng.uniform(-1, 1, 3) * levels.get('base_ang_vel', 0.0) * scale
+        u = self.rng.uniform(-1, 1, 2 * n + 6)
+        out.joint_pos += u[:n] * levels.get('joint_pos', 0.0) * scale
+        out.joint_vel += u[n:2 * n] * levels.get('joint_vel', 0.0) * scale
+        out.imu_gyro += u[2 * n:2 * n + 3] * levels.get('base_ang_vel', 0.0) * scale
         # Orientation: a small random rotation (half-angle vector) of the gravity noise level.
-        half = 0.5 * rng.uniform(-1, 1, 3) * levels.get('projected_gravity', 0.0) * scale
-        dq = np.concatenate([[1.0], half]) / math.sqrt(1.0 + float(half @ half))
-        out.imu_quat = quat_mul(out.imu_quat[None], dq[None])[0]
+        half = 0.5 * u[2 * n + 3:] * levels.get('projected_gravity', 0.0) * scale
+        dq = np.array([1.0, *half]) / math.sqrt(1.0 + float(half @ half))
+        quat = np.empty(4)
+        mujoco.mju_mulQuat(quat, out.imu_quat, dq)
+        out.imu_quat = quat
 
     def close(self) -> None:
         self.physics.close()
