@@ -308,6 +308,17 @@ def print_walk(results: dict[str, list[dict]], alpha: float) -> None:
                       f'{m[label] / medians[base_name][label]:.2f}')
 
 
+def positive_seconds(text: str) -> float:
+    """argparse type: a finite number of seconds > 0 (the message names the value)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float('nan')
+    if not 0 < value < float('inf'):
+        raise argparse.ArgumentTypeError(f'{text!r} is not a finite number of seconds > 0')
+    return value
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--iterations', type=int, default=8, help='measured iterations')
@@ -321,10 +332,10 @@ def main() -> int:
     parser.add_argument('--ingest-s', type=float, default=10.0, help='seconds of replay')
     parser.add_argument('--time-to-walk', action='store_true', help='only the time-to-walk '
                         'part: offline vs live (and live with alpha 0) on equal wall-clock')
-    parser.add_argument('--walk-budget-s', type=float, default=480.0)
+    parser.add_argument('--walk-budget-s', type=positive_seconds, default=480.0)
     # 10 s: a 30 s grid can only say 30, 60 or 90 s where the goal is 45 s (seed 1 of the main
     # job walked at 43 s, then missed at 60 s: 90 s on a 30 s grid).
-    parser.add_argument('--walk-grid-s', type=float, default=10.0,
+    parser.add_argument('--walk-grid-s', type=positive_seconds, default=10.0,
                         help='evaluate a checkpoint every this many seconds of training')
     parser.add_argument('--walk-episodes', type=int, default=20)
     parser.add_argument('--walk-seeds', type=int, nargs='+', default=[1],
