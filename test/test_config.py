@@ -94,6 +94,23 @@ def test_nan_is_rejected():
         from_dict(EnvConfig, {'episode_length_s': float('nan')})
 
 
+@pytest.mark.parametrize('text', ['.inf', '-.inf', '1e400', "'inf'"])
+def test_infinity_is_rejected_by_key_for_every_float(tmp_path, text):
+    # Every float key, not only the bounded ones: an infinite reward scale, noise level or
+    # range end would train on NaN or never resample; none means "no limit" (0 does, where
+    # a key says so).
+    for yaml_text, key in ((f'rewards:\n  scales:\n    tracking_lin_vel: {text}\n',
+                            'rewards.scales.tracking_lin_vel'),
+                           (f'commands:\n  lin_vel_x: [-0.5, {text}]\n', r'lin_vel_x\[1\]'),
+                           (f'noise:\n  levels:\n    joint_pos: {text}\n',
+                            'noise.levels.joint_pos')):
+        path = write(tmp_path, yaml_text, 'inf.yaml')
+        with pytest.raises(ConfigError, match=f'{key}: -?inf is not allowed; give a finite'):
+            load_config(EnvConfig, path)
+    assert load_config(EnvConfig, write(tmp_path, 'episode_length_s: 1e3\n', 'big.yaml')) \
+        .episode_length_s == 1000.0
+
+
 def test_robot_config_rejects_unknown_observation_term_field():
     with pytest.raises(ConfigError, match=r'observations\.policy\[0\]\.scal'):
         from_dict(RobotConfig, {'observations': {'policy': [{'name': 'joint_pos', 'scal': 1}]}})

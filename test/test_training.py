@@ -130,7 +130,7 @@ def test_short_seeded_training_run_improves_reward(tmp_path):
                                       "'learning_rate'?"),
     ('ppo:\n  learning_rate: -0.001\n', 'ppo.learning_rate: -0.001 is out of range; '
                                         'allowed: > 0'),
-    ('ppo:\n  desired_kl: .inf\n', 'ppo.desired_kl: inf is out of range; allowed: > 0, <= 1'),
+    ('ppo:\n  desired_kl: .inf\n', 'ppo.desired_kl: inf is not allowed; give a finite number'),
     ('distillation:\n  teacher_mode: frozen\n  teacher_checkpoint: /nonexistent/t.pt\n',
      't.pt: checkpoint not found'),
     ('distillation:\n  alpha: 0.5\n', 'teacher_mode is none'),

@@ -235,6 +235,8 @@ def _to_float(value: Any, source: str, key: str) -> float:
         raise ConfigError(source, key, f'expected a number, got {_show(value)}')
     if math.isnan(value):
         raise ConfigError(source, key, 'NaN is not allowed; give a number')
+    if math.isinf(value):  # (keys that can mean "no limit" say so with 0, e.g. max_grad_norm)
+        raise ConfigError(source, key, f'{value} is not allowed; give a finite number')
     return float(value)
 
 
