@@ -26,7 +26,9 @@ from claw_rl_ros.core.config import from_dict
 from claw_rl_ros.core.deploy.policy_card import card_path, write_policy_card
 from claw_rl_ros.core.deploy.verification import verification_blocker
 from claw_rl_ros.core.deploy.episode_record import EpisodeTable
-from claw_rl_ros.core.deploy.verify import (Episode, episode_of, format_table, passed,
+from claw_rl_ros.core.deploy.status_board import GraphGone, StatusBoard
+from claw_rl_ros.core.deploy.verify import (Episode, episode_of, format_table,
+                                            measured_latency, passed,
                                             result_path, score, score_terrain,
                                             terrain_episode_s, VerifyConfig, worst_latency,
                                             write_result)
@@ -330,6 +332,23 @@ def test_the_worst_latency_of_side_by_side_graphs_ignores_one_that_measured_noth
                                      'round_trip_p99_ms': 1.5}
     assert worst_latency([idle, a]) == worst_latency([a, idle]) == a
     assert all(math.isnan(v) for v in worst_latency([idle]).values())
+
+
+def test_the_latency_rows_wait_for_a_policy_status_that_measured_something():
+    """The gate reads the policy's latency from a status said after its last episode began:
+    one said before the policy's first tick (NaN) is passed over, one already there is taken
+    at once."""
+    board = StatusBoard(lambda: True, timeout_s=0.2)  # (a wait that sees nothing move fails)
+    board.put_status('/policy_node', {'latency_p99_ms': '0.8', 'latency_p50_ms': '0.3'})
+    since = board.count('/policy_node')  # the last episode begins
+    board.put_status('/policy_node', {'latency_p99_ms': 'nan', 'latency_p50_ms': 'nan'})
+    with pytest.raises(GraphGone, match='/diagnostics of /policy_node'):
+        board.next_status('/policy_node', measured_latency, seq=since)
+    board.put_status('/policy_node', {'latency_p99_ms': '0.9', 'latency_p50_ms': '0.2'})
+    assert board.next_status('/policy_node', measured_latency, seq=since)['latency_p99_ms'] \
+        == '0.9'
+    for bad in ({}, {'latency_p99_ms': 'x'}, {'latency_p99_ms': 'inf'}, {'latency_p99_ms': None}):
+        assert not measured_latency(bad)
 
 
 def test_an_episode_is_the_sims_record_after_settling():

@@ -31,7 +31,8 @@ from std_srvs.srv import SetBool, Trigger
 
 from ..core.deploy.episode_record import episode_steps, read_episode
 from ..core.deploy.status_board import GraphGone, StatusBoard
-from ..core.deploy.verify import Episode, episode_end, episode_of, latency_of
+from ..core.deploy.verify import (Episode, episode_end, episode_of, latency_of,
+                                  measured_latency)
 from ..core.sim.robot import RobotSpec
 from .ros_io import STATE_QOS
 from .sim_state_io import episode_layout
@@ -169,11 +170,12 @@ class VerifyDriver:
             raise GraphGone(f'{self.sim}: {exc}') from None
 
     def latency(self, since: int | None = None) -> dict[str, float]:
-        """core.deploy.verify.score's latency rows: the policy's first status after its
-        ``since``-th (:meth:`StatusBoard.count` taken as the last episode began: one said before
-        the episodes may have measured nothing; default: the next one), the sim's as the last
-        episode ended. The policy's figures cover its last 3,000 control steps."""
-        return latency_of(self.board.next_status(self.policy, seq=since), self.paused_status)
+        """core.deploy.verify.score's latency rows: the policy's newest status once one with
+        a measured latency came after its ``since``-th (:meth:`StatusBoard.count` taken as the
+        last episode began, so usually one said during it: no wait; default: the next one),
+        the sim's as the last episode ended. The policy's figures cover its last 3,000 ticks."""
+        return latency_of(self.board.next_status(self.policy, measured_latency, seq=since),
+                          self.paused_status)
 
     def close(self) -> None:
         self.context.try_shutdown()

@@ -144,6 +144,15 @@ def latency_of(policy: dict[str, str], sim: dict[str, str]) -> dict[str, float]:
             'round_trip_p99_ms': float(sim['command_latency_p99_ms'])}
 
 
+def measured_latency(policy: dict[str, str]) -> bool:
+    """Whether a policy status carries a measured latency (a finite p99: it has acted on a
+    state since it started); not one said before its first tick, nor an unreadable one."""
+    try:
+        return math.isfinite(float(policy.get('latency_p99_ms', 'nan')))
+    except (TypeError, ValueError):
+        return False
+
+
 def worst_latency(reports: list[dict[str, float]]) -> dict[str, float]:
     """The worst (largest) of each latency over graphs that ran side by side; a graph that
     measured none (NaN) does not hide another's number, and none at all stays NaN (a FAIL)."""
