@@ -155,6 +155,15 @@ def _measure(args: argparse.Namespace, cfg, robot, sha: str, model: str, config_
     todo = iter(range(cfg.episodes))
     lock = threading.Lock()
 
+    stopped: set[int] = set()
+
+    def stop(g: int) -> None:
+        with lock:  # (once: a second stop would skip the graph's grace period, as Ctrl-C does)
+            if g in stopped or g >= len(runners):
+                return
+            stopped.add(g)
+        runners[g].stop()
+
     def drive(g: int, driver) -> None:
         try:
             driver.start(cfg.command_vx, sha[:12])
@@ -180,14 +189,6 @@ def _measure(args: argparse.Namespace, cfg, robot, sha: str, model: str, config_
             failures.append(f'graph {g + 1} of {jobs}: {exc}; node output:\n' + '\n'.join(
                 logs[g].getvalue().splitlines()[-40:]))
 
-    stopped: set[int] = set()
-
-    def stop(g: int) -> None:
-        with lock:  # (once: a second stop would skip the graph's grace period, as Ctrl-C does)
-            if g in stopped or g >= len(runners):
-                return
-            stopped.add(g)
-        runners[g].stop()
     try:
         # The node processes first: they start up while this process makes its drivers.
         domains = graph_domains(args.domain_id, jobs)

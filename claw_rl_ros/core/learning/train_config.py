@@ -120,7 +120,7 @@ class PPOConfig:
     schedule: Literal['adaptive', 'fixed', 'linear'] = param(
         'adaptive', 'learning-rate schedule: adaptive (rsl_rl, from the KL), fixed, or linear '
         '(CleanRL anneal_lr: learning_rate x (1 - iteration / runner.max_iterations))')
-    # Bounded: a target of a nat or more (or .inf) is no trust region at all.
+    # Bounded: a target of a nat or more is no trust region at all.
     desired_kl: float = param(0.01, 'target KL of the adaptive schedule', gt=0, le=1)
     normalize_advantage_per_mini_batch: bool = param(False, 'else over the whole rollout')
     adam_eps: float = param(1e-8, 'Adam epsilon (PyTorch 1e-8; SB3 / CleanRL PPO use 1e-5)',
