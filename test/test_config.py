@@ -84,6 +84,10 @@ def test_missing_file_and_bad_yaml(tmp_path):
     bad = write(tmp_path, 'env: [unclosed\n')
     with pytest.raises(ConfigError, match='not valid YAML'):
         load_config(EnvConfig, bad)
+    binary = tmp_path / 'binary.yaml'
+    binary.write_bytes(b'\xff\xfe\x00rewards')
+    with pytest.raises(ConfigError, match='binary.yaml: not UTF-8 text'):
+        load_config(EnvConfig, binary)
     listing = write(tmp_path, '- 1\n- 2\n', 'list.yaml')
     with pytest.raises(ConfigError, match='top level must be a mapping'):
         load_config(EnvConfig, listing)

@@ -59,6 +59,8 @@ def load_yaml(path: str | Path) -> dict:
         data = yaml.load(path.read_text(), Loader=SAFE_LOADER)
     except yaml.YAMLError as exc:
         raise ConfigError(str(path), '', f'not valid YAML ({exc})') from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(str(path), '', f'not UTF-8 text ({exc}); give a YAML file') from None
     if data is None:
         return {}
     if not isinstance(data, dict):
