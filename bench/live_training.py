@@ -217,22 +217,28 @@ def walk_config(tmp: Path, name: str, worlds: int, budget_s: float, alpha: float
     return path
 
 
-def walk_runs(tmp: Path, args, main_alpha: float) -> list[tuple[str, str, Path]]:
-    """(label, offline | live, config) of every time-to-walk run, seed by seed (the variants
-    of one seed run back to back, so machine drift hits them alike)."""
+def walk_runs(tmp: Path, args, main_alpha: float) -> list[tuple[str, str, Path, list[str]]]:
+    """(label, offline | live, config, extra ``claw-rl up train`` arguments) of every
+    time-to-walk run, seed by seed (the variants of one seed run back to back, so machine drift
+    hits them alike). A variant of launch arguments only (``--walk-up``) runs live only."""
     runs = []
+    up_args = [f'--{a.split("=", 1)[0].replace("_", "-")}={a.split("=", 1)[1]}'
+               for a in args.walk_up]
     for seed in args.walk_seeds:
         def cfg(name, alpha=None, overrides=()):
             return walk_config(tmp, f'{name}_s{seed}', args.worlds, args.walk_budget_s, alpha,
                                seed, overrides)
-        variants = [('offline', 'offline', cfg('walk_main')), ('live', 'live', cfg('walk_main'))]
+        variants = [('offline', 'offline', cfg('walk_main'), []),
+                    ('live', 'live', cfg('walk_main'), [])]
         if main_alpha and not args.walk_no_alpha0:
-            variants.append(('live, alpha 0', 'live', cfg('walk_ppo', 0.0)))
-        if args.walk_set:
-            for mode in ('offline', 'live'):
+            variants.append(('live, alpha 0', 'live', cfg('walk_ppo', 0.0), []))
+        if args.walk_set or args.walk_up:
+            for mode in ('offline', 'live') if args.walk_set else ('live',):
                 variants.append((f'{mode}, {args.walk_label}', mode,
-                                 cfg(f'walk_{args.walk_label}', None, args.walk_set)))
-        runs += [(f'{label} [seed {seed}]', mode, path) for label, mode, path in variants]
+                                 cfg(f'walk_{args.walk_label}', None, args.walk_set),
+                                 up_args if mode == 'live' else []))
+        runs += [(f'{label} [seed {seed}]', mode, path, extra)
+                 for label, mode, path, extra in variants]
     return runs
 
 
@@ -246,13 +252,13 @@ def time_to_walk(tmp: Path, env: dict, args) -> dict[str, list[dict]]:
     from claw_rl_ros.core.learning.train_config import load_train_config
     main_alpha = distils(load_train_config('train_ppo.yaml').distillation)
     results = {}
-    for label, mode, cfg in walk_runs(tmp, args, main_alpha):
+    for label, mode, cfg, extra in walk_runs(tmp, args, main_alpha):
         name = ''.join(c if c.isalnum() else '_' for c in label)
         run_dir = tmp / name
         cmd = ['train', '--config', str(cfg), '--run-dir', str(run_dir), '--no-export'] \
             if mode == 'offline' else \
             ['up', 'train', '--config', str(cfg), '--actors', str(args.actors), '--worlds',
-             str(args.worlds // args.actors), '--run-dir', str(run_dir)]
+             str(args.worlds // args.actors), '--run-dir', str(run_dir), *extra]
         if run([sys.executable, '-m', 'claw_rl_ros.cli', *cmd], env, tmp / f'{name}.log',
                args.walk_budget_s + 600) != 0:
             raise SystemExit(f'{label} run failed: see {tmp}/{name}.log')
@@ -343,6 +349,9 @@ def main() -> int:
     parser.add_argument('--walk-set', action='append', default=[], metavar='KEY=VALUE',
                         help='a variant run offline and live beside the main job, e.g. '
                         '--walk-set ppo.symmetry.data_augmentation=true (repeatable)')
+    parser.add_argument('--walk-up', action='append', default=[], metavar='NAME=VALUE',
+                        help='a launch argument of the variant\'s live run, e.g. --walk-up '
+                        'overlap=false (repeatable; alone: the variant runs live only)')
     parser.add_argument('--walk-label', default='variant', help='name of the --walk-set runs')
     parser.add_argument('--walk-no-alpha0', action='store_true',
                         help='skip the live alpha-0 run')

@@ -294,6 +294,28 @@ def test_train_graph_is_a_trainer_pushing_to_n_actors_and_the_control_loop():
             resolve(GRAPHS['train'], {'time_budget': bad})
 
 
+def test_ppo_trains_synchronously_on_every_core_and_sac_overlapped_by_default():
+    """overlap auto: synchronous for PPO (lag 0, the trainer on every core while the actors
+    wait), overlapped for SAC (lag 2, the trainer on 1 thread while the actors collect)."""
+    def trainer(**values):
+        node, actor, _ = resolve(GRAPHS['train'], {'control_loop': 'false', **values})
+        return (node.parameters['max_policy_lag'], actor.parameters['chunks_in_flight'],
+                node.parameters['torch_threads'])
+    assert trainer() == (0, 1, 0)
+    assert trainer(config='train_sac.yaml') == (2, 2, 1)
+    assert trainer(overlap='true') == (2, 2, 1)
+    assert trainer(config='train_sac.yaml', overlap='false') == (0, 1, 0)
+    # trainer_threads: a number is passed as given; anything else is refused by name.
+    assert trainer(trainer_threads='1') == (0, 1, 1)
+    assert trainer(overlap='true', trainer_threads='3') == (2, 2, 3)
+    assert trainer(overlap='true', trainer_threads='0') == (2, 2, 0)
+    for bad in ('-1', 'two', '1.5', ''):
+        with pytest.raises(ConfigError, match='trainer_threads.*neither a whole number'):
+            trainer(trainer_threads=bad)
+    with pytest.raises(ConfigError, match='overlap'):
+        trainer(overlap='maybe')
+
+
 def test_train_graph_actor_seeds_follow_the_configs_runner_seed(tmp_path):
     """Three seeds of the live job must not share their actors' env randomness."""
     seeds = {}

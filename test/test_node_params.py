@@ -119,7 +119,7 @@ def test_the_yaml_check_refuses_a_section_of_no_known_node(tmp_path):
 VARIANTS = {'control': [{}, {'record': 'run.mcap', 'mode': 'lockstep'}],
             'deploy': [{}, {'gains_topic': '/fwd/gains', 'record': 'run.mcap'}],
             'train': [{}, {'actors': '1', 'worlds': '16', 'control_actor': 'true'},
-                      {'control_loop': 'false', 'overlap': 'false'}]}
+                      {'control_loop': 'false', 'overlap': 'true', 'trainer_threads': '2'}]}
 
 
 def test_every_parameter_a_graph_gives_is_declared_with_its_type(tmp_path, monkeypatch):

@@ -97,10 +97,16 @@ LOOP_SPEED = Argument('real_time_factor', '0.5', "the control loop's sim seconds
                       "second in realtime mode; half sim_node's own default (1.0 = realtime) "
                       'on purpose: the loop costs about half a core at 1.0, which a 2-core '
                       'machine needs for learning')
-OVERLAP = Argument('overlap', 'true', 'true: actors collect the next chunk while the trainer '
+OVERLAP = Argument('overlap', 'auto', 'true: actors collect the next chunk while the trainer '
                    'learns (chunks lag up to 2 versions, corrected by importance weights); '
-                   'false: synchronous PPO, actors wait for each new model (lag 0)',
-                   ('true', 'false'))
+                   'false: synchronous PPO, actors wait for each new model (lag 0); auto: '
+                   'false for PPO (on 2 cores the main job walked at 31 s instead of 50 s: '
+                   'fresh chunks, and the trainer learns on every core), true for SAC (off-'
+                   'policy: its replay buffer holds older data anyway)', ('auto', 'true', 'false'))
+TRAINER_THREADS = Argument('trainer_threads', 'auto', "the trainer's torch threads for "
+                           'learning: a number (0 = one per core), or auto: 1 with overlap (the '
+                           'actors collect on the other cores meanwhile), one per core without '
+                           '(they wait)')
 
 
 LOOP_CHUNK_TOPIC = '/control_loop/rollout_chunks'
@@ -133,17 +139,25 @@ def _train(values: Mapping[str, str]) -> list[NodeEntry]:
     source = "graph 'train'"
     actors = _count(values, 'actors', source, 1)
     worlds = _count(values, 'worlds', source, 0)
+    config = paths.config_path(values['config'])
+    overrides = values['set'].strip()
+    train_cfg = load_train_config(config, split_overrides(overrides))  # refused here, by key
     # Overlap: each actor runs one chunk ahead, collecting while the trainer learns (lag 1);
     # lag 2 leaves one version of slack for an actor that started late or is slower.
-    in_flight = 2 if to_bool(values, 'overlap', source) else 1
+    overlap = train_cfg.algorithm == 'sac' if values['overlap'] == 'auto' \
+        else to_bool(values, 'overlap', source)
+    in_flight = 2 if overlap else 1
     lag = 0 if in_flight == 1 else 2
+    threads = values['trainer_threads']
+    if threads != 'auto' and not threads.isdigit():
+        raise ConfigError(source, 'trainer_threads', f'{threads!r} is neither a whole number '
+                          '>= 0 nor auto')
+    # auto: one thread while the actors collect on the other cores, every core while they wait.
+    trainer_threads = (1 if in_flight > 1 else 0) if threads == 'auto' else int(threads)
     budget = _number(values, 'time_budget', source, lambda v: v >= 0,
                      'a number of seconds >= 0')
     names = [f'actor_{i}' for i in range(actors)]
-    config = paths.config_path(values['config'])
     loop = to_bool(values, 'control_loop', source)
-    overrides = values['set'].strip()
-    train_cfg = load_train_config(config, split_overrides(overrides))  # refused here, by key
     robot = robot_argument(values['robot']) if values['robot'] else train_cfg.env.robot
     actor_loop = _control_actor(values, source, loop, worlds or train_cfg.env.num_envs,
                                 train_cfg.algorithm, train_cfg.env.policy_history)
@@ -152,6 +166,7 @@ def _train(values: Mapping[str, str]) -> list[NodeEntry]:
         'config': values['config'], 'run_dir': values['run_dir'], 'robot': robot,
         'push_targets': names + ['policy_node'] * loop,
         'chunks_per_iteration': actors, 'max_policy_lag': lag, 'time_budget_s': budget,
+        'torch_threads': trainer_threads,
         # The loop's 1-world chunks are learnt from but never start an iteration; they come
         # on their own topic (lockstep makes hundreds a second: in a shared queue they would
         # evict the batched actors' chunks while the trainer exports).
@@ -308,7 +323,7 @@ GRAPHS: dict[str, Graph] = {graph.name: graph for graph in (
     Graph('train', 'live training: trainer_node learning from N batched actor_nodes, pushing '
           'each new student back to them and to the realtime control loop (sim_node + '
           'policy_node)', (CONFIG, ACTORS, WORLDS, RUN_DIR, RESUME, TEACHER, TIME_BUDGET,
-                           OVERLAP, TRAIN_ROBOT, CONTROL_LOOP, LOOP_SPEED, CONTROL_ACTOR, MODE,
-                           NAMESPACE, SET),
+                           OVERLAP, TRAINER_THREADS, TRAIN_ROBOT, CONTROL_LOOP, LOOP_SPEED,
+                           CONTROL_ACTOR, MODE, NAMESPACE, SET),
           _train),
 )}

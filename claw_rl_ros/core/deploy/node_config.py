@@ -217,7 +217,7 @@ class TrainerParams:
                          'distillation settings)')
     time_budget_s: float = param(0.0, "training wall time [s] (0: the config's)")
     max_iterations: int = param(0, "iterations to train (0: the config's)")
-    torch_threads: int = param(1, 'torch intra-op threads')
+    torch_threads: int = param(1, 'torch intra-op threads for learning (0 = one per core)')
     push_targets: list[str] = param(['policy_node'], 'nodes to push every new student to '
                                     "(relative names: in the trainer's namespace)")
     chunk_topic: str = param('/rollout_chunks', 'the batched actors\' ' + CHUNK_TOPIC)
