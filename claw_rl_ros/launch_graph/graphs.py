@@ -134,6 +134,20 @@ def _number(values: Mapping[str, str], name: str, source: str, ok, what: str) ->
     return value
 
 
+def _threads(value: str, source: str, auto: int) -> int:
+    """The trainer_threads argument: ``auto`` or a whole number >= 0 (0: one per core)."""
+    if value == 'auto':
+        return auto
+    try:
+        threads = int(value)
+    except ValueError:
+        threads = -1
+    if threads < 0:
+        raise ConfigError(source, 'trainer_threads', f'{value!r} is neither a whole number '
+                          '>= 0 nor auto')
+    return threads
+
+
 def _train(values: Mapping[str, str]) -> list[NodeEntry]:
     """trainer_node + N actor_nodes; the trainer pushes every new student to each actor."""
     source = "graph 'train'"
@@ -148,12 +162,8 @@ def _train(values: Mapping[str, str]) -> list[NodeEntry]:
         else to_bool(values, 'overlap', source)
     in_flight = 2 if overlap else 1
     lag = 0 if in_flight == 1 else 2
-    threads = values['trainer_threads']
-    if threads != 'auto' and not threads.isdigit():
-        raise ConfigError(source, 'trainer_threads', f'{threads!r} is neither a whole number '
-                          '>= 0 nor auto')
     # auto: one thread while the actors collect on the other cores, every core while they wait.
-    trainer_threads = (1 if in_flight > 1 else 0) if threads == 'auto' else int(threads)
+    trainer_threads = _threads(values['trainer_threads'], source, 1 if in_flight > 1 else 0)
     budget = _number(values, 'time_budget', source, lambda v: v >= 0,
                      'a number of seconds >= 0')
     names = [f'actor_{i}' for i in range(actors)]
