@@ -100,8 +100,8 @@ LOOP_SPEED = Argument('real_time_factor', '0.5', "the control loop's sim seconds
 OVERLAP = Argument('overlap', 'auto', 'true: actors collect the next chunk while the trainer '
                    'learns (chunks lag up to 2 versions, corrected by importance weights); '
                    'false: synchronous PPO, actors wait for each new model (lag 0); auto: '
-                   'false for PPO (on 2 cores the main job walked at 31 s instead of 50 s: '
-                   'fresh chunks, and the trainer learns on every core), true for SAC (off-'
+                   'false for PPO (on 2 cores 2 actors x 128 worlds walked at 31 s instead of 50 '
+                   's: fresh chunks, and the trainer learns on every core), true for SAC (off-'
                    'policy: its replay buffer holds older data anyway)', ('auto', 'true', 'false'))
 TRAINER_THREADS = Argument('trainer_threads', 'auto', "the trainer's torch threads for "
                            'learning: a number (0 = one per core), or auto: 1 with overlap (the '
