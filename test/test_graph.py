@@ -309,7 +309,7 @@ def test_ppo_trains_synchronously_on_every_core_and_sac_overlapped_by_default():
     assert trainer(trainer_threads='1') == (0, 1, 1)
     assert trainer(overlap='true', trainer_threads='3') == (2, 2, 3)
     assert trainer(overlap='true', trainer_threads='0') == (2, 2, 0)
-    for bad in ('-1', 'two', '1.5', '', '\u00b2', 'nan'):
+    for bad in ('-1', 'two', '1.5', '', '\u00b2', 'nan', '257', '100000'):
         with pytest.raises(ConfigError, match='trainer_threads.*neither a whole number'):
             trainer(trainer_threads=bad)
     with pytest.raises(ConfigError, match='overlap'):

@@ -135,16 +135,16 @@ def _number(values: Mapping[str, str], name: str, source: str, ok, what: str) ->
 
 
 def _threads(value: str, source: str, auto: int) -> int:
-    """The trainer_threads argument: ``auto`` or a whole number >= 0 (0: one per core)."""
+    """The trainer_threads argument: ``auto`` or a whole number 0-256 (0: one per core)."""
     if value == 'auto':
         return auto
     try:
         threads = int(value)
     except ValueError:
         threads = -1
-    if threads < 0:
+    if not 0 <= threads <= 256:
         raise ConfigError(source, 'trainer_threads', f'{value!r} is neither a whole number '
-                          '>= 0 nor auto')
+                          'from 0 to 256 nor auto')
     return threads
 
 
