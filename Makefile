@@ -44,6 +44,7 @@ $(STAMP): requirements.txt setup.py
 # then render its gait.
 # Two actors of 128 worlds: together the config's 256, the batch offline learns from (with 256
 # each the student first walked at a median 50 s of training instead of 31 s, README).
+# TRAIN_WORLDS=0 gives each actor the config's env.num_envs (e.g. with another TRAIN_CONFIG).
 TRAIN_WORLDS ?= 128
 train: venv sysdeps
 	$(BIN)/claw-rl up train --config $(TRAIN_CONFIG) --run-dir $(RUN_DIR) \
