@@ -222,8 +222,7 @@ def walk_runs(tmp: Path, args, main_alpha: float) -> list[tuple[str, str, Path, 
     time-to-walk run, seed by seed (the variants of one seed run back to back, so machine drift
     hits them alike). A variant of launch arguments only (``--walk-up``) runs live only."""
     runs = []
-    up_args = [f'--{a.split("=", 1)[0].replace("_", "-")}={a.split("=", 1)[1]}'
-               for a in args.walk_up]
+    up_args = [f'--{name.replace("_", "-")}={value}' for name, value in args.walk_up]
     for seed in args.walk_seeds:
         def cfg(name, alpha=None, overrides=()):
             return walk_config(tmp, f'{name}_s{seed}', args.worlds, args.walk_budget_s, alpha,
@@ -314,6 +313,14 @@ def print_walk(results: dict[str, list[dict]], alpha: float) -> None:
                       f'{m[label] / medians[base_name][label]:.2f}')
 
 
+def launch_argument(text: str) -> tuple[str, str]:
+    """argparse type: NAME=VALUE of a train-graph argument -> (NAME, VALUE)."""
+    name, sep, value = text.partition('=')
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f'{text!r} is not NAME=VALUE (e.g. overlap=false)')
+    return name, value
+
+
 def positive_seconds(text: str) -> float:
     """argparse type: a finite number of seconds > 0 (the message names the value)."""
     try:
@@ -350,6 +357,7 @@ def main() -> int:
                         help='a variant run offline and live beside the main job, e.g. '
                         '--walk-set ppo.symmetry.data_augmentation=true (repeatable)')
     parser.add_argument('--walk-up', action='append', default=[], metavar='NAME=VALUE',
+                        type=launch_argument,
                         help='a launch argument of the variant\'s live run, e.g. --walk-up '
                         'overlap=false (repeatable; alone: the variant runs live only)')
     parser.add_argument('--walk-label', default='variant', help='name of the --walk-set runs')

@@ -45,6 +45,10 @@ def param(default: Any, doc: str, *, ge: float | None = None, gt: float | None =
     return dataclasses.field(default=default, metadata=meta)
 
 
+# The most threads a config or graph argument may ask for (physics or torch): a larger number
+# is a typo, and would make that many OS threads.
+MAX_THREADS = 256
+
 # libyaml's parser where PyYAML has it (the same safe constructor, ~8x faster: every node
 # process parses its configs at start-up), else PyYAML's own.
 SAFE_LOADER = getattr(yaml, 'CSafeLoader', yaml.SafeLoader)

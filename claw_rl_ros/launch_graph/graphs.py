@@ -20,7 +20,7 @@ import os
 from typing import Mapping
 
 from ..core import paths
-from ..core.config import ConfigError
+from ..core.config import ConfigError, MAX_THREADS
 from ..core.learning.train_config import load_train_config, split_overrides
 from .description import (Argument, existing_path, Graph, NodeEntry, robot_argument, to_bool)
 
@@ -135,16 +135,17 @@ def _number(values: Mapping[str, str], name: str, source: str, ok, what: str) ->
 
 
 def _threads(value: str, source: str, auto: int) -> int:
-    """The trainer_threads argument: ``auto`` or a whole number 0-256 (0: one per core)."""
+    """The trainer_threads argument: ``auto`` or a whole number 0-MAX_THREADS (0: one per
+    core)."""
     if value == 'auto':
         return auto
     try:
         threads = int(value)
     except ValueError:
         threads = -1
-    if not 0 <= threads <= 256:
+    if not 0 <= threads <= MAX_THREADS:
         raise ConfigError(source, 'trainer_threads', f'{value!r} is neither a whole number '
-                          'from 0 to 256 nor auto')
+                          f'from 0 to {MAX_THREADS} nor auto')
     return threads
 
 

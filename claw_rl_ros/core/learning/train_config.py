@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Optional
 
-from ..config import ConfigError, from_dict, load_yaml, param
+from ..config import ConfigError, from_dict, load_yaml, MAX_THREADS, param
 from ..sim.env_config import EnvConfig
 from ..sim.observations import HEIGHT_SCAN, OBS_GROUPS, POLICY, POLICY_NOISE_FREE
 from .. import paths
@@ -191,7 +191,8 @@ class RunnerConfig:
     keep_checkpoints: int = param(3, 'newest checkpoints kept, the last one included', ge=1)
     seed: int = param(1, 'seed of torch, numpy and the env (actor i of the train graph: '
                       'seed x 1000 + i)', ge=0, le=2**31 - 1)
-    torch_threads: int = param(0, 'torch intra-op threads (0 = cores)', ge=0, le=256)
+    torch_threads: int = param(0, 'torch intra-op threads (0 = cores)', ge=0,
+                               le=MAX_THREADS)
     run_dir: str = param('runs', 'parent folder of run directories')
     run_name: str = param('', 'run directory name (empty = time stamp)')
     log_interval: int = param(1, 'iterations between progress lines', ge=1)

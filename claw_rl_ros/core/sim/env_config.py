@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass
 from typing import Optional
 
-from ..config import ConfigError, param
+from ..config import ConfigError, MAX_THREADS, param
 from .observations import MAX_HISTORY
 from .terrain import TerrainConfig
 
@@ -137,7 +137,8 @@ class EnvConfig:
     num_envs: int = param(256, 'worlds stepped together', ge=1, le=65536)
     episode_length_s: float = param(20.0, 'episode time-out [s]', gt=0)
     seed: int = param(0, 'seed of every random draw in the env', ge=0)
-    num_threads: int = param(0, 'physics threads (0 = one per CPU core)', ge=0, le=256)
+    num_threads: int = param(0, 'physics threads (0 = one per CPU core)', ge=0,
+                             le=MAX_THREADS)
     clip_actions: float = param(10.0, 'policy actions are clipped to +-this', gt=0)
     policy_history: int = param(1, 'control steps of policy observations the student reads, '
                                 'oldest first (1 = the current one only): memory for a blind '
