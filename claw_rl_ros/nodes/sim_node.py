@@ -122,10 +122,14 @@ class SimNode(Node):
 
     def on_wait(self) -> None:
         # Lockstep: re-send the state nobody answered (the policy may have joined late), as it
-        # was (no new noise draw). Paused, the sim stays silent.
+        # was (no new noise draw). Under wall-clock stamps it goes out stamped now: the policy
+        # would drop the first stamp as stale every time. Paused, the sim stays silent.
         if self.awaiting is not None and not self.paused and \
                 time.perf_counter() - self.awaiting > self.params.command_timeout_s:
             self.drops.add('unanswered')
+            if not self.params.publish_clock:
+                self.stamp = now_sec(self)
+                self.out.restamp(self.stamp)
             self.send_state()
 
     def advance(self) -> None:

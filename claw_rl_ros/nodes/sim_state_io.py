@@ -52,6 +52,11 @@ class SimStateIO:
         js.effort = doubles(r.joint_effort)
         self.readings, self.odom_filled = r, False
 
+    def restamp(self, stamp_s: float) -> None:
+        """Put stamp ``stamp_s`` [s] on the filled state (a wall-clock state sent again)."""
+        self.imu.header.stamp = self.js.header.stamp = self.odom.header.stamp = \
+            to_stamp(stamp_s)
+
     def _fill_odom(self) -> None:
         """Ground truth, filled only for a state someone listens to (at its first send)."""
         r, pose, twist = self.readings, self.odom.pose.pose, self.odom.twist.twist
