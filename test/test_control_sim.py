@@ -75,6 +75,22 @@ def test_reset_fall_detection_and_switchable_randomisation(session, robot):
     assert rand.pushes_done == 1 and plain.pushes_done == 0
 
 
+def test_a_termination_body_contact_is_a_fall_only_with_enough_force(session):
+    sim = session()
+    sim.step(sim.active_targets(0.0))
+    assert not sim.fallen()  # standing: no tilt, high enough, no trunk contact
+    lo, hi = sim.physics.sensors.termination_contact
+    force = sim.cfg.termination.contact_force = 5.0  # [N]: |f| and |f|^2 differ around it
+    # [found, fx, fy, fz] of the second termination body in the first physics substep.
+    cell = sim.physics.sensordata[0, 0, lo:hi].reshape(-1, 4)[1]
+    cell[:] = [1.0, 0.0, 0.6 * force, 0.7 * force]  # |f| = 0.92 force: a light touch
+    assert not sim.fallen()
+    cell[:] = [1.0, 0.0, 0.6 * force, 0.9 * force]  # |f| = 1.08 force
+    assert sim.fallen()
+    cell[0] = 0.0  # a force without a contact found is not one
+    assert not sim.fallen()
+
+
 # --------------------------------------------------------------------------------- terrain
 def tile_of(spec, seed=1000, **terrain):
     base = from_dict(TerrainConfig, terrain, source='test')

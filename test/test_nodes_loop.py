@@ -84,9 +84,12 @@ def test_default_pose_fallback_stands_and_diagnostics_carry_the_fields(graph, pr
         assert key in pol
     assert pol['model_version'] == 'none'
     assert 0 < float(pol['state_rate_hz']) < 60 and float(pol['latency_p50_ms']) > 0
+    # The controller's own CPU time per command (thread time: > 0, below a whole period).
+    assert 0 < float(pol['tick_cpu_p50_ms']) <= float(pol['tick_cpu_max_ms']) < 20
     sim = status(probe, 'sim_node', lambda v: v['command_timed_out'] == 'False')
     assert sim['mode'] == 'realtime' and int(sim['missed_ticks']) >= 0
     assert float(sim['command_latency_p50_ms']) > 0
+    assert 0 < float(sim['step_cpu_p50_ms']) <= float(sim['step_cpu_max_ms'])
     assert 0 < float(sim['control_rate_hz']) < 60
 
 

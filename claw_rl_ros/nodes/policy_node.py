@@ -85,6 +85,9 @@ class PolicyNode(Node):
             self.ctrl.restarted(crashed)
         self.pool, self.validating = ThreadPoolExecutor(1), {}
         self.latency = LatencyStats()
+        # Thread CPU time of the controller's calls (state checks, observation, network,
+        # shaping) per command from a state, beside the wall-clock latency around them.
+        self.tick_cpu, self.tick_work = LatencyStats(), 0.0
         self.state_rate, self.cmd_rate = RateMeter(), RateMeter()
         self.pub_cmd = publisher(self, Float64MultiArray, 'joint_commands', COMMAND_QOS)
         self.cmd = Float64MultiArray()
@@ -118,16 +121,21 @@ class PolicyNode(Node):
         for k, m in enumerate(msgs):
             start = time.perf_counter()
             self.state_rate.tick(start)
-            self.send(self.ctrl.on_joint_state(to_sec(m.header.stamp), m.name, m.position,
-                                               m.velocity, now_sec(self), k < len(msgs) - 1),
-                      start)
+            work = time.thread_time()
+            targets = self.ctrl.on_joint_state(to_sec(m.header.stamp), m.name, m.position,
+                                               m.velocity, now_sec(self), k < len(msgs) - 1)
+            self.tick_work += time.thread_time() - work
+            self.send(targets, start)
 
     def on_imu(self, msg: Imu) -> None:
         for m in (msg, *take_queued(self.sub_imu)):
             start = time.perf_counter()
             q, w = m.orientation, m.angular_velocity
-            self.send(self.ctrl.on_imu(to_sec(m.header.stamp), (q.x, q.y, q.z, q.w),
-                                       (w.x, w.y, w.z), now_sec(self)), start)
+            work = time.thread_time()
+            targets = self.ctrl.on_imu(to_sec(m.header.stamp), (q.x, q.y, q.z, q.w),
+                                       (w.x, w.y, w.z), now_sec(self))
+            self.tick_work += time.thread_time() - work
+            self.send(targets, start)
 
     def on_cmd_vel(self, msg: Twist) -> None:
         self.ctrl.on_command(msg.linear.x, msg.linear.y, msg.angular.z)
@@ -152,6 +160,8 @@ class PolicyNode(Node):
         self.cmd_rate.tick(now)
         if start is not None:
             self.latency.add(now - start)
+            self.tick_cpu.add(self.tick_work)  # the controller's CPU since the last command
+            self.tick_work = 0.0
         self.safety.after_tick()
 
     # --------------------------------------------------------------------------- hot swap
@@ -210,6 +220,7 @@ class PolicyNode(Node):
         fields = {'mode': 'sim_time' if use_sim_time else 'wall_time',
                   'state_rate_hz': self.state_rate.rate(now),
                   'command_rate_hz': self.cmd_rate.rate(now), **self.latency.summary('latency'),
+                  **self.tick_cpu.summary('tick_cpu'),
                   **self.ctrl.diagnostics()}
         level = 'ok' if self.ctrl.policy is not None else 'warn'
         clock = self.ctrl.alerts.seen.get('clock_mismatch')

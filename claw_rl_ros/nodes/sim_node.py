@@ -67,6 +67,7 @@ class SimNode(Node):
         self.paused = p.start_paused
         self.awaiting: float | None = None  # perf_counter of the unanswered state publish
         self.latency, self.tick_rate, self.cmd_rate = LatencyStats(), RateMeter(), RateMeter()
+        self.step_cpu = LatencyStats()  # thread CPU time of each step's physics and readings
         # Realtime: one control step every control_dt / real_time_factor wall seconds.
         self.ticks = TickMonitor(robot.control_dt / p.real_time_factor)
         self.drops = Counters(('wrong_length', 'non_finite', 'unanswered'))
@@ -134,20 +135,24 @@ class SimNode(Node):
 
     def advance(self) -> None:
         targets = self.sim.active_targets(time.perf_counter())
+        work_start = time.thread_time()
         fell = self.loop.step(self.stamp, targets) if self.loop else self.sim.step(targets)
         if fell and self.params.reset_on_fall:
             self.sim.reset()
-        self.publish_state()
+        self.publish_state(work_start)
         if self.recorder is not None and self.sim.steps >= self.recorder.end_step:
             self.paused = True  # the episode's last state is out
             self.out.send_episode(self.recorder)
             self.recorder = None
             self.publish_diagnostics()
 
-    def publish_state(self) -> None:
+    def publish_state(self, work_start: float | None = None) -> None:
+        """Read the sim and publish its state (``work_start``: thread time the step began)."""
         if self.loop:
             self.loop.before_state()
         r = self.sim.readings()
+        if work_start is not None:
+            self.step_cpu.add(time.thread_time() - work_start)
         self.stamp = r.time if self.params.publish_clock else now_sec(self)
         self.out.fill(r, self.stamp)
         if self.recorder is not None:
@@ -211,6 +216,7 @@ class SimNode(Node):
                   'control_rate_hz': self.tick_rate.rate(now),
                   'command_rate_hz': self.cmd_rate.rate(now),
                   **self.latency.summary('command_latency'), 'missed_ticks': self.ticks.missed,
+                  **self.step_cpu.summary('step_cpu'),
                   **self.drops.summary('dropped'),
                   **(self.loop.diagnostics() if self.loop else {})}
         level = 'warn' if s.timed_out and not self.lockstep else 'ok'

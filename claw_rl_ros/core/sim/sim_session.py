@@ -244,17 +244,21 @@ class SimSession:
     def fallen(self) -> bool:
         """The env's failure conditions: tilt, trunk height, or a termination-body contact."""
         term = self.cfg.termination
-        w, x, y, z = self.physics.qpos[0, 3:7]
+        w, x, y, z = self.physics.qpos[0, 3:7].tolist()
         # cos(tilt) = -(gravity in the body frame)_z = 1 - 2 (x^2 + y^2) for a unit quaternion.
-        tilted = 1.0 - 2.0 * (x * x + y * y) < math.cos(term.max_tilt)
-        low = self.base_height() < robot_sized(term.min_base_height,
-                                               self.robot.min_base_height)
+        if 1.0 - 2.0 * (x * x + y * y) < math.cos(term.max_tilt) or \
+                self.base_height() < robot_sized(term.min_base_height,
+                                                 self.robot.min_base_height):
+            return True
         lo, hi = self.physics.sensors.termination_contact
-        # Contact sensors give [found, fx, fy, fz] per body; a contact needs enough force.
+        # Contact sensors give [found, fx, fy, fz] per body; a contact needs enough force
+        # (compared squared: |f|^2 > contact_force^2).
         raw = self.physics.sensordata[0, :, lo:hi].reshape(self.physics.decimation, -1, 4)
-        touching = (raw[..., 0] > 0) & (np.linalg.norm(raw[..., 1:4], axis=-1) >
-                                        term.contact_force)
-        return bool(tilted or low or touching.any())
+        found = raw[..., 0] > 0
+        if not found.any():  # (most steps: no termination body touches anything)
+            return False
+        force = raw[..., 1:4]
+        return bool((found & ((force * force).sum(-1) > term.contact_force ** 2)).any())
 
     def base_height(self) -> float:
         """The trunk's height [m] above the ground under it."""
