@@ -49,9 +49,16 @@ STUDENT = max((ROOT / 'runs').glob('*/student.onnx'), key=lambda p: p.stat().st_
               default=None)
 
 
-def ping_pong(role: str, seconds: float, executor: str, pipelined: bool) -> None:
+def ping_pong(role: str, seconds: float, executor: str, pipelined: bool,
+              loop_messages: bool = False) -> None:
     """Child process: bare rclpy JointState ping-pong (the reference loop) on ``executor``
-    (single_threaded: rclpy's default; events: the one the control nodes spin on).
+    (single_threaded: rclpy's default; events: the one the control nodes spin on), spun as
+    the nodes spin (``spin_until_future_complete`` in 0.1 s slices: a ``spin_once`` per
+    message made the EventsExecutor look half as fast as it runs in the nodes).
+
+    ``loop_messages``: the messages of a lockstep step and nothing else: ping sends /clock,
+    imu and joint_states (reliable, as the sim node), pong reads /clock (use_sim_time) and imu
+    and answers joint_states with a 12-double Float64MultiArray (reliable, as the policy node).
 
     One message in flight, as in lockstep (a new ping only after 0.1 s without an answer: a
     lost best-effort one). ``pipelined``: the reference as first written, which published a
@@ -62,46 +69,78 @@ def ping_pong(role: str, seconds: float, executor: str, pipelined: bool) -> None
     from rclpy.executors import SingleThreadedExecutor
     from rclpy.experimental import EventsExecutor
     from rclpy.node import Node
+    from rclpy.task import Future
     from sensor_msgs.msg import JointState
-    from claw_rl_ros.nodes.ros_io import SENSOR_QOS
+    from claw_rl_ros.nodes.ros_io import SENSOR_QOS, SPIN_SLICE_S
+    from rclpy.parameter import Parameter
+    from rosgraph_msgs.msg import Clock
+    from sensor_msgs.msg import Imu
+    from std_msgs.msg import Float64MultiArray
+    from claw_rl_ros.nodes.ros_io import RELIABLE_STATE_QOS, to_stamp
     rclpy.init()
-    node = Node(role)
+    node = Node(role, parameter_overrides=[Parameter('use_sim_time', value=True)]
+                if loop_messages and role == 'pong' else [])
     spinner = EventsExecutor() if executor == 'events' else SingleThreadedExecutor()
     spinner.add_node(node)
     out, inp = ('pong', 'ping') if role == 'pong' else ('ping', 'pong')
-    pub = node.create_publisher(JointState, out, SENSOR_QOS)
+    qos = RELIABLE_STATE_QOS if loop_messages else SENSOR_QOS
+    types = {'ping': JointState, 'pong': Float64MultiArray if loop_messages else JointState}
+    pub = node.create_publisher(types[out], out, qos)
     msg = JointState(name=[f'joint_{i}' for i in range(12)], position=[0.0] * 12,
                      velocity=[0.0] * 12, effort=[0.0] * 12)
-    count, last = [0], [time.monotonic()]
+    reply = Float64MultiArray(data=[0.0] * 12)
+    count, last, never = [0], [time.monotonic()], Future()
+    if loop_messages:
+        if role == 'pong':
+            node.create_subscription(Imu, 'imu', lambda m: None, qos)
+        else:
+            clock_pub = node.create_publisher(Clock, '/clock', qos)
+            imu_pub, imu = node.create_publisher(Imu, 'imu', qos), Imu()
+
+    def send_ping():
+        if loop_messages:  # sim time moves one control period a step, as in lockstep
+            imu.header.stamp = msg.header.stamp = to_stamp(0.02 * (count[0] + 1))
+            clock_pub.publish(Clock(clock=msg.header.stamp))
+            imu_pub.publish(imu)
+        pub.publish(msg)
 
     def answer(m):
         count[0] += 1
         last[0] = time.monotonic()
-        pub.publish(m if role == 'pong' else msg)
+        if role == 'pong':
+            pub.publish(reply if loop_messages else m)
+        else:
+            send_ping()
 
     def kick():  # (re-)start the ball: always when pipelined, else when it was lost
         if pipelined or time.monotonic() - last[0] > 0.1:
-            pub.publish(msg)
+            send_ping()
             last[0] = time.monotonic()
-    node.create_subscription(JointState, inp, answer, SENSOR_QOS)
+
+    def spin_for(span: float) -> None:
+        end = time.monotonic() + span
+        while time.monotonic() < end:
+            spinner.spin_until_future_complete(
+                never, max(1e-3, min(SPIN_SLICE_S, end - time.monotonic())))
+    node.create_subscription(types[inp], inp, answer, qos)
     if role == 'pong':
         try:
             while rclpy.ok():
-                spinner.spin_once(timeout_sec=0.1)
+                spinner.spin_until_future_complete(never, SPIN_SLICE_S)
         except (KeyboardInterrupt, Exception):  # noqa: BLE001 - stopped by the parent
             pass
         return
     while pub.get_subscription_count() == 0:
         spinner.spin_once(timeout_sec=0.05)
-    start = time.monotonic()
-    while time.monotonic() - start < 2.0:  # warm-up
-        kick()
-        spinner.spin_once(timeout_sec=0.05)
+    if pipelined:  # a fresh ping every 1 ms of the warm-up: several in flight
+        warm = node.create_timer(0.001, kick)
+        spin_for(2.0)
+        node.destroy_timer(warm)
+    else:
+        node.create_timer(0.05, kick)
+        spin_for(2.0)  # warm-up
     count[0], start = 0, time.monotonic()
-    while time.monotonic() - start < seconds:
-        if not pipelined:
-            kick()
-        spinner.spin_once(timeout_sec=0.1)
+    spin_for(seconds)
     print(json.dumps({'round_trips_per_s': count[0] / (time.monotonic() - start)}), flush=True)
 
 
@@ -135,12 +174,13 @@ class Bench:
         return next(values(s) for s in msg.status if s.name.startswith(node))
 
     def ping_pong(self, seconds: float, executor: str = 'single_threaded',
-                  pipelined: bool = False) -> float:
+                  pipelined: bool = False, loop_messages: bool = False) -> float:
+        shape = ['--loop-messages'] if loop_messages else []
         pong = subprocess.Popen([sys.executable, __file__, '--role', 'pong', '--executor',
-                                 executor], env=self.env)
+                                 executor] + shape, env=self.env)
         try:
             out = subprocess.run([sys.executable, __file__, '--role', 'ping', '--seconds',
-                                  str(seconds), '--executor', executor]
+                                  str(seconds), '--executor', executor] + shape
                                  + (['--pipelined'] if pipelined else []), env=self.env,
                                  capture_output=True, text=True, timeout=seconds + 60,
                                  check=True).stdout
@@ -149,7 +189,9 @@ class Bench:
             pong.wait()
         return json.loads(out.strip().splitlines()[-1])['round_trips_per_s']
 
-    def lockstep(self, model: Path, seconds: float) -> float:
+    def lockstep(self, model: Path, seconds: float) -> tuple[float, dict]:
+        """Control steps/s of the lockstep loop, and the own work the nodes measured in it
+        (``sim_ms``: physics and readings, ``policy_ms``: the controller; thread CPU time)."""
         sim = self.node('sim_node', {'mode': 'lockstep', 'command_timeout_s': 0.2})
         policy = self.node('policy_node', {'use_sim_time': True, 'model_path': str(model)})
         try:
@@ -159,7 +201,9 @@ class Bench:
                 last = self.status('sim_node')
             span = float(last['sim_time_s']) - float(first['sim_time_s'])
             wall = time.monotonic() - t0
-            return span / 0.02 / wall
+            pol = self.status('policy_node')
+            return span / 0.02 / wall, {'sim_ms': float(last['step_cpu_p50_ms']),
+                                        'policy_ms': float(pol['tick_cpu_p50_ms'])}
         finally:
             policy.stop(), sim.stop()
 
@@ -313,24 +357,29 @@ def control_numbers(bench: Bench, models: list[Path], args) -> None:
     pp = bench.ping_pong(args.lockstep_seconds)
     pp_events = bench.ping_pong(args.lockstep_seconds, 'events')
     pp_piped = bench.ping_pong(args.lockstep_seconds, pipelined=True)
-    ls = bench.lockstep(models[0], args.lockstep_seconds)
+    pp_loop = bench.ping_pong(args.lockstep_seconds, 'events', loop_messages=True)
+    ls, live = bench.lockstep(models[0], args.lockstep_seconds)
     work = compute_per_step(models[0])
     print(f'lockstep: {ls:.0f} control steps/s vs bare rclpy ping-pong {pp:.0f} round '
-          f'trips/s: {100 * ls / pp:.0f} % (target >= 80 %); the same ping-pong on the '
-          f'EventsExecutor the nodes spin on: {pp_events:.0f} round trips/s '
-          f'({100 * ls / pp_events:.0f} %); the first reference (several pings in flight): '
-          f'{pp_piped:.0f} messages/s ({100 * ls / pp_piped:.0f} %)', flush=True)
-    # A lockstep step = one round trip + the two nodes' own work, done one after the other.
-    own, round_trip, step = work['sim_ms'] + work['policy_ms'], 1e3 / pp, 1e3 / ls
-    ceiling = 1e3 / (round_trip + own)
-    ceiling_events = 1e3 / (1e3 / pp_events + own)
-    print(f'  per step {step:.2f} ms = own work {own:.2f} ms in process (physics + readings '
-          f'{work["sim_ms"]:.2f}, policy tick {work["policy_ms"]:.2f}) + ROS {step - own:.2f} '
-          f'ms (a bare round trip is {round_trip:.2f} ms, {1e3 / pp_events:.2f} ms on the '
-          f'EventsExecutor); ceiling with ROS costing only the round trip: {ceiling:.0f} '
-          f'steps/s = {100 * ceiling / pp:.0f} % of ping-pong ({ceiling_events:.0f} steps/s '
-          f'= {100 * ceiling_events / pp:.0f} % with the EventsExecutor round trip)',
-          flush=True)
+          f'trips/s: {100 * ls / pp:.0f} %; the same ping-pong on the EventsExecutor the nodes '
+          f'spin on: {pp_events:.0f} round trips/s ({100 * ls / pp_events:.0f} %); the first '
+          f'reference (several pings in flight): {pp_piped:.0f} messages/s '
+          f'({100 * ls / pp_piped:.0f} %)', flush=True)
+    # A lockstep step = one round trip + the two nodes' own work, done one after the other;
+    # the ceiling takes the faster executor's round trip.
+    round_trip, step = 1e3 / max(pp, pp_events), 1e3 / ls
+    print(f'  the messages of a lockstep step alone (/clock, imu, joint_states -> command, '
+          f'reliable, EventsExecutor, no work): {pp_loop:.0f} round trips/s = '
+          f'{1e3 / pp_loop:.3f} ms, {1e3 / pp_loop - round_trip:+.3f} ms on the bare round '
+          f'trip', flush=True)
+    for label, w in (('in process', work), ('inside the running nodes', live)):
+        own = w['sim_ms'] + w['policy_ms']
+        ceiling = 1e3 / (round_trip + own)
+        print(f'  own work {label}: {own:.3f} ms (physics + readings {w["sim_ms"]:.3f}, '
+              f'policy tick {w["policy_ms"]:.3f}); per step {step:.3f} ms = own + ROS '
+              f'{step - own:.3f} ms against a bare round trip of {round_trip:.3f} ms; ceiling '
+              f'1 / (own + round trip) = {ceiling:.0f} steps/s: lockstep at '
+              f'{100 * ls / ceiling:.0f} % (target >= 80 %)', flush=True)
     print(f'swap transport ({moved["model_bytes"]} B): uint8[] topic '
           f'{moved["uint8_topic_ms"]:.2f} ms vs BYTE_ARRAY parameter '
           f'{moved["byte_array_param_ms"]:.1f} ms to serialise '
@@ -431,6 +480,7 @@ def main() -> None:
     parser.add_argument('--executor', default='single_threaded',
                         choices=['single_threaded', 'events'])
     parser.add_argument('--pipelined', action='store_true')
+    parser.add_argument('--loop-messages', action='store_true')
     parser.add_argument('--seconds', type=float, default=60.0)
     parser.add_argument('--lockstep-seconds', type=float, default=10.0)
     parser.add_argument('--swaps', type=int, default=10)
@@ -451,7 +501,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.role:
         return ping_pong(args.role, args.lockstep_seconds if args.role == 'ping' else 0,
-                         args.executor, args.pipelined)
+                         args.executor, args.pipelined, args.loop_messages)
     from control_models import good_model
     from claw_rl_ros.core.sim.robot import load_robot
     robot = load_robot()
