@@ -4,16 +4,12 @@ All logic is in :class:`~claw_rl_ros.core.deploy.policy_controller.PolicyControl
 matched by name, the env's ObservationLayout, stale/NaN/misnamed/short input dropped and counted,
 default pose (or nothing before the first complete state) instead of a command from bad input.
 
-Hot swap (two standard steps; measured in bench/ros_control.py): the model bytes go on
-``policy/model`` (``std_msgs/UInt8MultiArray``, reliable + transient local, so late joiners get
-them); a worker thread validates them on arrival (size cap, ONNX parse, shapes, embedded robot
-spec, finite probe actions; 15-25 ms for 600 KB, mostly outside the GIL, so control ticks go
-on) and keeps the verdict by sha256. Setting parameter ``model_sha256`` through the standard
-``set_parameters`` service activates that version between two ticks (waiting for a validation
-still under way); the ``SetParametersResult`` says success or the exact reason, and a rejected
-model leaves the old one serving. Humans set ``model_path`` instead. Serialising 600 KB as a
-``uint8[]`` field takes < 1.5 ms, as a BYTE_ARRAY parameter ~230 ms (rclpy converts it byte
-by byte), hence bytes on a topic and activation by hash.
+Hot swap (two standard steps; wiring in :mod:`.model_swap_io`, measured in
+bench/ros_control.py): the model bytes go on ``policy/model`` and are validated on arrival;
+setting parameter ``model_sha256`` activates that version between two ticks, or says why not
+and leaves the old one serving. Serialising 600 KB as a ``uint8[]`` field takes < 1.5 ms, as a
+BYTE_ARRAY parameter ~230 ms (rclpy converts it byte by byte), hence bytes on a topic and
+activation by hash.
 
 Safety (never optional; wiring in :mod:`.safety_io`, logic in core/deploy/safety.py): every
 command comes from the state machine PASSIVE -> STAND_UP -> RL -> SIT_DOWN, shaped to the joint
@@ -37,27 +33,24 @@ tick on ``policy/training_step``; only trainer exports (``action_std`` metadata)
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
-import hashlib
 import time
 
 from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import Twist
-from rcl_interfaces.msg import SetParametersResult
 from rclpy.node import Node
 from sensor_msgs.msg import Imu, JointState
-from std_msgs.msg import Float64MultiArray, String, UInt8MultiArray
+from std_msgs.msg import Float64MultiArray
 
 from ..core.deploy.control_stats import LatencyStats, RateMeter
-from ..core.deploy.model_swap import ModelNotReceived, ModelRejected
 from ..core.deploy.policy_controller import PolicyController, WATCHDOG_POLLS
 from ..core.deploy.run_marker import RunMarker
 from ..core.sim.robot import load_robot
 from .loop_actor_io import record_msg, RECORD_TOPIC
 from ..core.deploy.node_config import PolicyParams
+from .model_swap_io import ModelSwapIO
 from .node_params import declare
-from .ros_io import (COMMAND_QOS, diagnostics, doubles, exit_without_teardown, LATCHED_QOS,
-                     now_sec, publisher, spin, steady_timer, take_queued, to_sec)
+from .ros_io import (COMMAND_QOS, diagnostics, doubles, exit_without_teardown, now_sec,
+                     publisher, spin, steady_timer, take_queued, to_sec)
 from .safety_io import QOS, safety_kwargs, SafetyIO
 
 
@@ -83,7 +76,6 @@ class PolicyNode(Node):
         crashed = self.marker.claim()
         if crashed:
             self.ctrl.restarted(crashed)
-        self.pool, self.validating = ThreadPoolExecutor(1), {}
         self.latency = LatencyStats()
         # Thread CPU time of the controller's calls (state checks, observation, network,
         # shaping) per command from a state, beside the wall-clock latency around them.
@@ -93,7 +85,6 @@ class PolicyNode(Node):
         self.cmd = Float64MultiArray()
         self.pub_record = publisher(self, Float64MultiArray, RECORD_TOPIC, COMMAND_QOS) \
             if training else None
-        self.pub_version = publisher(self, String, 'policy/model_version', LATCHED_QOS)
         self.pub_diag = publisher(self, DiagnosticArray, '/diagnostics', 10)
         # A cmd_vel waiting with a state is taken before it: arrival order (events executor),
         # subscription order (single_threaded: cmd_vel subscribed first).
@@ -101,13 +92,11 @@ class PolicyNode(Node):
         self.sub_js = self.create_subscription(JointState, 'joint_states', self.on_joint_state,
                                                qos)
         self.sub_imu = self.create_subscription(Imu, 'imu', self.on_imu, qos)
-        self.create_subscription(UInt8MultiArray, 'policy/model', self.on_model, LATCHED_QOS)
-        self.add_on_set_parameters_callback(self.on_set_parameters)
+        self.swap = ModelSwapIO(self, self.ctrl)
         self.safety = SafetyIO(self, self.ctrl)
         # Watchdog on the steady clock (compares stamps with the node's, maybe simulated, time).
         steady_timer(self, robot.control_dt / WATCHDOG_POLLS, self.on_watchdog)
         steady_timer(self, p.diagnostics_period_s, self.publish_diagnostics)
-        self.publish_version()
         self.safety.flush()  # a restart found above is logged now
         self.get_logger().info(f'serving model {self.ctrl.version} for {robot.name!r}, '
                                f'{robot.num_joints} joints at {1 / robot.control_dt:g} Hz'
@@ -163,56 +152,6 @@ class PolicyNode(Node):
             self.tick_cpu.add(self.tick_work)  # the controller's CPU since the last command
             self.tick_work = 0.0
         self.safety.after_tick()
-
-    # --------------------------------------------------------------------------- hot swap
-    def on_model(self, msg: UInt8MultiArray) -> None:
-        data = bytes(msg.data)
-        sha = hashlib.sha256(data).hexdigest()
-        self.validating[sha] = self.pool.submit(self.validate, sha, data)
-        self.validating[sha].add_done_callback(lambda f, sha=sha: self.validating.pop(sha, None))
-
-    def validate(self, sha: str, data: bytes) -> str | None:
-        """(In the pool.) Offer the bytes; the outcome is logged before the result is out, so
-        an activation waiting on it replies after the line."""
-        try:
-            reason = self.ctrl.offer(data)[1]
-        except Exception as exc:  # noqa: BLE001 - logged, then raised to the waiter
-            self.get_logger().warning(f'model {sha[:12]} received and rejected: {exc}')
-            raise
-        if reason:
-            self.get_logger().warning(f'model {sha[:12]} received and rejected: {reason}')
-        else:
-            self.get_logger().debug(f'model {sha[:12]} received and validated')
-        return reason
-
-    def on_set_parameters(self, params) -> SetParametersResult:
-        for p in params:
-            try:
-                if p.name == 'model_sha256' and p.value:
-                    for sha, future in list(self.validating.items()):
-                        if sha.startswith(p.value.strip().lower()):
-                            future.result(timeout=10.0)
-                    self.ctrl.activate(p.value)
-                elif p.name == 'model_path' and p.value:
-                    self.ctrl.load_path(p.value)
-                else:  # the others are read-only (refused by rclpy) or use_sim_time
-                    continue
-            except Exception as exc:  # noqa: BLE001 - ModelRejected, a timeout, anything
-                reason = str(exc) if isinstance(exc, ModelRejected) else \
-                    f'{p.name}: {type(exc).__name__}: {exc}'
-                # Bytes still in flight: the requester has the reason and retries. (One
-                # severity per call site: rclpy refuses a logger call that changes it.)
-                if isinstance(exc, ModelNotReceived):
-                    self.get_logger().debug(f'hot swap rejected: {reason}')
-                else:
-                    self.get_logger().warning(f'hot swap rejected: {reason}')
-                return SetParametersResult(successful=False, reason=reason)
-            self.get_logger().debug(f'hot swap: now serving {self.ctrl.version}')
-            self.publish_version()
-        return SetParametersResult(successful=True, reason=f'serving {self.ctrl.version}')
-
-    def publish_version(self) -> None:
-        self.pub_version.publish(String(data=self.ctrl.version))
 
     def publish_diagnostics(self) -> None:
         now = time.perf_counter()
