@@ -1,7 +1,9 @@
 """The ROS control loop measured side by side in one run (ratios; not a test).
 
-1. lockstep sim_node <-> policy_node control steps/s next to a bare two-process rclpy
-   JointState ping-pong (same QoS, same machine, same run): target >= 80 %.
+1. lockstep sim_node <-> policy_node control steps/s next to bare two-process rclpy
+   JointState ping-pongs (both executors, same machine, same run), the same ping-pong with a
+   lockstep step's messages, and the ceiling 1 / (the nodes' own work + the faster bare round
+   trip), own work timed in process and inside the running nodes: target >= 80 %.
 2. realtime 50 Hz for ``--seconds`` with ``--swaps`` hot swaps: joint_states -> command latency
    p50/p99 (measured by the sim node: state publish -> command arrival), missed ticks, and each
    swap's activation time (set_parameters request -> reply, and -> model_version message); then
@@ -71,12 +73,11 @@ def ping_pong(role: str, seconds: float, executor: str, pipelined: bool,
     from rclpy.node import Node
     from rclpy.task import Future
     from sensor_msgs.msg import JointState
-    from claw_rl_ros.nodes.ros_io import SENSOR_QOS, SPIN_SLICE_S
     from rclpy.parameter import Parameter
     from rosgraph_msgs.msg import Clock
     from sensor_msgs.msg import Imu
     from std_msgs.msg import Float64MultiArray
-    from claw_rl_ros.nodes.ros_io import RELIABLE_STATE_QOS, to_stamp
+    from claw_rl_ros.nodes.ros_io import RELIABLE_STATE_QOS, SENSOR_QOS, SPIN_SLICE_S, to_stamp
     rclpy.init()
     node = Node(role, parameter_overrides=[Parameter('use_sim_time', value=True)]
                 if loop_messages and role == 'pong' else [])
@@ -94,13 +95,14 @@ def ping_pong(role: str, seconds: float, executor: str, pipelined: bool,
         if role == 'pong':
             node.create_subscription(Imu, 'imu', lambda m: None, qos)
         else:
-            clock_pub = node.create_publisher(Clock, '/clock', qos)
+            clock_pub, clock = node.create_publisher(Clock, '/clock', qos), Clock()
             imu_pub, imu = node.create_publisher(Imu, 'imu', qos), Imu()
 
     def send_ping():
         if loop_messages:  # sim time moves one control period a step, as in lockstep
             imu.header.stamp = msg.header.stamp = to_stamp(0.02 * (count[0] + 1))
-            clock_pub.publish(Clock(clock=msg.header.stamp))
+            clock.clock = msg.header.stamp
+            clock_pub.publish(clock)
             imu_pub.publish(imu)
         pub.publish(msg)
 
