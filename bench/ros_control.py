@@ -444,7 +444,7 @@ def verify_gate(bench: Bench, args) -> None:
     dt = load_robot().control_dt  # (the gate model's robot: the package's claw quadruped)
     domain = int(bench.env['ROS_DOMAIN_ID'])
     for k in range(args.rounds):
-        ls = bench.lockstep(args.gate_model, args.lockstep_seconds)
+        ls = bench.lockstep(args.gate_model, args.lockstep_seconds)[0]
         print(f'round {k + 1}: lockstep {ls:.0f} control steps/s ({args.gate_model.name}, '
               f'{args.lockstep_seconds:g} s after warm-up)', flush=True)
         for jobs in args.gate_jobs:
