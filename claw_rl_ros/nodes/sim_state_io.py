@@ -51,9 +51,8 @@ class SimStateIO:
 
     def fill(self, r, stamp_s: float) -> None:
         """Put the sim's readings ``r`` under stamp ``stamp_s`` [s] into the messages."""
-        stamp = to_stamp(stamp_s)
+        self.restamp(stamp_s)
         imu, js = self.imu, self.js
-        imu.header.stamp = js.header.stamp = self.odom.header.stamp = stamp
         o, w, a = imu.orientation, imu.angular_velocity, imu.linear_acceleration
         o.w, o.x, o.y, o.z = r.imu_quat.tolist()  # Python floats, as the fields hold them
         w.x, w.y, w.z = r.imu_gyro.tolist()
@@ -63,7 +62,8 @@ class SimStateIO:
         self.readings, self.odom_filled = r, False
 
     def restamp(self, stamp_s: float) -> None:
-        """Put stamp ``stamp_s`` [s] on the filled state (a wall-clock state sent again)."""
+        """Put stamp ``stamp_s`` [s] on the state's messages (also a wall-clock state sent
+        again)."""
         self.imu.header.stamp = self.js.header.stamp = self.odom.header.stamp = \
             to_stamp(stamp_s)
 
