@@ -14,8 +14,8 @@ subscriber written the usual way, reliable and depth 10, reads only a reliable p
 ``terrain`` (``TYPE[:LEVEL]``, with ``terrain_seed``) stands the world on one tile of the terrain
 generator (:func:`~claw_rl_ros.core.sim.sim_session.terrain_tile`).
 With ``pause_after_s`` the sim pauses by itself that long after each ``~/reset`` and sends the
-episode's states as one record on ``~/episode`` (:mod:`..core.deploy.episode_record`): the
-sim2sim gate's episodes, read without listening to every state.
+episode's states as one record on ``~/episode`` (:mod:`.sim_episode_io`, with ``~/reset`` and
+``episode_seed``): the sim2sim gate's episodes, read without listening to every state.
 """
 
 from __future__ import annotations
@@ -25,22 +25,21 @@ import time
 from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import Twist
 import numpy as np
-from rcl_interfaces.msg import SetParametersResult
 from rclpy.node import Node
 from std_msgs.msg import Float64MultiArray
 from std_srvs.srv import SetBool, Trigger
 
-from ..core.deploy.episode_record import episode_steps, EpisodeRecorder
 from ..core.deploy.control_stats import Counters, LatencyStats, RateMeter, TickMonitor
 from ..core.deploy.state_input import JointOrder
 from ..core.learning.train_config import split_overrides
 from ..core.sim.robot import load_robot
 from ..core.sim.sim_session import env_section, SimSession, terrain_tile
 from .loop_actor_io import LoopActorIO
-from ..core.deploy.node_config import check_episode_seed, SimParams
+from ..core.deploy.node_config import SimParams
 from .node_params import declare
 from .ros_io import (COMMAND_QOS, diagnostics, exit_without_teardown, now_sec, publisher,
                      RELIABLE_STATE_QOS, SENSOR_QOS, spin, steady_timer)
+from .sim_episode_io import SimEpisodeIO
 from .sim_state_io import SimStateIO
 
 STATE_PUBLISH_QOS = {'reliable': RELIABLE_STATE_QOS, 'sensor_data': SENSOR_QOS}
@@ -72,15 +71,12 @@ class SimNode(Node):
         self.ticks = TickMonitor(robot.control_dt / p.real_time_factor)
         self.drops = Counters(('wrong_length', 'non_finite', 'unanswered'))
         self.out = SimStateIO(self, robot, STATE_PUBLISH_QOS[p.state_qos], p.publish_clock)
-        self.recorder: EpisodeRecorder | None = None  # the episode pause_after_s ends
-        self.episode_seed = p.episode_seed
-        self.add_on_set_parameters_callback(self.on_set_parameters)
         self.pub_diag = publisher(self, DiagnosticArray, '/diagnostics', 10)
         self.create_subscription(Float64MultiArray, 'joint_commands', self.on_command,
                                  COMMAND_QOS)
         if not self.loop:  # in training the env commands (published on cmd_vel)
             self.create_subscription(Twist, 'cmd_vel', self.on_cmd_vel, 10)
-        self.create_service(Trigger, '~/reset', self.on_reset)
+        self.episodes = SimEpisodeIO(self)  # episode_seed, ~/reset, ~/episode
         self.create_service(SetBool, '~/pause', self.on_pause)
         self.create_service(Trigger, '~/step', self.on_step)
         period = p.command_timeout_s if self.lockstep else self.ticks.period
@@ -140,10 +136,9 @@ class SimNode(Node):
         if fell and self.params.reset_on_fall:
             self.sim.reset()
         self.publish_state(work_start)
-        if self.recorder is not None and self.sim.steps >= self.recorder.end_step:
+        if self.episodes.due():
             self.paused = True  # the episode's last state is out
-            self.out.send_episode(self.recorder)
-            self.recorder = None
+            self.episodes.send()
             self.publish_diagnostics()
 
     def publish_state(self, work_start: float | None = None) -> None:
@@ -155,9 +150,7 @@ class SimNode(Node):
             self.step_cpu.add(time.thread_time() - work_start)
         self.stamp = r.time if self.params.publish_clock else now_sec(self)
         self.out.fill(r, self.stamp)
-        if self.recorder is not None:
-            self.recorder.add(self.stamp, r.base_lin_vel, r.base_ang_vel, r.joint_pos,
-                              r.joint_effort)
+        self.episodes.record(self.stamp, r)
         self.send_state()
 
     def send_state(self) -> None:
@@ -167,21 +160,6 @@ class SimNode(Node):
         self.tick_rate.tick(self.awaiting)
 
     # -------------------------------------------------------------------------- services
-    def on_reset(self, request, response):
-        answered, p = self.awaiting is None, self.params
-        if self.episode_seed >= 0:  # this episode's own draws, whatever ran before it
-            self.sim.rng = np.random.default_rng([p.seed, self.episode_seed])
-        self.sim.reset()
-        if p.pause_after_s:
-            self.recorder = EpisodeRecorder(self.robot.joint_names, self.sim.steps,
-                                            episode_steps(p.pause_after_s,
-                                                          self.robot.control_dt))
-        self.publish_state()  # same stamp: a policy that answered it already stays quiet
-        if answered:
-            self.awaiting = None
-        response.success, response.message = True, f'reset #{self.sim.resets}'
-        return response
-
     def on_pause(self, request, response):
         self.paused = bool(request.data)
         self.ticks.reset()
@@ -190,16 +168,6 @@ class SimNode(Node):
         self.publish_diagnostics()  # a state change is said at once, not at the next period
         response.success, response.message = True, 'paused' if self.paused else 'running'
         return response
-
-    def on_set_parameters(self, params) -> SetParametersResult:
-        for param in params:  # the others are read-only (refused by rclpy) or use_sim_time
-            if param.name == 'episode_seed':
-                try:
-                    check_episode_seed(param.value)
-                except (TypeError, ValueError) as exc:
-                    return SetParametersResult(successful=False, reason=str(exc))
-                self.episode_seed = param.value
-        return SetParametersResult(successful=True)
 
     def on_step(self, request, response):
         response.success = self.paused
