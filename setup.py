@@ -48,6 +48,7 @@ setup(
             'claw-rl-actor-node = claw_rl_ros.nodes.actor_node:main',
             'claw-rl-trainer-node = claw_rl_ros.nodes.trainer_node:main',
             'claw-rl-recorder-node = claw_rl_ros.nodes.recorder_node:main',
+            'claw-rl-node-container = claw_rl_ros.nodes.node_container:main',
         ],
     },
 )

@@ -17,7 +17,7 @@ from claw_rl_ros.core.config import ConfigError
 from claw_rl_ros.core.learning.train_config import load_train_config, split_overrides
 from claw_rl_ros.core.sim.sim_session import env_section
 from claw_rl_ros.launch_graph import EXECUTABLES, Graph, GRAPHS, NodeEntry, resolve, ros_command
-from claw_rl_ros.launch_graph.description import (Argument, inline_params_yaml,
+from claw_rl_ros.launch_graph.description import (Argument, composed, inline_params_yaml,
                                                   node_pattern_matches, normalize_namespace)
 from ros_helpers import ros_env  # noqa: F401 - fixture
 
@@ -38,13 +38,15 @@ def model(tmp_path):
 def test_the_graphs_and_their_arguments():
     assert set(GRAPHS) == {'stand', 'sim', 'policy', 'control', 'train', 'deploy'}
     args = {name: [a.name for a in g.arguments] for name, g in GRAPHS.items()}
-    assert args['control'] == ['robot', 'model', 'mode', 'namespace', 'use_sim_time', 'record']
+    assert args['control'] == ['robot', 'model', 'mode', 'namespace', 'use_sim_time', 'record',
+                               'composed']
     assert args['sim'] == ['robot', 'mode', 'namespace', 'use_sim_time']
     assert args['policy'] == ['robot', 'model', 'namespace', 'use_sim_time']
     assert args['stand'] == ['robot', 'seconds']
     defaults = GRAPHS['control'].defaults()
     assert defaults == {'robot': 'claw_quadruped', 'model': '', 'mode': 'realtime',
-                        'namespace': '', 'use_sim_time': 'true', 'record': ''}
+                        'namespace': '', 'use_sim_time': 'true', 'record': '',
+                        'composed': 'false'}
     # A policy alone usually drives hardware: wall time unless told otherwise.
     assert GRAPHS['policy'].defaults()['use_sim_time'] == 'false'
 
@@ -149,6 +151,42 @@ def test_ros_command_is_launch_ros_order(model):
                                         '-r', '__ns:=/']
     with pytest.raises(ValueError):
         ros_command(sim, None)  # inline parameters need their file
+
+
+def test_a_composed_control_loop_is_one_container_hosting_both_nodes_unrenamed(model):
+    sim, policy = resolve(GRAPHS['control'], {'model': str(model), 'namespace': 'r1',
+                                              'mode': 'lockstep'})
+    container, = resolve(GRAPHS['control'], {'model': str(model), 'namespace': 'r1',
+                                             'mode': 'lockstep', 'composed': 'true'})
+    assert (container.executable, container.name) == ('node_container', 'control_container')
+    assert container.hosts == ('/r1/sim_node', '/r1/policy_node')
+    assert container.param_files == sim.param_files + policy.param_files
+    assert container.parameters == {}
+    # Each node's inline parameters travel as its --node argument: nothing is lost or mixed.
+    args = list(container.arguments)
+    assert args[0::3] == ['--node', '--node'] and args[1::3] == ['sim_node', 'policy_node']
+    assert [json.loads(a) for a in args[2::3]] == [dict(sim.parameters), dict(policy.parameters)]
+    # Its --ros-args reach every node of the process: a __node remap would rename both.
+    cmd = ros_command(container, None)
+    assert cmd == [*args, '--ros-args', '-r', '__ns:=/r1', '--params-file',
+                   container.param_files[0], '--params-file', container.param_files[1]]
+    assert not any(a.startswith('__node:=') for a in cmd)
+
+
+@pytest.mark.parametrize('entry, words', [
+    (NodeEntry('sim_node', 'sim_node', remappings=(('imu', 'imu/data'),)), 'remappings would'),
+    (NodeEntry('sim_node', 'sim_a'), 'a renamed node would'),
+    (NodeEntry('claw_rl', 'claw_rl', arguments=('stand',), exits=True), 'arguments would'),
+])
+def test_a_node_whose_settings_would_reach_the_others_is_not_hosted(entry, words):
+    graph = Graph('c', 'test', (), lambda v: [composed('box', [entry])])
+    with pytest.raises(ConfigError, match=words) as info:
+        resolve(graph)
+    assert info.value.key == 'hosts' and "node 'box'" in info.value.source
+    sim = NodeEntry('sim_node', 'sim_node')
+    twice = Graph('c', 'test', (), lambda v: [composed('box', [sim, sim])])
+    with pytest.raises(ConfigError, match='hosts each node once'):
+        resolve(twice)
 
 
 def test_remappings_follow_the_parameters():

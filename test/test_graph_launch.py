@@ -171,3 +171,19 @@ def test_node_action_carries_remappings_and_arguments(fake_launch):
     assert as_resolved(action) == (node.executable, node.name, node.namespace, (),
                                    {'robot': 'claw_quadruped'},
                                    (('joint_commands', '/fwd/commands'),), ('--flag',))
+
+
+def test_a_composed_control_launch_is_one_unnamed_container(fake_launch, tmp_path, monkeypatch):
+    """launch_ros adds ``-r __node:=<name>`` for a named Node, which in a container would
+    rename every hosted node: the container goes unnamed, its nodes' parameters in its
+    arguments, their parameter files as paths."""
+    model = tmp_path / 'student.onnx'
+    model.write_bytes(b'onnx bytes')
+    monkeypatch.chdir(tmp_path)
+    overrides = {'model': 'student.onnx', 'mode': 'lockstep', 'composed': 'true'}
+    _, (box,) = launch('control', overrides)
+    resolved, = resolve(GRAPHS['control'], overrides)
+    assert box.kwargs['executable'] == 'node_container' and box.kwargs['name'] is None
+    assert box.kwargs['arguments'] == list(resolved.arguments)
+    assert [str(p) for p in box.kwargs['parameters']] == list(resolved.param_files)
+    assert isinstance(box.kwargs['on_exit'], Shutdown)

@@ -14,6 +14,7 @@ Plain Python: no rclpy, no launch import, so it is tested without ROS.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+import json
 import os
 from pathlib import Path
 import re
@@ -33,6 +34,7 @@ EXECUTABLES = {
     'actor_node': 'claw_rl_ros.nodes.actor_node',
     'trainer_node': 'claw_rl_ros.nodes.trainer_node',
     'recorder_node': 'claw_rl_ros.nodes.recorder_node',
+    'node_container': 'claw_rl_ros.nodes.node_container',
 }
 _NAME = re.compile(r'^[A-Za-z_][A-Za-z0-9_]*$')
 _TRUE, _FALSE = ('true', 'True', '1'), ('false', 'False', '0')
@@ -68,6 +70,14 @@ class NodeEntry:
     exits: bool = False
     respawn: bool = False
     respawn_delay: float = 1.0
+    # A node_container's nodes (see :func:`composed`): each resolved on its own, then hosted.
+    hosts: tuple['NodeEntry', ...] = ()
+
+
+def composed(name: str, entries: list[NodeEntry]) -> NodeEntry:
+    """One ``node_container`` process named ``name`` hosting ``entries`` under their own
+    names (:mod:`claw_rl_ros.nodes.node_container`)."""
+    return NodeEntry('node_container', name, hosts=tuple(entries))
 
 
 @dataclass(frozen=True)
@@ -84,6 +94,7 @@ class ResolvedNode:
     exits: bool
     respawn: bool = False
     respawn_delay: float = 1.0
+    hosts: tuple[str, ...] = ()  # a container's nodes (full names); it renames none of them
 
     @property
     def fqn(self) -> str:
@@ -137,6 +148,8 @@ def resolve(graph: Graph, values: Mapping[str, str] | None = None) -> list[Resol
 
 
 def _resolve_node(entry: NodeEntry, namespace: str, source: str) -> ResolvedNode:
+    if entry.hosts:
+        return _resolve_container(entry, namespace, source)
     where = f'{source} node {entry.name!r}'
     if entry.executable not in EXECUTABLES:
         raise ConfigError(where, 'executable', f'{entry.executable!r} is not installed by '
@@ -155,6 +168,35 @@ def _resolve_node(entry: NodeEntry, namespace: str, source: str) -> ResolvedNode
                         entry.exits, entry.respawn, float(entry.respawn_delay))
     files = tuple(str(_param_file(name, node, where)) for name in entry.param_files)
     return ResolvedNode(**{**node.__dict__, 'param_files': files})
+
+
+def _resolve_container(entry: NodeEntry, namespace: str, source: str) -> ResolvedNode:
+    """A node_container: its nodes resolved (and their parameter files checked) one by one,
+    then hosted (:func:`host`)."""
+    return host(entry.name, [_resolve_node(h, namespace, source) for h in entry.hosts],
+                f'{source} node {entry.name!r}')
+
+
+def host(name: str, hosted: list[ResolvedNode], where: str = 'node_container') -> ResolvedNode:
+    """One ``node_container`` process named ``name`` for resolved nodes of one namespace: each
+    passed as ``--node EXECUTABLE JSON``. Its ``--ros-args`` reach every node, so it renames
+    none, and a hosted node may not carry what would reach the others."""
+    for node in hosted:
+        extra = [k for k in ('remappings', 'arguments', 'exits', 'respawn', 'hosts')
+                 if getattr(node, k)]
+        if extra or node.name != node.executable:
+            raise ConfigError(where, 'hosts', f'{node.fqn} cannot be hosted: '
+                              f'{extra[0] if extra else "a renamed node"} would apply to every '
+                              'node of the process; start it as a process of its own')
+    if len({n.executable for n in hosted}) != len(hosted) or \
+            len({n.namespace for n in hosted}) != 1:
+        raise ConfigError(where, 'hosts', 'a container hosts each node once, all in one '
+                          'namespace')
+    arguments = tuple(a for n in hosted for a in
+                      ('--node', n.executable, json.dumps(dict(n.parameters), sort_keys=True)))
+    files = tuple(dict.fromkeys(f for n in hosted for f in n.param_files))
+    return ResolvedNode('node_container', name, hosted[0].namespace, files, {}, (), arguments,
+                        False, hosts=tuple(n.fqn for n in hosted))
 
 
 def _param_file(name: str, node: ResolvedNode, where: str) -> Path:
@@ -240,7 +282,7 @@ def ros_command(node: ResolvedNode, inline_params_file: str | None) -> list[str]
     [--params-file <inline>] -r <from>:=<to>...``; ``inline_params_file`` holds
     :func:`inline_params_yaml` (None when the node has no inline parameters).
     """
-    cmd = [*node.arguments, '--ros-args', '-r', f'__node:={node.name}',
+    cmd = [*node.arguments, '--ros-args', *([] if node.hosts else ['-r', f'__node:={node.name}']),
            '-r', f'__ns:={node.namespace}']
     for path in node.param_files:
         cmd += ['--params-file', path]

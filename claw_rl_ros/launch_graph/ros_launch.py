@@ -32,7 +32,9 @@ def node_action(node: ResolvedNode) -> Node:
         parameters.append(dict(node.parameters))
     ending = {'respawn': True, 'respawn_delay': node.respawn_delay} if node.respawn else \
         {'on_exit': Shutdown(reason=f'{node.fqn} exited')}
-    return Node(package=PACKAGE, executable=node.executable, name=node.name,
+    # A node_container hosts nodes under their own names: launch_ros renames none without one.
+    return Node(package=PACKAGE, executable=node.executable,
+                name=None if node.hosts else node.name,
                 namespace=node.namespace, parameters=parameters,
                 remappings=list(node.remappings), arguments=list(node.arguments),
                 output='screen', **ending)

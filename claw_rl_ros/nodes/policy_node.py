@@ -58,8 +58,8 @@ class PolicyNode(Node):
     """Parameters: :class:`~.node_params.PolicyParams` (``ros2 param describe``; all but
     ``model_path`` and ``model_sha256`` read-only), use_sim_time."""
 
-    def __init__(self):
-        super().__init__('policy_node')
+    def __init__(self, **node_options):  # (rclpy Node options: node_container)
+        super().__init__('policy_node', **node_options)
         self.marker = None
         p = declare(self, PolicyParams)
         robot, training = load_robot(p.robot), p.training

@@ -56,8 +56,8 @@ class RecorderNode(Node):
 
     rec: Recorder | None = None  # None: __init__ refused before it was built
 
-    def __init__(self):
-        super().__init__('recorder_node')
+    def __init__(self, **node_options):  # (rclpy Node options: node_container)
+        super().__init__('recorder_node', **node_options)
         p = declare(self, RecorderParams)
         path, topics = p.path, p.topics or list(TOPICS)
         robot = load_robot(p.robot)

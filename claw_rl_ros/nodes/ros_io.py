@@ -7,7 +7,7 @@ import faulthandler
 import gc
 import signal
 import sys
-from typing import Callable, Mapping
+from typing import Callable, Mapping, Sequence
 
 from builtin_interfaces.msg import Time
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
@@ -15,11 +15,10 @@ import numpy as np
 import rclpy
 from rclpy.clock import Clock, ClockType
 from rclpy.event_handler import PublisherEventCallbacks
-from rclpy.executors import ExternalShutdownException
+from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.experimental import EventsExecutor
 from rclpy.node import Node
-from rclpy.signals import (install_signal_handlers, SignalHandlerOptions,
-                           uninstall_signal_handlers)
+from rclpy.signals import uninstall_signal_handlers
 from rclpy.task import Future
 from std_msgs.msg import Header
 from rclpy.qos import (DurabilityPolicy, HistoryPolicy, qos_profile_sensor_data, QoSProfile,
@@ -130,8 +129,15 @@ def spin(make_node: Callable[[], Node], args: list[str] | None = None) -> int:
     The node's ``executor`` parameter (declared with its others, node_params.py) picks one of
     :data:`~..core.deploy.node_config.EXECUTORS`.
     """
+    return spin_nodes([make_node], args)
+
+
+def spin_nodes(factories: Sequence[Callable[[], Node]], args: list[str] | None = None,
+               kind: str | None = None) -> int:
+    """:func:`spin` for the nodes ``factories`` make, in one process on one executor (``kind``,
+    else the first node's ``executor`` parameter); exit code 1 if one refuses to start."""
     interrupted: list[int] = []
-    kind = ''
+    chosen = [kind or '']
     # A native crash (SIGSEGV, SIGBUS, SIGFPE, SIGABRT, SIGILL in MuJoCo, onnxruntime, torch or
     # the DDS) prints every Python thread's stack on stderr before the process dies: the
     # launcher's log then names the callback and the library call, not only the signal.
@@ -139,17 +145,21 @@ def spin(make_node: Callable[[], Node], args: list[str] | None = None) -> int:
 
     def on_sigint(signum, frame):
         interrupted.append(signum)
-        if kind != 'events':  # the events loop polls the flag instead
+        if chosen[0] != 'events':  # the events loop polls the flag instead
             signal.default_int_handler(signum, frame)
 
     # Installed before rclpy.init, so rclpy's own handler still runs first and chains to it.
     signal.signal(signal.SIGINT, on_sigint)
     rclpy.init(args=args)
+    nodes: list[Node] = []
     try:
-        node = make_node()
-        kind = node.get_parameter('executor').value  # one of EXECUTORS (declare)
+        for make_node in factories:
+            nodes.append(make_node())
+        chosen[0] = kind or nodes[0].get_parameter('executor').value  # one of EXECUTORS
     except (ValueError, RuntimeError) as exc:
         print(f'[FATAL] refusing to start: {exc}', file=sys.stderr, flush=True)
+        for node in reversed(nodes):
+            node.destroy_node()
         rclpy.try_shutdown()
         return 1
     # Start-up objects (models, MuJoCo, message types) move out of the collector's sight:
@@ -157,15 +167,21 @@ def spin(make_node: Callable[[], Node], args: list[str] | None = None) -> int:
     gc.collect()
     gc.freeze()
     try:
-        if kind == 'events':
-            # rclpy's SIGINT handler shuts the context down from another thread, under a
-            # running callback (its publish fails, logged as FATAL): here Ctrl-C only sets the
-            # flag, and the context goes down after the last callback.
+        if chosen[0] == 'events':
+            # rclpy's SIGINT and SIGTERM handlers shut the context down from another thread,
+            # under a running callback (its publish fails, logged as FATAL; nodes in one
+            # process that answer each other are always in one): here both only set the flag,
+            # and the context goes down after the last callback.
             uninstall_signal_handlers()
-            install_signal_handlers(SignalHandlerOptions.SIGTERM)
-            spin_events(node, interrupted)
+            signal.signal(signal.SIGTERM, lambda signum, frame: interrupted.append(signum))
+            spin_events(nodes, interrupted)
+        elif len(nodes) == 1:
+            rclpy.spin(nodes[0])
         else:
-            rclpy.spin(node)
+            executor = SingleThreadedExecutor()
+            for node in nodes:
+                executor.add_node(node)
+            executor.spin()
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     except Exception:  # noqa: BLE001 - judged by whether the context was already shut down
@@ -176,19 +192,26 @@ def spin(make_node: Callable[[], Node], args: list[str] | None = None) -> int:
         # pybind11 while a large message was being taken ("Unable to convert call argument"):
         # a clean stop.
     finally:
-        node.destroy_node()
+        for node in reversed(nodes):
+            node.destroy_node()
         rclpy.try_shutdown()
     return 0
 
 
-def spin_events(node: Node, interrupted: list) -> None:
-    """Spin ``node`` with rclpy's EventsExecutor until its context shuts down or
+def spin_events(nodes: Sequence[Node], interrupted: list) -> None:
+    """Spin ``nodes`` with rclpy's EventsExecutor until their context shuts down or
     ``interrupted`` (the Ctrl-C flag) is set."""
-    executor = EventsExecutor(context=node.context)
-    executor.add_node(node)
-    never = Future()
+    context = nodes[0].context
+    executor = EventsExecutor(context=context)
+    for node in nodes:
+        executor.add_node(node)
+    stop = Future()
+    # A slice does not end while callbacks keep coming (nodes in one process that answer each
+    # other, as a lockstep loop does, never leave the executor idle): a timer looks at the flag.
+    steady_timer(nodes[0], SPIN_SLICE_S,
+                 lambda: None if stop.done() or not interrupted else stop.set_result(True))
     try:
-        while node.context.ok() and not interrupted:
-            executor.spin_until_future_complete(never, SPIN_SLICE_S)
+        while context.ok() and not interrupted:
+            executor.spin_until_future_complete(stop, SPIN_SLICE_S)
     finally:
         executor.shutdown()

@@ -48,8 +48,8 @@ STATE_PUBLISH_QOS = {'reliable': RELIABLE_STATE_QOS, 'sensor_data': SENSOR_QOS}
 class SimNode(Node):
     """Parameters: :class:`~.node_params.SimParams` (``ros2 param describe``)."""
 
-    def __init__(self):
-        super().__init__('sim_node')
+    def __init__(self, **node_options):  # (rclpy Node options: node_container)
+        super().__init__('sim_node', **node_options)
         p = declare(self, SimParams)  # checked there
         robot = load_robot(p.robot)
         self.params, self.robot = p, robot
