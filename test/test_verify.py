@@ -149,16 +149,36 @@ def episode_draws(stdout: str) -> dict[str, str]:
     return {name.strip(): rest.split(' ', 1)[1] for name, rest in lines}
 
 
+def measured_rows(stdout: str) -> dict[str, str]:
+    """{check: value} of the table's rows the robot's motion decides (not the latency rows)."""
+    rows = [re.split(r'\s{2,}', line.strip()) for line in stdout.splitlines()
+            if re.match(r'^(tracking|fall|torque|joint-limit)', line)]
+    return {row[0]: row[1] for row in rows}
+
+
 def test_an_episode_draws_the_same_perturbations_on_any_number_of_graphs(
         ros_env, short_config, tmp_path):  # noqa: F811
     """--jobs shares the episodes among graphs; episode i's draws come from (seed, i), so the
-    same episodes are tested whatever the number (episode 2 runs on the second graph)."""
+    same episodes are tested whatever the number (episode 2 runs on the second graph), and
+    whether the nodes share a process (the default) or not (--processes): the same table."""
     model = shutil.copy(WALKER, tmp_path / 'student.onnx')
     one = run_verify(model, short_config, ros_env, '--jobs', '1', '--episodes', '3')
     two = run_verify(model, short_config, ros_env, '--jobs', '2', '--episodes', '3')
-    assert one.returncode == 0 and two.returncode == 0, one.stdout + two.stdout + two.stderr
+    apart = run_verify(model, short_config, ros_env, '--jobs', '1', '--episodes', '3',
+                       '--processes')
+    for run in (one, two, apart):
+        assert run.returncode == 0, run.stdout + run.stderr
+    assert '(lockstep, one process)' in one.stdout
+    assert '(lockstep, two processes)' in apart.stdout
     assert sorted(episode_draws(one.stdout)) == ['episode 1', 'episode 2', 'episode 3']
     assert episode_draws(two.stdout) == episode_draws(one.stdout)
+    # Lockstep on sim time: the same episodes on the same graphs end the same (to the digit
+    # here; the margin is for a stall longer than the sim's command timeout on a loaded machine).
+    assert episode_draws(apart.stdout) == episode_draws(one.stdout)
+    rows, rows_apart = measured_rows(one.stdout), measured_rows(apart.stdout)
+    assert len(rows) == 6 and rows_apart.keys() == rows.keys()
+    assert all(abs(float(rows_apart[k]) - float(rows[k])) <= 0.005 for k in rows), \
+        (rows, rows_apart)
     assert len(set(episode_draws(one.stdout).values())) == 3  # each episode its own draws
     other_seed = run_verify(model, short_config, ros_env, '--jobs', '2', '--episodes', '3',
                             '--seed', '1')
@@ -294,6 +314,11 @@ def test_the_verify_graph_stands_the_sim_on_the_tile(robot):
     flat = [n for n in verify_nodes(str(WALKER), 'claw_quadruped', Path('v.yaml'), 3)
             if n.executable == 'sim_node'][0]
     assert 'terrain' not in flat.parameters
+    # Composed (claw-rl verify's default), the container carries the same sim parameters.
+    box, = verify_nodes(str(WALKER), 'claw_quadruped', Path('v.yaml'), 3, tile, composed=True)
+    args = list(box.arguments)
+    assert box.executable == 'node_container' and args[1::3] == ['sim_node', 'policy_node']
+    assert json.loads(args[2]) == dict(sims[0].parameters)
 
 
 def test_verify_prints_a_row_per_terrain_tile(ros_env, short_config, tmp_path):  # noqa: F811

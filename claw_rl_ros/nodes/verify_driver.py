@@ -56,6 +56,7 @@ class VerifyDriver:
         rclpy.init(context=self.context, **({} if domain_id is None else
                                             {'domain_id': domain_id}))
         self.node = n = Node(name, context=self.context)
+        self.closed = False
         self.paused_status: dict[str, str] = {}
         self.answered: set[str] = set()  # services that have replied to this driver
         # The sim's services' clients, made now: their discovery runs while the nodes start.
@@ -178,6 +179,10 @@ class VerifyDriver:
                           self.paused_status)
 
     def close(self) -> None:
+        """Stop spinning and destroy the node (once; later calls do nothing)."""
+        if self.closed:
+            return
+        self.closed = True
         self.context.try_shutdown()
         self.thread.join(timeout=5)
         self.node.destroy_node()

@@ -1,9 +1,10 @@
 """The sim2sim gate's scoring: episodes measured through the ROS path -> a pass/fail table.
 
-``claw-rl verify`` runs the exported student in the real sim_node + policy_node processes under
-the perturbations of ``config/verify.yaml`` (its ``env:`` section is the sim node's env config)
-and hands the measurements of each episode to this module, which knows no ROS. The thresholds
-(``verify:`` section, :class:`VerifyConfig`) and why they are where they are:
+``claw-rl verify`` runs the exported student in the real sim_node + policy_node (one process,
+or two) under the perturbations of ``config/verify.yaml`` (its ``env:`` section is the sim
+node's env config) and hands the measurements of each episode to this module, which knows no
+ROS. The thresholds (``verify:`` section, :class:`VerifyConfig`) and why they are where they
+are:
 
 * tracking error at ``command_vx`` (mean |command - body velocity| after ``settle_s``, episodes
   without a fall): vx <= 0.15 m/s (30 % of 0.5 m/s; the trained student is ~0.05 under the
