@@ -3,7 +3,9 @@
 1. lockstep sim_node <-> policy_node control steps/s next to bare two-process rclpy
    JointState ping-pongs (both executors, same machine, same run), the same ping-pong with a
    lockstep step's messages, and the ceiling 1 / (the nodes' own work + the faster bare round
-   trip), own work timed in process and inside the running nodes: target >= 80 %.
+   trip), own work timed in process and inside the running nodes: target >= 80 %; then the
+   same loop with both nodes in one process (node_container's way: no hop between processes).
+   ``--lockstep-only``: this part alone.
 2. realtime 50 Hz for ``--seconds`` with ``--swaps`` hot swaps: joint_states -> command latency
    p50/p99 (measured by the sim node: state publish -> command arrival), missed ticks, and each
    swap's activation time (set_parameters request -> reply, and -> model_version message); then
@@ -14,9 +16,11 @@
    tracking error and falls at 0.5 m/s through the realtime loop next to the in-process
    evaluation.
 6. with ``--verify-gate``: ``claw-rl verify`` (10 episodes x 10 s) on ``--gate-model`` for each
-   ``--gate-jobs``, its whole command's wall time (start-up, resets, shut-down included) as
-   control steps/s next to the lockstep loop's steps/s on the same model, in ``--rounds``
-   interleaved rounds: target >= 80 %; and each run's verdict rows side by side.
+   ``--gate-jobs``, with both nodes in one process (its default) and in two
+   (``--processes``), its whole command's wall time (start-up, resets, shut-down included) as
+   control steps/s next to the steps/s of the lockstep loop it runs (one process or two) on the
+   same model, in ``--rounds`` interleaved rounds: target >= 80 %; and each run's verdict rows
+   side by side.
 5. with ``--qos-compare``: part 2 (no swaps) for each QoS of the sim's state (sim_node
    ``state_qos`` x policy_node ``state_qos``), in ``--rounds`` interleaved rounds, with
    ``--load`` busy processes competing for the cores; prints latency p50/p99 and missed ticks
@@ -146,6 +150,49 @@ def ping_pong(role: str, seconds: float, executor: str, pipelined: bool,
     print(json.dumps({'round_trips_per_s': count[0] / (time.monotonic() - start)}), flush=True)
 
 
+def composed_lockstep(model: Path, seconds: float) -> None:
+    """Child process: the lockstep loop with sim_node and policy_node in this one process on one
+    EventsExecutor (the nodes' code unchanged, still talking over DDS: Fast DDS delivers
+    within a process without its shared-memory transport), so the step pays no process hop.
+    Prints the control steps/s over ``seconds`` after a 2 s warm-up, and the own work the nodes
+    measured, as JSON. Stopped by a steady timer: a spin slice never ends while the loop is
+    busy, and here it always is."""
+    import rclpy
+    from rclpy.experimental import EventsExecutor
+    from rclpy.task import Future
+    from claw_rl_ros.nodes.policy_node import PolicyNode
+    from claw_rl_ros.nodes.ros_io import steady_timer
+    from claw_rl_ros.nodes.sim_node import SimNode
+    with tempfile.NamedTemporaryFile('w', suffix='.yaml', delete=False) as f:
+        f.write('sim_node:\n  ros__parameters:\n    mode: lockstep\n    command_timeout_s: 0.2\n'
+                'policy_node:\n  ros__parameters:\n    use_sim_time: true\n'
+                f'    model_path: {json.dumps(str(model))}\n')
+    rclpy.init(args=['--ros-args', '--params-file', f.name])
+    os.unlink(f.name)
+    sim, policy = SimNode(), PolicyNode()
+    spinner = EventsExecutor()
+    spinner.add_node(sim), spinner.add_node(policy)
+    done, marks, t0 = Future(), [], time.monotonic()
+
+    def sample():  # (wall, sim time) at the warm-up's end and at the end
+        now = time.monotonic()
+        if (not marks and now - t0 > 2.0) or (marks and now - marks[0][0] > seconds):
+            marks.append((now, sim.sim.time))
+        if len(marks) == 2:
+            done.set_result(True)
+    steady_timer(sim, 0.05, sample)
+    # (With no timeout rclpy's EventsExecutor spins without running a callback, 2026-12-06.)
+    spinner.spin_until_future_complete(done, seconds + 60.0)
+    (w0, s0), (w1, s1) = marks
+    print(json.dumps({'steps_per_s': (s1 - s0) / 0.02 / (w1 - w0),
+                      'sim_ms': sim.step_cpu.summary('step_cpu')['step_cpu_p50_ms'],
+                      'policy_ms': policy.tick_cpu.summary('tick_cpu')['tick_cpu_p50_ms']}),
+          flush=True)
+    spinner.shutdown()
+    policy.destroy_node(), sim.destroy_node()
+    rclpy.try_shutdown()
+
+
 class Bench:
     """Starts nodes in an isolated ROS graph and watches them through a probe node."""
 
@@ -208,6 +255,14 @@ class Bench:
                                         'policy_ms': float(pol['tick_cpu_p50_ms'])}
         finally:
             policy.stop(), sim.stop()
+
+    def composed(self, model: Path, seconds: float) -> dict:
+        """:func:`composed_lockstep` in a child process of this graph."""
+        out = subprocess.run([sys.executable, __file__, '--role', 'composed', '--model',
+                              str(model), '--lockstep-seconds', str(seconds)], env=self.env,
+                             capture_output=True, text=True, timeout=seconds + 120,
+                             check=True).stdout
+        return json.loads(out.strip().splitlines()[-1])
 
     def swap(self, path: Path) -> dict:
         from std_msgs.msg import UInt8MultiArray
@@ -361,6 +416,7 @@ def control_numbers(bench: Bench, models: list[Path], args) -> None:
     pp_piped = bench.ping_pong(args.lockstep_seconds, pipelined=True)
     pp_loop = bench.ping_pong(args.lockstep_seconds, 'events', loop_messages=True)
     ls, live = bench.lockstep(models[0], args.lockstep_seconds)
+    composed = bench.composed(models[0], args.lockstep_seconds)
     work = compute_per_step(models[0])
     print(f'lockstep: {ls:.0f} control steps/s vs bare rclpy ping-pong {pp:.0f} round '
           f'trips/s: {100 * ls / pp:.0f} %; the same ping-pong on the EventsExecutor the nodes '
@@ -382,6 +438,15 @@ def control_numbers(bench: Bench, models: list[Path], args) -> None:
               f'{step - own:.3f} ms against a bare round trip of {round_trip:.3f} ms; ceiling '
               f'1 / (own + round trip) = {ceiling:.0f} steps/s: lockstep at '
               f'{100 * ls / ceiling:.0f} % (target >= 80 %)', flush=True)
+    # The same loop without the process hop: what a transport in one process could reach.
+    c, in_process = composed['steps_per_s'], work['sim_ms'] + work['policy_ms']
+    print(f'  both nodes in one process (one EventsExecutor, still over DDS): {c:.0f} control '
+          f'steps/s = {1e3 / c:.3f} ms a step, {c / ls:.2f}x the two processes; own work '
+          f'inside it {composed["sim_ms"] + composed["policy_ms"]:.3f} ms; against the ceiling '
+          f'with the in-process own work {100 * c * (round_trip + in_process) / 1e3:.0f} %',
+          flush=True)
+    if args.lockstep_only:
+        return
     print(f'swap transport ({moved["model_bytes"]} B): uint8[] topic '
           f'{moved["uint8_topic_ms"]:.2f} ms vs BYTE_ARRAY parameter '
           f'{moved["byte_array_param_ms"]:.1f} ms to serialise '
@@ -444,41 +509,51 @@ def verify_gate(bench: Bench, args) -> None:
     dt = load_robot().control_dt  # (the gate model's robot: the package's claw quadruped)
     domain = int(bench.env['ROS_DOMAIN_ID'])
     for k in range(args.rounds):
-        ls = bench.lockstep(args.gate_model, args.lockstep_seconds)[0]
-        print(f'round {k + 1}: lockstep {ls:.0f} control steps/s ({args.gate_model.name}, '
+        # Each gate against the loop it runs: one process (the default) or two (--processes).
+        loops = {'one process': bench.composed(args.gate_model,
+                                               args.lockstep_seconds)['steps_per_s'],
+                 'two processes': bench.lockstep(args.gate_model, args.lockstep_seconds)[0]}
+        said_loops = ', '.join(f'{v:.0f} control steps/s in {n}' for n, v in loops.items())
+        print(f'round {k + 1}: lockstep {said_loops} ({args.gate_model.name}, '
               f'{args.lockstep_seconds:g} s after warm-up)', flush=True)
         for jobs in args.gate_jobs:
-            model = Path(shutil.copy(args.gate_model, bench.workdir / f'gate_{k}_{jobs}.onnx'))
-            start = time.monotonic()
-            run = subprocess.run([sys.executable, '-m', 'claw_rl_ros.cli', 'verify', '--model',
-                                  str(model), '--jobs', str(jobs), '--domain-id',
-                                  str(domain + 1)], env=bench.env, capture_output=True,
-                                 text=True, timeout=600)
-            wall = time.monotonic() - start
-            if not model.with_suffix('.verify.json').is_file():
-                print(f'  verify --jobs {jobs} failed (exit {run.returncode}):\n{run.stdout}'
-                      f'{run.stderr}', flush=True)
-                continue
-            table = {r['check']: r for r in json.loads(
-                model.with_suffix('.verify.json').read_text())['table']}
-            steps = cfg.episodes * round(cfg.episode_s / dt)
-            rows = ', '.join(f'{name.split(" (")[0].replace("tracking error ", "")} '
-                             f'{r["value"]:.3f}' for name, r in table.items()
-                             if name.startswith(('tracking error v', 'fall rate')))
-            # Where the time went, as the gate says it: its graphs' start-up, then the episodes.
-            said = re.search(r'running after ([\d.]+)-([\d.]+) s, [\d,]+ steps in the next '
-                             r'([\d.]+) s', run.stdout)
-            phases = f'; graphs up after {said[1]}-{said[2]} s of it, the episodes then at ' \
-                f'{steps / float(said[3]):.0f} steps/s = ' \
-                f'{100 * steps / float(said[3]) / ls:.0f} % of lockstep' if said else ''
-            print(f'  verify --jobs {jobs}: {steps} steps in {wall:.2f} s of the whole command ='
-                  f' {steps / wall:.0f} steps/s = {100 * steps / wall / ls:.0f} % of lockstep '
-                  f'(target >= 80 %){phases}; exit {run.returncode}; {rows}', flush=True)
+            for mode, flag in (('one process', []), ('two processes', ['--processes'])):
+                ls = loops[mode]
+                model = Path(shutil.copy(args.gate_model,
+                                         bench.workdir / f'gate_{k}_{jobs}_{len(flag)}.onnx'))
+                start = time.monotonic()
+                run = subprocess.run([sys.executable, '-m', 'claw_rl_ros.cli', 'verify',
+                                      '--model', str(model), '--jobs', str(jobs), '--domain-id',
+                                      str(domain + 1), *flag], env=bench.env,
+                                     capture_output=True, text=True, timeout=600)
+                wall = time.monotonic() - start
+                name = f'verify --jobs {jobs}{" --processes" if flag else ""}'
+                if not model.with_suffix('.verify.json').is_file():
+                    print(f'  {name} failed (exit {run.returncode}):\n{run.stdout}'
+                          f'{run.stderr}', flush=True)
+                    continue
+                table = {r['check']: r for r in json.loads(
+                    model.with_suffix('.verify.json').read_text())['table']}
+                steps = cfg.episodes * round(cfg.episode_s / dt)
+                rows = ', '.join(f'{name.split(" (")[0].replace("tracking error ", "")} '
+                                 f'{r["value"]:.3f}' for name, r in table.items()
+                                 if name.startswith(('tracking error v', 'fall rate')))
+                # Where the time went, as the gate says it: its graphs' start-up, the episodes.
+                said = re.search(r'running after ([\d.]+)-([\d.]+) s, [\d,]+ steps in the '
+                                 r'next ([\d.]+) s', run.stdout)
+                phases = f'; graphs up after {said[1]}-{said[2]} s of it, the episodes then ' \
+                    f'at {steps / float(said[3]):.0f} steps/s = ' \
+                    f'{100 * steps / float(said[3]) / ls:.0f} % of lockstep' if said else ''
+                print(f'  {name}: {steps} steps in {wall:.2f} s of the whole command = '
+                      f'{steps / wall:.0f} steps/s = {100 * steps / wall / ls:.0f} % of lockstep '
+                      f'in {mode} (target >= 80 %){phases}; exit {run.returncode}; {rows}',
+                      flush=True)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument('--role', choices=['ping', 'pong'])
+    parser.add_argument('--role', choices=['ping', 'pong', 'composed'])
+    parser.add_argument('--model', type=Path, help='the composed role\'s model')
     parser.add_argument('--executor', default='single_threaded',
                         choices=['single_threaded', 'events'])
     parser.add_argument('--pipelined', action='store_true')
@@ -492,6 +567,8 @@ def main() -> None:
     parser.add_argument('--walk-modes', nargs='+', default=['realtime'],
                         choices=['realtime', 'lockstep'])
     parser.add_argument('--only-walk', action='store_true', help='skip parts 1-3')
+    parser.add_argument('--lockstep-only', action='store_true',
+                        help='part 1 only (no realtime, swaps or walk)')
     parser.add_argument('--qos-compare', action='store_true', help='part 5 only')
     parser.add_argument('--rounds', type=int, default=2)
     parser.add_argument('--load', type=int, default=0, help='busy processes (part 5)')
@@ -501,6 +578,8 @@ def main() -> None:
     parser.add_argument('--gate-jobs', type=int, nargs='+', default=[1, 2],
                         help='claw-rl verify --jobs values compared (part 6)')
     args = parser.parse_args()
+    if args.role == 'composed':
+        return composed_lockstep(args.model, args.lockstep_seconds)
     if args.role:
         return ping_pong(args.role, args.lockstep_seconds if args.role == 'ping' else 0,
                          args.executor, args.pipelined, args.loop_messages)
@@ -520,7 +599,7 @@ def main() -> None:
             qos_compare(bench, models, args)
         elif not args.only_walk:
             control_numbers(bench, models, args)
-        if args.qos_compare or args.verify_gate:
+        if args.qos_compare or args.verify_gate or args.lockstep_only:
             pass
         elif args.student is not None and args.student.is_file():
             for mode in args.walk_modes:
