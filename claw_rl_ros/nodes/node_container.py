@@ -88,8 +88,9 @@ def main(args=None) -> None:
     argv = remove_ros_args(sys.argv if args is None else args)[1:]
     factories = [factory(executable, overrides)
                  for executable, overrides in hosted_nodes(argv)]
-    # The EventsExecutor always: the composed loop's speed is its (rclpy's default executor
-    # runs the lockstep loop at about half its rate in one process).
+    # The EventsExecutor always, whatever the hosted nodes' executor parameter says: the
+    # composed loop's speed is its (rclpy's default executor runs the lockstep loop at about
+    # half its rate in one process: 1,240 against 2,160-2,410 steps/s, 2026-12-06).
     exit_without_teardown(spin_nodes(factories, args, kind='events'))
 
 
