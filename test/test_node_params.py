@@ -18,8 +18,8 @@ from rclpy.parameter import Parameter, parameter_value_to_python
 import pytest
 import yaml
 
-from claw_rl_ros.core.deploy.node_config import (default_of, PARAMETERS, PolicyParams,
-                                                 SafetyParams, SimParams)
+from claw_rl_ros.core.deploy.node_config import (ActorParams, default_of, PARAMETERS,
+                                                 PolicyParams, SafetyParams, SimParams)
 from claw_rl_ros.core.deploy.safety import SafetyConfig
 from claw_rl_ros.launch_graph.description import resolve
 from claw_rl_ros.launch_graph.graphs import GRAPHS
@@ -261,8 +261,17 @@ def test_a_parameter_of_the_wrong_type_is_refused_by_name_without_a_traceback(
     (lambda: SimParams(diagnostics_period_s=0.0), 'parameter diagnostics_period_s = 0.0; use'),
     (lambda: PolicyParams(diagnostics_period_s=float('inf')),
      'parameter diagnostics_period_s = inf; use 0.05 to 60 s'),
+    (lambda: SimParams(command_timeout_s=float('nan')), 'parameter command_timeout_s = nan; use'),
+    (lambda: SimParams(command_timeout_s=0.0), 'parameter command_timeout_s = 0.0; use seconds'),
+    (lambda: SimParams(command_timeout_s=61.0), 'parameter command_timeout_s = 61.0; use'),
+    (lambda: SimParams(real_time_factor=float('inf')), 'parameter real_time_factor = inf; use'),
+    (lambda: SimParams(real_time_factor=float('nan')), 'parameter real_time_factor = nan; use'),
+    (lambda: PolicyParams(max_model_bytes=0), 'parameter max_model_bytes = 0; use a size cap'),
+    (lambda: ActorParams(max_model_bytes=-1), 'parameter max_model_bytes = -1; use a size cap'),
 ])
 def test_the_episode_and_status_parameters_refuse_a_bad_value_by_name(make, words):
     with pytest.raises(ValueError, match=re.escape(words)):
         make()
     assert SimParams(pause_after_s=600.0, episode_seed=0).pause_after_s == 600.0
+    assert SimParams(command_timeout_s=60.0, real_time_factor=100.0).command_timeout_s == 60.0
+    assert PolicyParams(max_model_bytes=1).max_model_bytes == 1

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+import math
 import typing
 
 from .episode_record import MAX_EPISODE_S
@@ -86,6 +87,14 @@ def check_episode_seed(value: int) -> None:
                          'episode number >= 0')
 
 
+def check_model_bytes(value: int) -> None:
+    """ValueError naming the parameter unless 1 <= value <= 2 GiB (protobuf's own limit): a
+    cap below 1 would refuse every model, at the first push instead of at start-up."""
+    if not 1 <= value <= 2 ** 31:
+        raise ValueError(f'parameter max_model_bytes = {value!r}; use a size cap of 1 to '
+                         f'{2 ** 31} bytes (default {DEFAULT_MAX_MODEL_BYTES})')
+
+
 def check_diagnostics_period(value: float) -> None:
     """ValueError naming the parameter unless 0.05 <= value <= 60 (NaN and inf too)."""
     if not 0.05 <= value <= 60.0:
@@ -146,9 +155,14 @@ class SimParams:
         if self.seed < 0:
             raise ValueError(f'parameter seed = {self.seed!r}; use an integer >= 0 (numpy '
                              'seeds are non-negative)')
-        if not self.real_time_factor > 0:
+        if not 0 < self.real_time_factor < math.inf:  # (NaN fails too)
             raise ValueError(f'parameter real_time_factor = {self.real_time_factor!r}; use sim '
                              'seconds per wall second > 0 (1.0 = realtime)')
+        # NaN would never time a command out (a stale target held for ever), <= 0 would
+        # always do (and is no timer period in lockstep).
+        if not 0 < self.command_timeout_s <= 60.0:
+            raise ValueError(f'parameter command_timeout_s = {self.command_timeout_s!r}; use '
+                             'seconds > 0, at most 60 (default 0.25)')
         if self.training and self.terrain:
             raise ValueError(f'parameter terrain = {self.terrain!r} with training: the train '
                              "config's env.terrain places the world; set it there and leave "
@@ -202,6 +216,7 @@ class PolicyParams(SafetyParams):
 
     def __post_init__(self):
         check_diagnostics_period(self.diagnostics_period_s)
+        check_model_bytes(self.max_model_bytes)
 
 
 @dataclass(frozen=True)
@@ -255,6 +270,9 @@ class ActorParams:
                                     'new model (a chunk was lost) [s]')
     model_sha256: str = param('', MODEL_SHA, read_only=False)
     executor: str = param('single_threaded', EXECUTOR, choices=EXECUTORS)
+
+    def __post_init__(self):
+        check_model_bytes(self.max_model_bytes)
 
 
 @dataclass(frozen=True)
