@@ -53,13 +53,19 @@ def test_a_container_runs_the_lockstep_loop_and_stops_cleanly(
             assert bad not in out, out
 
 
+@pytest.mark.parametrize('extra, words', [
+    (', "robot": "no_such_robot"', 'no_such_robot'),
+    # rcl ignores a parameter no node declares; here it is a typo, said by name.
+    (', "modle_path": "m.onnx"', "policy_node has no parameter 'modle_path'; its parameters "
+     'are autostart,'),
+])
 def test_a_hosted_node_that_refuses_its_configuration_ends_the_container_with_status_1(
-        ros_env, robot, tmp_path):  # noqa: F811
+        ros_env, robot, tmp_path, extra, words):  # noqa: F811
     log = tmp_path / 'refused.log'
-    proc = container(ros_env, log, good_model(robot, tmp_path / 'm.onnx'),
-                     ', "robot": "no_such_robot"')
+    proc = container(ros_env, log, good_model(robot, tmp_path / 'm.onnx'), extra)
     assert proc.wait(timeout=60) == 1, log.read_text()
-    assert '[FATAL] refusing to start' in log.read_text() and 'no_such_robot' in log.read_text()
+    assert '[FATAL] refusing to start' in log.read_text() and words in log.read_text()
+    assert 'Traceback' not in log.read_text()
 
 
 @pytest.mark.parametrize('argv, named', [

@@ -78,10 +78,21 @@ def hosted_nodes(argv: list[str]) -> list[tuple[str, list[Parameter]]]:
 
 
 def factory(executable: str, overrides: list[Parameter]):
-    """A callable that makes the hosted node with ``overrides`` over its parameter files."""
+    """A callable that makes the hosted node with ``overrides`` over its parameter files; a
+    name the node does not declare is refused (ValueError), not ignored as rcl ignores it."""
     module, name = HOSTABLE[executable]
     node_class = getattr(importlib.import_module(module), name)
-    return lambda: node_class(parameter_overrides=overrides)
+
+    def make():
+        node = node_class(parameter_overrides=overrides)
+        unknown = sorted(p.name for p in overrides if not node.has_parameter(p.name))
+        if unknown:
+            names = sorted(node.list_parameters([], 0).names)
+            node.destroy_node()
+            raise ValueError(f'--node {executable}: {executable} has no parameter '
+                             f'{unknown[0]!r}; its parameters are {", ".join(names)}')
+        return node
+    return make
 
 
 def main(args=None) -> None:
