@@ -15,7 +15,7 @@ import numpy as np
 import rclpy
 from rclpy.clock import Clock, ClockType
 from rclpy.event_handler import PublisherEventCallbacks
-from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
+from rclpy.executors import ExternalShutdownException
 from rclpy.experimental import EventsExecutor
 from rclpy.node import Node
 from rclpy.signals import uninstall_signal_handlers
@@ -175,10 +175,8 @@ def spin_nodes(factories: Sequence[Callable[[], Node]], args: list[str] | None =
             uninstall_signal_handlers()
             signal.signal(signal.SIGTERM, lambda signum, frame: interrupted.append(signum))
             spin_events(nodes, interrupted)
-        elif len(nodes) == 1:
-            rclpy.spin(nodes[0])
-        else:
-            executor = SingleThreadedExecutor()
+        else:  # rclpy.spin for any number of nodes (on the global executor, as it does)
+            executor = rclpy.get_global_executor()
             for node in nodes:
                 executor.add_node(node)
             executor.spin()
