@@ -6,7 +6,8 @@ the same and they still talk over DDS, where Fast DDS delivers within a process 
 shared-memory transport. What goes is the hop between processes: the lockstep loop (sim_node +
 policy_node) runs ~1.35x the control steps/s of two processes on 2 cores
 (``bench/ros_control.py``). It is for simulation (the ``control`` graph's ``composed``
-argument, ``claw-rl verify --composed``); on a robot the policy node runs in its own process.
+argument; ``claw-rl verify``'s default, ``--processes`` for two); on a robot the policy node
+runs in its own process.
 
 Usage::
 
