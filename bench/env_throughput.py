@@ -33,12 +33,17 @@ alternating rounds.
 (``env.randomization.worlds_per_model`` 1) and with 4, 8 and 16 worlds per copy
 (core/sim/model_variants.py), flat and terrain + scan, alternating rounds, each over 1's median.
 
+``--collision``: env steps/s at 256 worlds on flat, on the heightfield terrain and on box
+ground (``env.terrain.collision: boxes``, core/sim/ground.py), scan on, alternating rounds, each
+over flat's median.
+
 ``--chunks``: env steps/s at 256 worlds with the rollout's thread-pool task size (worlds per
 task) at 2, 4, 8 (the default on 2 threads) and 32 (the earlier default), alternating rounds,
 each over 32's median.
 
     .venv/bin/python bench/env_throughput.py [--sizes 1 16 64 256] [--seconds 3] [--rounds 3]
         [--warmstart] [--profile] [--chunks] [--visuals] [--noslip] [--shared-models]
+        [--collision]
 """
 
 import argparse
@@ -65,9 +70,11 @@ from claw_rl_ros.core.sim.robot import load_robot
 # speed: MuJoCo tests a claw against every triangular prism under it, and a finer grid puts
 # more prism edges under each claw (more narrow-phase calls and contacts).
 SCAN = {'enabled': True, 'height_scan': {'enabled': True}}
+BOXES = {**SCAN, 'collision': 'boxes'}
 TERRAIN = {'flat': {}, 'terrain': {'enabled': True}, 'terrain + scan': SCAN,
            'scan, cell 0.3 H': {**SCAN, 'horizontal_scale': 0.3},
-           'scan, cell 0.4 H': {**SCAN, 'horizontal_scale': 0.4}}
+           'scan, cell 0.4 H': {**SCAN, 'horizontal_scale': 0.4},
+           'scan, box ground': BOXES}
 
 
 # The env as the main job runs it (worlds sharing randomised model copies as its config says),
@@ -216,6 +223,19 @@ def terrain_rates(num_envs: int, seconds: float, rounds: int) -> dict[str, float
     return {name: float(np.median(v)) for name, v in rates.items()}
 
 
+def collision_ab(seconds: float, rounds: int) -> None:
+    """Flat vs terrain + scan on the heightfield vs on box ground (env.terrain.collision),
+    256 worlds, alternating rounds; each median over flat's."""
+    share = {'worlds_per_model': TERRAIN_JOB_SHARE}
+    rates = alternating_rates({name: make_env(256, name, randomization=share) for name in
+                               ('flat', 'terrain + scan', 'scan, box ground')}, seconds, rounds)
+    flat = float(np.median(rates['flat']))
+    for name, values in rates.items():
+        print(f'{name:>17}: ' + ', '.join(f'{v:,.0f}' for v in values)
+              + f' /s, median {np.median(values):,.0f} ({np.median(values) / flat:.1%} of flat)')
+    print('(goal: terrain + scan >= 70 % of flat)')
+
+
 def warmstart_comparison(floor: str, calls: int = 200, num_envs: int = 256,
                          reps: int = 3) -> dict[str, float]:
     """Cold vs carried solver warm start on the env's worlds (module docstring)."""
@@ -361,7 +381,12 @@ def main() -> None:
                         'noslip pass off and on (env.noslip_iterations 0 vs 3)')
     parser.add_argument('--shared-models', action='store_true', help='only 256 worlds with '
                         '1, 4, 8 and 16 worlds per randomised model copy')
+    parser.add_argument('--collision', action='store_true', help='only 256 worlds on flat, '
+                        'on the heightfield terrain and on box ground (scan on)')
     args = parser.parse_args()
+    if args.collision:
+        collision_ab(args.seconds, args.rounds)
+        return
     if args.shared_models:
         shared_models_ab(args.seconds, args.rounds)
         return

@@ -109,9 +109,13 @@ def test_the_card_names_the_terrain_it_was_trained_and_verified_on(exported, rob
     text = policy_card(model)
     assert ('- trained on: terrain tiles (rough 0.25, stairs_up 0.75), 10 levels, curriculum '
             'on, from levels <= 0, seed 3; top level: rough 0.15 H, slopes 20 deg, steps 0.2 H, '
-            'obstacles 0.25 H (H: standing height)') in text
+            'obstacles 0.25 H (H: standing height); steps as heightfield ramps (one cell '
+            'wide)') in text
     assert '- verified on: the flat plane (the table below), and terrain tiles:' in text
     assert '  - stairs_up:9 (seed 1000): falls 0/10, vx error 0.0812 m/s: PASS' in text
     assert '  - rough:9 (seed 1000): falls 4/10, vx error n/a m/s: FAIL' in text
+    boxes = export_onnx(policy, robot, tmp_path / 'boxes.onnx', extra_metadata={
+        'terrain': to_dict(from_dict(TerrainConfig, {'enabled': True, 'collision': 'boxes'}))})
+    assert '; steps as boxes (vertical risers)' in policy_card(boxes)
     plain = export_onnx(policy, robot, tmp_path / 'old.onnx')
     assert '- trained on: not recorded in the model' in policy_card(plain)

@@ -83,6 +83,10 @@ def _verification(model: Path, sha256: str) -> list[str]:
     return lines
 
 
+# How the flat, stairs and obstacle tiles were built (env.terrain.collision).
+_GROUND = {'heightfield': 'heightfield ramps (one cell wide)', 'boxes': 'boxes (vertical risers)'}
+
+
 def _trained_on(meta: dict[str, str]) -> str:
     """The ground of the training run, from the export metadata's ``terrain`` (env.terrain)."""
     if 'terrain' not in meta:
@@ -97,7 +101,8 @@ def _trained_on(meta: dict[str, str]) -> str:
     return (f'terrain tiles ({shares}), {t.get("num_levels")} levels, {curriculum}, seed '
             f'{t.get("seed")}; top level: rough {_fmt(t.get("rough_height"))} H, slopes '
             f'{_fmt(t.get("slope_deg"))} deg, steps {_fmt(t.get("step_height"))} H, obstacles '
-            f'{_fmt(t.get("obstacle_height"))} H (H: standing height)')
+            f'{_fmt(t.get("obstacle_height"))} H (H: standing height); steps as '
+            f'{_GROUND.get(t.get("collision", "heightfield"), "?")}')
 
 
 def _verified_on(model: Path) -> list[str]:

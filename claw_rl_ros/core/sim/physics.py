@@ -14,9 +14,10 @@ import mujoco
 from mujoco import rollout
 import numpy as np
 
+from .ground import GroundPool, pool_geoms
 from .robot import RobotSpec
-from .scene import (build_model, FLOOR, joint_addresses, lowest_foot_points, sensor_slices,
-                    standing_qpos)
+from .scene import (build_model, FLOOR, is_ground, joint_addresses, lowest_foot_points,
+                    sensor_slices, standing_qpos)
 from .terrain import Terrain
 
 STATE_SPEC = mujoco.mjtState.mjSTATE_FULLPHYSICS
@@ -53,6 +54,16 @@ class BatchedPhysics:
                                  solver_ls_iterations=solver_ls_iterations,
                                  noslip_iterations=noslip_iterations, visuals=visuals)
         m = self.model
+        # Box ground (terrain collision 'boxes'): each world's model holds the window of boxes
+        # around its robot (ground.py), so no two worlds may share a model.
+        self.terrain = terrain
+        self.ground = GroundPool(m) if len(pool_geoms(m)) else None
+        if self.ground is not None:
+            self.ground.fill(m, np.zeros((0, 6)))
+            if num_models is not None:
+                raise ValueError('env.terrain.collision boxes gives each world the ground '
+                                 'around its own robot; set env.randomization.worlds_per_model '
+                                 '1 (or collision heightfield)')
         # The randomised copies (one per world unless ``num_models`` says fewer: worlds share
         # them, model_variants.py) and the copy each world steps with.
         self.copies = [copy.copy(m) for _ in range(num_envs if num_models is None
@@ -84,8 +95,14 @@ class BatchedPhysics:
 
         self.foot_ground_offset = self._foot_ground_offset()
 
+        # The window of ground boxes each world's model holds (-1: none yet).
+        self._anchor = np.full((num_envs, 2), -1, dtype=np.int64)
+
         # Nominal physical parameters, restored before each world's randomisation.
         self.floor_geom = m.geom(FLOOR).id
+        # Every geom that is ground (the floor and the ground boxes) takes a world's friction.
+        self.ground_geoms = np.array([g for g in range(m.ngeom) if is_ground(m.geom(g).name)],
+                                     dtype=np.int64)
         self.base_body = m.body(robot.base_body).id
         self._mass0 = m.body_mass.copy()
         self._inertia0 = m.body_inertia.copy()
@@ -121,7 +138,7 @@ class BatchedPhysics:
         """Write randomised parameters into model copy ``copy_id`` (from the nominal ones): a
         world's own, unless worlds share copies."""
         m = self.copies[copy_id]
-        m.geom_friction[self.floor_geom, 0] = friction
+        m.geom_friction[self.ground_geoms, 0] = friction
         # Scale every link's mass and inertia together, then add the payload to the trunk.
         m.body_mass[:] = self._mass0 * mass_scale
         m.body_inertia[:] = self._inertia0 * mass_scale
@@ -145,6 +162,7 @@ class BatchedPhysics:
         Returns:
             [N, decimation, nsensordata] sensor readings of every physics step.
         """
+        self.update_ground()
         ctrl = self._ctrl
         ctrl[:] = targets[:, None, :]
         late = np.arange(self.decimation)[None, :] < latency[:, None]
@@ -180,6 +198,7 @@ class BatchedPhysics:
             ids: [K] world indices.
             targets: [K, J] joint position targets the actuators hold in those worlds.
         """
+        self.update_ground(ids)
         data = self._datas[0]
         for k, i in enumerate(ids):
             model = self.models[i]
@@ -188,6 +207,20 @@ class BatchedPhysics:
             data.ctrl[:] = targets[k]
             mujoco.mj_forward(model, data)
             self.sensordata[i, -1] = data.sensordata
+
+    def update_ground(self, ids: np.ndarray | None = None) -> None:
+        """Fill the ground boxes of worlds ``ids`` (default all) whose robot entered another
+        window (ground.py); nothing without box ground."""
+        if self.ground is None:
+            return
+        ids = np.arange(self.num_envs) if ids is None else np.asarray(ids, dtype=np.int64)
+        # A diverged world's NaN position counts as the map's corner until it is reset.
+        xy = np.nan_to_num(self.qpos[ids, 0:2], nan=0.0, posinf=0.0, neginf=0.0)
+        anchor = self.terrain.window_anchor(xy)
+        moved = (anchor != self._anchor[ids]).any(axis=1)
+        for i, a in zip(ids[moved], anchor[moved]):
+            self.ground.fill(self.models[i], self.terrain.ground_boxes(a))
+            self._anchor[i] = a
 
     def diverged(self, max_joint_vel: float) -> np.ndarray:
         """[N] bool: worlds MuJoCo had to reset, or whose state/sensors are non-finite, or whose

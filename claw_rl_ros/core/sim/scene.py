@@ -19,6 +19,7 @@ import mujoco
 import numpy as np
 
 from .robot import RobotSpec
+from .ground import GROUND_BOX
 from .terrain import Terrain
 
 FLOOR = 'floor'
@@ -45,10 +46,10 @@ class SensorSlices:
 
 
 def _add_contact_sensor(spec: mujoco.MjSpec, body: str, group: str) -> None:
-    # Net contact force between one body and the floor: [found, fx, fy, fz].
+    # Net contact force between one body and the ground: [found, fx, fy, fz]. Robot geoms
+    # touch nothing but the ground (the floor, or the ground boxes of ground.py).
     sensor = spec.add_sensor(name=f'{group}_{body}', type=mujoco.mjtSensor.mjSENS_CONTACT,
-                             objtype=mujoco.mjtObj.mjOBJ_BODY, objname=body,
-                             reftype=mujoco.mjtObj.mjOBJ_GEOM, refname=FLOOR)
+                             objtype=mujoco.mjtObj.mjOBJ_BODY, objname=body)
     sensor.intprm[0:3] = [CONTACT_DATA, REDUCE_NETFORCE, 1]
 
 
@@ -112,12 +113,15 @@ def _ament_share(package: str) -> list[Path]:
 
 def _add_floor(spec: mujoco.MjSpec, robot: RobotSpec, terrain: Terrain | None,
                textured: bool) -> None:
-    """The ground geom FLOOR: a plane, or the terrain's heightfield, with the same contacts.
+    """The ground: the geom FLOOR (a plane, or the terrain's heightfield) and, with box ground
+    (terrain collision 'boxes', ground.py), the heightfield's other parts and the pool of
+    ground boxes; all with the same contacts.
 
-    Its priority makes its friction the contact friction (randomised per world). ``textured``:
-    a checker texture makes motion visible in rendered gaits. Its 192 KiB of pixels are 4/5 of
-    a compiled model, and a batch holds a model per world: 256 of them span 60 MiB instead of
-    12 MiB, past this machine's 32 MiB L3 cache (bench/env_throughput.py --visuals).
+    The floor's priority makes its friction the contact friction (randomised per world).
+    ``textured``: a checker texture makes motion visible in rendered gaits. Its 192 KiB of
+    pixels are 4/5 of a compiled model, and a batch holds a model per world: 256 of them span
+    60 MiB instead of 12 MiB, past this machine's 32 MiB L3 cache (bench/env_throughput.py
+    --visuals).
     """
     contact = dict(name=FLOOR, contype=1, conaffinity=0, priority=1,
                    friction=[robot.foot_friction, 0.005, 0.0001])
@@ -131,21 +135,58 @@ def _add_floor(spec: mujoco.MjSpec, robot: RobotSpec, terrain: Terrain | None,
     if terrain is None:
         spec.worldbody.add_geom(type=mujoco.mjtGeom.mjGEOM_PLANE, size=[0, 0, 0.05], **contact)
         return
-    # MuJoCo stores elevations in [0, 1] x size[2] above the geom; its rows run along y.
-    low, high = float(terrain.heights.min()), float(terrain.heights.max())
-    elevation = max(high - low, 1e-3)
-    half = 0.5 * (np.asarray(terrain.heights.shape) - 1) * terrain.cell
-    spec.add_hfield(name=TERRAIN_HFIELD, size=[half[0], half[1], elevation, max(elevation, 0.1)],
-                    nrow=terrain.heights.shape[1], ncol=terrain.heights.shape[0],
-                    userdata=((terrain.heights.T - low) / elevation).ravel().tolist())
-    spec.worldbody.add_geom(type=mujoco.mjtGeom.mjGEOM_HFIELD, hfieldname=TERRAIN_HFIELD,
-                            pos=[*(terrain.origin + half), low], **contact)
+    pool = terrain.max_ground_boxes()
+    if pool and textured:
+        # A picture shows the true heights (boxes exist only around the robot), the collision
+        # geoms stay in group 3 (hidden).
+        _add_heightfield(spec, terrain, terrain.heights, 'terrain_visual', contype=0,
+                         conaffinity=0, material=contact['material'], name='terrain_visual')
+        contact['group'] = 3
+    strips = terrain.heightfield_strips()
+    if not strips:
+        # All ground is boxes: the floor is a plane below it all, that no robot reaches.
+        spec.worldbody.add_geom(type=mujoco.mjtGeom.mjGEOM_PLANE, size=[0, 0, 0.05],
+                                pos=[0, 0, float(terrain.heights.min()) - terrain.footprint],
+                                **contact)
+    step = terrain.heightfield_stride
+    for k, (i0, i1, j0, j1) in enumerate(strips):
+        # The floor, then its other parts (all of them ground: physics.ground_geoms).
+        part = {**contact, 'name': FLOOR if k == 0 else f'{FLOOR}_{k}'}
+        _add_heightfield(spec, terrain, terrain.heights[i0:i1 + 1:step, j0:j1 + 1:step],
+                         TERRAIN_HFIELD if k == 0 else f'{TERRAIN_HFIELD}_{k}',
+                         origin=terrain.origin + np.array([i0, j0]) * terrain.cell,
+                         cell=step * terrain.cell, **part)
+    # The pool of ground boxes, one static body each (ground.py fills them around the robot).
+    for k in range(pool):
+        body = spec.worldbody.add_body(name=f'{GROUND_BOX}{k}', pos=[k * terrain.cell, 0, -10.0])
+        body.add_geom(type=mujoco.mjtGeom.mjGEOM_BOX, size=[0.5 * terrain.cell] * 3,
+                      **{**contact, 'name': f'{GROUND_BOX}{k}', 'group': 3})
     # A heightfield cell is two triangular prisms. MuJoCo's native CCD returns the smallest
     # penetration of each prism, which for a claw tip pressed a few mm into the ground can be
     # through an internal (vertical) prism face: the normal turns horizontal and the tip sinks
     # through the step. libccd's MPR pushes out along the prism-to-tip direction instead
     # (test_terrain.py: claws on stairs stay above the surface). Only heightfield pairs use CCD.
     spec.option.disableflags |= int(mujoco.mjtDisableBit.mjDSBL_NATIVECCD)
+
+
+def is_ground(name: str) -> bool:
+    """A geom that is ground: the floor, its other heightfield parts, the ground boxes."""
+    return name == FLOOR or name.startswith(f'{FLOOR}_') or name.startswith(GROUND_BOX)
+
+
+def _add_heightfield(spec: mujoco.MjSpec, terrain: Terrain, heights: np.ndarray, hfield: str,
+                     origin: np.ndarray | None = None, cell: float | None = None,
+                     **geom) -> None:
+    # MuJoCo stores elevations in [0, 1] x size[2] above the geom; its rows run along y.
+    low, high = float(heights.min()), float(heights.max())
+    elevation = max(high - low, 1e-3)
+    half = 0.5 * (np.asarray(heights.shape) - 1) * (terrain.cell if cell is None else cell)
+    origin = terrain.origin if origin is None else origin
+    spec.add_hfield(name=hfield, size=[half[0], half[1], elevation, max(elevation, 0.1)],
+                    nrow=heights.shape[1], ncol=heights.shape[0],
+                    userdata=((heights.T - low) / elevation).ravel().tolist())
+    spec.worldbody.add_geom(type=mujoco.mjtGeom.mjGEOM_HFIELD, hfieldname=hfield,
+                            pos=[*(origin + half), low], **geom)
 
 
 def build_spec(robot: RobotSpec, *, terrain: Terrain | None = None, solver_iterations: int = 4,
@@ -175,7 +216,7 @@ def build_spec(robot: RobotSpec, *, terrain: Terrain | None = None, solver_itera
     spec.worldbody.add_light(pos=[0, 0, 3], dir=[0, 0, -1], castshadow=False)
     # Robot collision geoms touch the floor only (no self-collision).
     for geom in spec.geoms:
-        if geom.name != FLOOR and geom.contype:
+        if not is_ground(geom.name) and geom.contype:
             geom.contype, geom.conaffinity = 0, 1
     if not visuals:
         drop_visual_geoms(spec)

@@ -14,7 +14,7 @@ tile size); ``heights[i, j]`` is the ground at ``origin + (i, j) * cell``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 import math
 from typing import Callable, Optional, TYPE_CHECKING
 
@@ -27,6 +27,12 @@ if TYPE_CHECKING:  # robot.py builds on the scene, which builds on this module
 
 TERRAIN_TYPES = ('flat', 'rough', 'slope_up', 'slope_down', 'stairs_up', 'stairs_down',
                  'obstacles')
+# Tiles whose ground is flat between vertical steps. With env.terrain.collision 'boxes' their
+# collision geometry is boxes, one per rectangle of equal heights, instead of the heightfield:
+# a claw tip on a box is one analytic sphere-box contact, on the heightfield a CCD test per
+# triangular prism under it and about twice the contacts (bench/env_throughput.py --collision).
+STEPPED_TYPES = ('flat', 'stairs_up', 'stairs_down', 'obstacles')
+COLLISIONS = ('heightfield', 'boxes')
 # The longest tile_walk [m]: a 200 m tile is ~14 M grid cells (and each world's model holds
 # its own copy); more would exhaust memory before the first step.
 MAX_TILE_WALK = 100.0
@@ -81,6 +87,11 @@ class TerrainConfig:
                                                gt=0, ordered=True)
     obstacle_count: int = param(20, 'obstacles: blocks per tile', ge=0, le=1000)
     height_scan: HeightScanConfig = param(HeightScanConfig(), 'privileged height scan')
+    collision: str = param('heightfield', 'collision geometry of the flat, stairs and obstacle '
+                           "tiles: 'heightfield' (the map's triangles, a one-cell ramp at each "
+                           "step) or 'boxes' (vertical steps, a box per rectangle of equal "
+                           'heights; each world then holds its own tile only and its episode '
+                           'ends as a time-out when it leaves the tile)')
 
     def __post_init__(self):
         unknown = [t for t in self.types if t not in TERRAIN_TYPES]
@@ -103,6 +114,9 @@ class TerrainConfig:
                               f'{MAX_TILE_WALK:g} m (evaluation and verify set it to the '
                               'command speed x the episode length: slow the command or shorten '
                               'the episode)')
+        if self.collision not in COLLISIONS:
+            raise ConfigError('', 'collision', f'{self.collision!r} is not one of '
+                              f'{", ".join(COLLISIONS)}; give heightfield or boxes')
         if self.height_scan.enabled and not self.enabled:
             raise ConfigError('', 'height_scan.enabled', 'a height scan needs the terrain; set '
                               'terrain.enabled: true or switch the scan off')
@@ -187,7 +201,10 @@ class Terrain:
     Y = cols * tile_px + 2 border_px + 1); tile_type [rows, cols] index into TERRAIN_TYPES;
     tile_level [rows, cols] difficulty level (the row); tile_origins [rows, cols, 3] each
     tile's spawn point (centre xy, the highest ground under a standing robot there);
-    scan_offsets [K, 2] the height scan's points in the base's yaw frame.
+    scan_offsets [K, 2] the height scan's points in the base's yaw frame. ``collision``
+    'boxes': the stepped tiles' ground is a box per grid point's square cell (vertical steps
+    half-way between grid points), which :meth:`height_at` reads there as the nearest grid
+    point's height; tile_px / border_px: grid points per tile side and in the border.
     """
 
     heights: np.ndarray
@@ -201,10 +218,22 @@ class Terrain:
     scan_offsets: np.ndarray
     footprint: float
     spawn_jitter: float
+    collision: str = 'heightfield'
+    tile_px: int = 0
+    border_px: int = 0
+    heightfield_stride: int = 1
+    # window anchor (a, b) -> its ground boxes, computed on first use.
+    _boxes: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def num_levels(self) -> int:
         return self.tile_level.shape[0]
+
+    @property
+    def stepped_columns(self) -> np.ndarray:
+        """[C] bool: the column's ground is boxes (collision 'boxes' and a stepped type)."""
+        return np.array([self.collision == 'boxes' and name in STEPPED_TYPES
+                         for name in self.columns])
 
     @property
     def extent(self) -> np.ndarray:
@@ -213,8 +242,9 @@ class Terrain:
         return np.stack([self.origin, self.origin + size])
 
     def height_at(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
-        """Ground height [m] at world points x, y (any equal shapes): bilinear on the grid,
-        the edge value outside it."""
+        """Ground height [m] at world points x, y (any equal shapes): bilinear on the grid
+        (the heightfield's surface), the nearest grid point's on boxes (:meth:`ground_boxes`),
+        the edge value outside the map."""
         nx, ny = self.heights.shape
         u = np.clip((np.asarray(x) - self.origin[0]) / self.cell, 0, nx - 1)
         v = np.clip((np.asarray(y) - self.origin[1]) / self.cell, 0, ny - 1)
@@ -227,7 +257,129 @@ class Terrain:
         h01, h11 = flat.take(k + 1), flat.take(k + ny + 1)
         low = h00 + (h10 - h00) * fu
         high = h01 + (h11 - h01) * fu
-        return low + (high - low) * fv
+        smooth = low + (high - low) * fv
+        if not self.stepped_columns.any():
+            return smooth
+        if self.heightfield_stride > 1:
+            # The heightfield under box ground samples every stride-th grid point.
+            s = self.heightfield_stride
+            coarse = self.heights[::s, ::s]
+            cu, cv = u / s, v / s
+            ci = np.minimum(cu.astype(np.int64), coarse.shape[0] - 2)
+            cj = np.minimum(cv.astype(np.int64), coarse.shape[1] - 2)
+            gu, gv, cflat, ck = cu - ci, cv - cj, coarse.ravel(), ci * coarse.shape[1] + cj
+            c00, c10 = cflat.take(ck), cflat.take(ck + coarse.shape[1])
+            c01, c11 = cflat.take(ck + 1), cflat.take(ck + coarse.shape[1] + 1)
+            low = c00 + (c10 - c00) * gu
+            high = c01 + (c11 - c01) * gu
+            smooth = low + (high - low) * gv
+        # On boxes: the height of the grid point whose square cell holds the point.
+        near_i, near_j = np.rint(u).astype(np.int64), np.rint(v).astype(np.int64)
+        return np.where(self._on_boxes(near_i, near_j), flat.take(near_i * ny + near_j), smooth)
+
+    def _on_boxes(self, i: np.ndarray, j: np.ndarray) -> np.ndarray:
+        """Grid points i, j (equal shapes) -> bool: in a stepped tile, or in the border of a
+        map with one (flat ground either way)."""
+        rows, cols = self.tile_type.shape
+        r = (i - self.border_px) // self.tile_px
+        c = (j - self.border_px) // self.tile_px
+        inside = (r >= 0) & (r < rows) & (c >= 0) & (c < cols)
+        stepped = self.stepped_columns
+        return np.where(inside, stepped[np.clip(c, 0, cols - 1)], stepped.any())
+
+    def window_anchor(self, xy: np.ndarray) -> np.ndarray:
+        """[N, 2] world xy -> [N, 2] int the anchor square (of window_step grid points a
+        side) each point is in; the map's edge squares outside it."""
+        nx, ny = self.heights.shape
+        k = np.floor((np.asarray(xy) - self.origin) / self.cell + 0.5).astype(np.int64)
+        k = np.clip(k, 0, [nx - 1, ny - 1])
+        return k // self.window_step
+
+    def ground_boxes(self, anchor: tuple[int, int]) -> np.ndarray:
+        """[B, 6] boxes (centre xyz, half sizes) of the stepped ground in the window around
+        anchor square (a, b): its grid points and window_margin more on each side.
+
+        Each grid point stands for the square cell around it (vertical steps half-way between
+        grid points). Per height h, rectangles (greedy, row-major) cover the cells of height h
+        and reach over higher cells where that saves a box; each is a box of top h whose bottom
+        is a footprint below the map's lowest point. Where boxes overlap the highest top is
+        the ground, the cell's own height.
+        """
+        key = (int(anchor[0]), int(anchor[1]))
+        if key not in self._boxes:
+            self._boxes[key] = self._decompose(*key)
+        return self._boxes[key]
+
+    def max_ground_boxes(self) -> int:
+        """The most boxes any window takes (the model's pool size; 0 without boxes)."""
+        if not self.stepped_columns.any():
+            return 0
+        na, nb = -(-np.asarray(self.heights.shape) // self.window_step)
+        return max(len(self.ground_boxes((a, b))) for a in range(na) for b in range(nb))
+
+    @property
+    def window_step(self) -> int:
+        """Grid points per side of an anchor square: about H (a window moves with its robot
+        in steps of this)."""
+        return max(1, round(self.footprint / self.cell))
+
+    @property
+    def window_margin(self) -> int:
+        """Grid points a window reaches past its anchor square: 2.5 H, past every part of a
+        robot whose base is in the square (claw_quadruped: 1.3 H standing, 2.04 H with any
+        joint angles tilted 45 deg; test_ground.py)."""
+        return math.ceil(2.5 * self.footprint / self.cell)
+
+    def heightfield_strips(self) -> list[tuple[int, int, int, int]]:
+        """Grid points (i0, i1, j0, j1), i1 and j1 included, of the heightfield's parts: the
+        whole map without boxes; with boxes, each run of adjacent heightfield columns over
+        every level and one stride into the boxes' side at each edge, so the two grounds meet
+        (and no heightfield under the boxes, where a claw would test its prisms for nothing).
+        Each part samples every ``heightfield_stride``-th point from (i0, j0)."""
+        nx, ny = self.heights.shape
+        stepped = self.stepped_columns
+        if not stepped.any():
+            return [(0, nx - 1, 0, ny - 1)]
+        rows, px, b = self.tile_type.shape[0], self.tile_px, self.border_px
+        s = self.heightfield_stride
+        strips, c = [], 0
+        while c < len(stepped):
+            if stepped[c]:
+                c += 1
+                continue
+            c1 = c
+            while c1 < len(stepped) and not stepped[c1]:
+                c1 += 1
+            strips.append((max(b - s, 0), min(b + rows * px + s, nx - 1),
+                           max(b + c * px - s, 0), min(b + c1 * px + s, ny - 1)))
+            c = c1
+        return strips
+
+    def _decompose(self, a: int, b: int) -> np.ndarray:
+        nx, ny = self.heights.shape
+        step, m = self.window_step, self.window_margin
+        ri = np.arange(max(a * step - m, 0), min((a + 1) * step + m, nx))
+        rj = np.arange(max(b * step - m, 0), min((b + 1) * step + m, ny))
+        gi, gj = np.meshgrid(ri, rj, indexing='ij')
+        on = self._on_boxes(gi, gj)
+        if not on.any():
+            return np.zeros((0, 6))
+        region = self.heights[gi, gj]
+        bottom = float(self.heights.min()) - self.footprint
+        boxes = []
+        for height in np.unique(region[on]):
+            # Boxes may overlap: one of top h may also cover higher cells (a higher box hides
+            # it there), so a step's rectangles reach under the steps above it.
+            for a0, a1, b0, b1 in _rectangles(on & (region == height), on & (region >= height)):
+                # Cells span +-cell / 2 around their grid points.
+                x0 = self.origin[0] + (ri[a0] - 0.5) * self.cell
+                x1 = self.origin[0] + (ri[a1 - 1] + 0.5) * self.cell
+                y0 = self.origin[1] + (rj[b0] - 0.5) * self.cell
+                y1 = self.origin[1] + (rj[b1 - 1] + 0.5) * self.cell
+                top = float(height)
+                boxes.append([(x0 + x1) / 2, (y0 + y1) / 2, (top + bottom) / 2,
+                              (x1 - x0) / 2, (y1 - y0) / 2, (top - bottom) / 2])
+        return np.asarray(boxes)
 
     def scan_points(self, base_pos: np.ndarray, base_yaw: np.ndarray) -> np.ndarray:
         """[N, 3] base positions, [N] yaw -> [N, K, 2] world xy of the scan points."""
@@ -256,6 +408,25 @@ class Terrain:
         """[N, 2] -> [N] bool: at least ``margin`` [m] inside the height map's edges."""
         lo, hi = self.extent
         return ((xy >= lo + margin) & (xy <= hi - margin)).all(axis=1)
+
+
+def _rectangles(need: np.ndarray, may: np.ndarray) -> list[tuple[int, int, int, int]]:
+    """[X, Y] bool cells that must be covered and [X, Y] cells that may be (a superset) ->
+    rectangles (a0, a1, b0, b1), half-open, within ``may`` that cover every ``need`` cell:
+    from the first uncovered one (row-major) as far along y, then along x, as ``may`` goes."""
+    left, out = need.copy(), []
+    while True:
+        found = np.flatnonzero(left)
+        if not found.size:
+            return out
+        a, b = divmod(int(found[0]), left.shape[1])
+        row = may[a, b:]
+        b1 = b + (int(np.argmin(row)) if not row.all() else len(row))
+        a1 = a + 1
+        while a1 < may.shape[0] and may[a1, b:b1].all():
+            a1 += 1
+        left[a:a1, b:b1] = False
+        out.append((a, a1, b, b1))
 
 
 # ------------------------------------------------------------------------------ tile shapes
@@ -325,6 +496,18 @@ TILES: dict[str, TileFn] = {'flat': _flat, 'rough': _rough, 'slope_up': _slope_u
                             'stairs_down': _stairs_down, 'obstacles': _obstacles}
 
 
+def heightfield_stride(cfg: TerrainConfig, sz: TerrainSizes) -> int:
+    """Grid points between the heightfield's samples: 1, or with box ground the rough
+    ground's spacing (its random heights lie on every such point, bilinear in between; slopes
+    are planes), which halves the prisms under a claw at the defaults (0.4 H for 0.2 H cells;
+    bench/env_throughput.py --collision). 1 where the border or tiles do not align to it."""
+    step = max(1, round(cfg.rough_spacing * sz.standing_height / sz.cell))
+    stepped = any(t in STEPPED_TYPES for t in cfg.columns)
+    if cfg.collision != 'boxes' or not stepped or sz.border_px % step or sz.tile_px % step:
+        return 1
+    return step
+
+
 def difficulty(level: int, num_levels: int) -> float:
     """Difficulty in (0, 1] of a level: (level + 1) / num_levels (the top level is 1)."""
     return (level + 1) / num_levels
@@ -353,7 +536,8 @@ def generate_terrain(cfg: TerrainConfig, robot: RobotSpec) -> Terrain:
         tile_size=sz.tile_size, columns=tuple(columns), tile_type=tile_type,
         tile_level=tile_level, tile_origins=np.zeros((rows, len(columns), 3)),
         scan_offsets=scan_offsets(cfg.height_scan, sz.standing_height),
-        footprint=sz.footprint, spawn_jitter=sz.spawn_jitter)
+        footprint=sz.footprint, spawn_jitter=sz.spawn_jitter, collision=cfg.collision,
+        tile_px=px, border_px=b, heightfield_stride=heightfield_stride(cfg, sz))
     # Spawn points: the tile centre, on the highest ground under the robot's footprint.
     terrain.tile_origins[..., 0:2] = xy
     terrain.tile_origins[..., 2] = terrain.ground_under(xy.reshape(-1, 2)).reshape(xy.shape[:2])
