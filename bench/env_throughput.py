@@ -35,7 +35,7 @@ alternating rounds.
 
 ``--collision``: env steps/s at 256 worlds on flat, on the heightfield terrain and on box
 ground (``env.terrain.collision: boxes``, core/sim/ground.py), scan on, alternating rounds, each
-over flat's median.
+over flat's median; with the env's defaults, then with the terrain job's noslip pass.
 
 ``--chunks``: env steps/s at 256 worlds with the rollout's thread-pool task size (worlds per
 task) at 2, 4, 8 (the default on 2 threads) and 32 (the earlier default), alternating rounds,
@@ -82,6 +82,7 @@ TERRAIN = {'flat': {}, 'terrain': {'enabled': True}, 'terrain + scan': SCAN,
 MAIN_JOB_SHARE, TERRAIN_JOB_SHARE = (
     load_train_config(name).env.randomization.worlds_per_model
     for name in ('train_ppo.yaml', 'train_rough.yaml'))
+TERRAIN_JOB_NOSLIP = load_train_config('train_rough.yaml').env.noslip_iterations
 
 
 def make_env(num_envs: int, terrain: str = 'flat', **env: Any) -> VecLocomotionEnv:
@@ -225,14 +226,20 @@ def terrain_rates(num_envs: int, seconds: float, rounds: int) -> dict[str, float
 
 def collision_ab(seconds: float, rounds: int) -> None:
     """Flat vs terrain + scan on the heightfield vs on box ground (env.terrain.collision),
-    256 worlds, alternating rounds; each median over flat's."""
+    256 worlds, alternating rounds; each median over flat's. Twice: with the env's defaults
+    (as the other rows), then with the terrain job's noslip pass (config/train_rough.yaml)."""
     share = {'worlds_per_model': TERRAIN_JOB_SHARE}
-    rates = alternating_rates({name: make_env(256, name, randomization=share) for name in
-                               ('flat', 'terrain + scan', 'scan, box ground')}, seconds, rounds)
-    flat = float(np.median(rates['flat']))
-    for name, values in rates.items():
-        print(f'{name:>17}: ' + ', '.join(f'{v:,.0f}' for v in values)
-              + f' /s, median {np.median(values):,.0f} ({np.median(values) / flat:.1%} of flat)')
+    for noslip in (0, TERRAIN_JOB_NOSLIP):
+        print(f'noslip_iterations {noslip}:')
+        rates = alternating_rates({name: make_env(256, name, randomization=share,
+                                                  noslip_iterations=noslip)
+                                   for name in ('flat', 'terrain + scan', 'scan, box ground')},
+                                  seconds, rounds)
+        flat = float(np.median(rates['flat']))
+        for name, values in rates.items():
+            print(f'{name:>17}: ' + ', '.join(f'{v:,.0f}' for v in values)
+                  + f' /s, median {np.median(values):,.0f} '
+                  f'({np.median(values) / flat:.1%} of flat)')
     print('(goal: terrain + scan >= 70 % of flat)')
 
 

@@ -182,3 +182,17 @@ def test_reaching_the_maps_edge_puts_the_world_back_on_its_tile(session, robot):
     assert (sim.left_map, sim.falls, sim.resets) == (1, 0, 2)
     np.testing.assert_allclose(sim.readings().base_pos, centre)
     assert sim.status()['left_map'] == 1
+
+
+def test_the_session_stands_on_box_ground_and_keeps_the_heightfield_for_rough(session, robot):
+    # env.terrain.collision boxes: the stairs pit is boxes around the robot (no heightfield),
+    # rough ground stays a heightfield; the robot stands on either.
+    pit = session(terrain=tile_of('stairs_up', collision='boxes'))
+    assert pit.physics.model.nhfield == 0 and pit.physics.ground is not None
+    for _ in range(100):
+        assert not pit.step(pit.active_targets(0.0))
+    assert pit.falls == 0 and pit.base_height() > 0.8 * robot.standing_height
+    rough = session(terrain=tile_of('rough', collision='boxes'))
+    assert rough.physics.model.nhfield == 1 and rough.physics.ground is None
+    for _ in range(50):
+        assert not rough.step(rough.active_targets(0.0))

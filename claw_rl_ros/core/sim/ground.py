@@ -42,12 +42,13 @@ class GroundPool:
     Every copy of one compiled model shares the pool's ids, so one GroundPool serves them all.
     """
 
-    def __init__(self, model: mujoco.MjModel):
+    def __init__(self, model: mujoco.MjModel, contype: int = 1):
+        """``contype``: what a box in use collides as (the floor's)."""
         self.ids = pool_geoms(model)
         self.bodies = model.geom_bodyid[self.ids]
         if (model.body_geomnum[self.bodies] != 1).any():
             raise RuntimeError('a ground box body holds more than its box')
-        self.contype = int(model.geom_contype[self.ids[0]]) if len(self.ids) else 0
+        self.contype = contype
         self.bvh = model.body_bvhadr[self.bodies]
 
     def fill(self, model: mujoco.MjModel, boxes: np.ndarray) -> None:

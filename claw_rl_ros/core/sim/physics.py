@@ -57,7 +57,8 @@ class BatchedPhysics:
         # Box ground (terrain collision 'boxes'): each world's model holds the window of boxes
         # around its robot (ground.py), so no two worlds may share a model.
         self.terrain = terrain
-        self.ground = GroundPool(m) if len(pool_geoms(m)) else None
+        self.ground = GroundPool(m, int(m.geom_contype[m.geom(FLOOR).id])) \
+            if len(pool_geoms(m)) else None
         if self.ground is not None:
             self.ground.fill(m, np.zeros((0, 6)))
             if num_models is not None:

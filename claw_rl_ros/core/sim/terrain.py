@@ -89,9 +89,8 @@ class TerrainConfig:
     height_scan: HeightScanConfig = param(HeightScanConfig(), 'privileged height scan')
     collision: str = param('heightfield', 'collision geometry of the flat, stairs and obstacle '
                            "tiles: 'heightfield' (the map's triangles, a one-cell ramp at each "
-                           "step) or 'boxes' (vertical steps, a box per rectangle of equal "
-                           'heights; each world then holds its own tile only and its episode '
-                           'ends as a time-out when it leaves the tile)')
+                           "step) or 'boxes' (vertical steps; each world's model holds the boxes "
+                           'around its robot, so worlds_per_model must be 1; core/sim/ground.py)')
 
     def __post_init__(self):
         unknown = [t for t in self.types if t not in TERRAIN_TYPES]
