@@ -1,7 +1,7 @@
 """Box ground (env.terrain.collision 'boxes'): the windows of boxes each world's model holds
 match the height map the scan and rewards read, claws stay on box steps, the window covers the
-whole robot, unused boxes collide with nothing, and a box-ground env stands, resumes exactly
-and refuses shared model copies."""
+whole robot, unused boxes collide with nothing, and a box-ground env stands and refuses shared
+model copies (it resumes exactly: test_terrain.py)."""
 
 import mujoco
 import numpy as np
@@ -13,6 +13,7 @@ from claw_rl_ros.core.sim.physics import BatchedPhysics
 from claw_rl_ros.core.sim.scene import build_model, is_ground, joint_addresses, standing_qpos
 from claw_rl_ros.core.sim.terrain import generate_terrain, STEPPED_TYPES, TERRAIN_TYPES
 from claw_rl_ros.core.sim.terrain import TerrainConfig
+from terrain_helpers import drop_standing
 
 DOWN = np.array([0.0, 0.0, -1.0])
 
@@ -160,15 +161,9 @@ def test_claw_tips_stay_on_box_steps(robot, kind, x, push, push_steps):
     t = generate_terrain(boxes_cfg(num_levels=1, types=[kind], proportions=[1.0]), robot)
     model = build_model(robot, terrain=t)
     pool = GroundPool(model)
-    data = mujoco.MjData(model)
+    data = drop_standing(model, robot, t, x)
     claws = claw_tips(model, robot)
     radius = model.geom_size[claws[0], 0]
-    qpos = standing_qpos(model, robot)
-    xy = t.tile_origins[0, 0, :2] + [x, 0.1]
-    qpos[0:2] = xy
-    qpos[2] += t.ground_under(xy[None])[0]
-    data.qpos[:] = qpos
-    data.ctrl[:] = robot.default_joint_pos
     trunk = model.body(robot.base_body).id
     anchor, deepest, inside, feet_down = None, 0.0, 0.0, []
     for step in range(400):
@@ -212,18 +207,6 @@ def test_a_box_ground_env_stands_on_every_type(make_env):
     # Standing on the ground of its tile (boxes or heightfield), all four claws down.
     assert (env.robot_state().base_height > 0.8 * env.robot.standing_height).all()
     assert (np.array(feet[-20:]) == 4).all()
-
-
-def test_a_box_ground_env_resumes_exactly(make_env):
-    a = box_env(make_env, seed=2)
-    b = box_env(make_env, seed=9)
-    rng = np.random.default_rng(0)
-    for _ in range(30):
-        a.step(rng.normal(0, 0.5, (8, 12)))
-    b.set_state(a.get_state())
-    for _ in range(5):
-        actions = rng.normal(0, 0.5, (8, 12))
-        np.testing.assert_array_equal(a.step(actions)[0]['policy'], b.step(actions)[0]['policy'])
 
 
 def test_box_ground_refuses_shared_model_copies(make_env):
