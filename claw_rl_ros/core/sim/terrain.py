@@ -15,6 +15,7 @@ tile size); ``heights[i, j]`` is the ground at ``origin + (i, j) * cell``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 import math
 from typing import Callable, Optional, TYPE_CHECKING
 
@@ -223,12 +224,14 @@ class Terrain:
     heightfield_stride: int = 1
     # window anchor (a, b) -> its ground boxes, computed on first use.
     _boxes: dict = field(default_factory=dict, repr=False, compare=False)
+    # a window's cells -> their boxes from its first grid point (shared by equal windows).
+    _shapes: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def num_levels(self) -> int:
         return self.tile_level.shape[0]
 
-    @property
+    @cached_property
     def stepped_columns(self) -> np.ndarray:
         """[C] bool: the column's ground is boxes (collision 'boxes' and a stepped type)."""
         return np.array([self.collision == 'boxes' and name in STEPPED_TYPES
@@ -247,34 +250,21 @@ class Terrain:
         nx, ny = self.heights.shape
         u = np.clip((np.asarray(x) - self.origin[0]) / self.cell, 0, nx - 1)
         v = np.clip((np.asarray(y) - self.origin[1]) / self.cell, 0, ny - 1)
-        i = np.minimum(u.astype(np.int64), nx - 2)
-        j = np.minimum(v.astype(np.int64), ny - 2)
-        fu, fv = u - i, v - j
-        # Bilinear: along x on the grid lines j and j + 1, then along y (flat-index gathers).
-        flat, k = self.heights.ravel(), i * ny + j
-        h00, h10 = flat.take(k), flat.take(k + ny)
-        h01, h11 = flat.take(k + 1), flat.take(k + ny + 1)
-        low = h00 + (h10 - h00) * fu
-        high = h01 + (h11 - h01) * fu
-        smooth = low + (high - low) * fv
         if not self.stepped_columns.any():
-            return smooth
-        if self.heightfield_stride > 1:
-            # The heightfield under box ground samples every stride-th grid point.
-            s = self.heightfield_stride
-            coarse = self.heights[::s, ::s]
-            cu, cv = u / s, v / s
-            ci = np.minimum(cu.astype(np.int64), coarse.shape[0] - 2)
-            cj = np.minimum(cv.astype(np.int64), coarse.shape[1] - 2)
-            gu, gv, cflat, ck = cu - ci, cv - cj, coarse.ravel(), ci * coarse.shape[1] + cj
-            c00, c10 = cflat.take(ck), cflat.take(ck + coarse.shape[1])
-            c01, c11 = cflat.take(ck + 1), cflat.take(ck + coarse.shape[1] + 1)
-            low = c00 + (c10 - c00) * gu
-            high = c01 + (c11 - c01) * gu
-            smooth = low + (high - low) * gv
+            return _bilinear(self.heights, u, v)
+        # The heightfield under box ground samples every stride-th grid point.
+        s = self.heightfield_stride
+        smooth = _bilinear(self._heightfield_grid, u / s, v / s)
         # On boxes: the height of the grid point whose square cell holds the point.
         near_i, near_j = np.rint(u).astype(np.int64), np.rint(v).astype(np.int64)
-        return np.where(self._on_boxes(near_i, near_j), flat.take(near_i * ny + near_j), smooth)
+        near = self.heights.ravel().take(near_i * ny + near_j)
+        return np.where(self._on_boxes(near_i, near_j), near, smooth)
+
+    @cached_property
+    def _heightfield_grid(self) -> np.ndarray:
+        """The heights the heightfield samples (every stride-th grid point), contiguous."""
+        s = self.heightfield_stride
+        return np.ascontiguousarray(self.heights[::s, ::s])
 
     def _on_boxes(self, i: np.ndarray, j: np.ndarray) -> np.ndarray:
         """Grid points i, j (equal shapes) -> bool: in a stepped tile, or in the border of a
@@ -357,13 +347,23 @@ class Terrain:
     def _decompose(self, a: int, b: int) -> np.ndarray:
         nx, ny = self.heights.shape
         step, m = self.window_step, self.window_margin
-        ri = np.arange(max(a * step - m, 0), min((a + 1) * step + m, nx))
-        rj = np.arange(max(b * step - m, 0), min((b + 1) * step + m, ny))
-        gi, gj = np.meshgrid(ri, rj, indexing='ij')
+        i0, j0 = max(a * step - m, 0), max(b * step - m, 0)
+        i1, j1 = min((a + 1) * step + m, nx), min((b + 1) * step + m, ny)
+        gi, gj = np.meshgrid(np.arange(i0, i1), np.arange(j0, j1), indexing='ij')
         on = self._on_boxes(gi, gj)
         if not on.any():
             return np.zeros((0, 6))
-        region = self.heights[gi, gj]
+        region = self.heights[i0:i1, j0:j1]
+        # Windows with the same cells (flat ground, the straight runs of a staircase) share
+        # one decomposition, shifted to where each is: start-up stays linear in the map.
+        key = (region.shape, region.tobytes(), on.tobytes())
+        if key not in self._shapes:
+            self._shapes[key] = self._rectangle_boxes(region, on)
+        return self._shapes[key] + [self.origin[0] + i0 * self.cell,
+                                    self.origin[1] + j0 * self.cell, 0, 0, 0, 0]
+
+    def _rectangle_boxes(self, region: np.ndarray, on: np.ndarray) -> np.ndarray:
+        """[B, 6] boxes of a window's box cells, x and y from its first grid point."""
         bottom = float(self.heights.min()) - self.footprint
         boxes = []
         for height in np.unique(region[on]):
@@ -371,10 +371,8 @@ class Terrain:
             # it there), so a step's rectangles reach under the steps above it.
             for a0, a1, b0, b1 in _rectangles(on & (region == height), on & (region >= height)):
                 # Cells span +-cell / 2 around their grid points.
-                x0 = self.origin[0] + (ri[a0] - 0.5) * self.cell
-                x1 = self.origin[0] + (ri[a1 - 1] + 0.5) * self.cell
-                y0 = self.origin[1] + (rj[b0] - 0.5) * self.cell
-                y1 = self.origin[1] + (rj[b1 - 1] + 0.5) * self.cell
+                x0, x1 = (a0 - 0.5) * self.cell, (a1 - 0.5) * self.cell
+                y0, y1 = (b0 - 0.5) * self.cell, (b1 - 0.5) * self.cell
                 top = float(height)
                 boxes.append([(x0 + x1) / 2, (y0 + y1) / 2, (top + bottom) / 2,
                               (x1 - x0) / 2, (y1 - y0) / 2, (top - bottom) / 2])
@@ -407,6 +405,21 @@ class Terrain:
         """[N, 2] -> [N] bool: at least ``margin`` [m] inside the height map's edges."""
         lo, hi = self.extent
         return ((xy >= lo + margin) & (xy <= hi - margin)).all(axis=1)
+
+
+def _bilinear(grid: np.ndarray, u: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """[X, Y] grid, fractional indices u, v (equal shapes, within the grid) -> bilinear values."""
+    nx, ny = grid.shape
+    i = np.minimum(u.astype(np.int64), nx - 2)
+    j = np.minimum(v.astype(np.int64), ny - 2)
+    fu, fv = u - i, v - j
+    # Along x on the grid lines j and j + 1, then along y (flat-index gathers).
+    flat, k = grid.ravel(), i * ny + j
+    h00, h10 = flat.take(k), flat.take(k + ny)
+    h01, h11 = flat.take(k + 1), flat.take(k + ny + 1)
+    low = h00 + (h10 - h00) * fu
+    high = h01 + (h11 - h01) * fu
+    return low + (high - low) * fv
 
 
 def _rectangles(need: np.ndarray, may: np.ndarray) -> list[tuple[int, int, int, int]]:
