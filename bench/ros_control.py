@@ -1,11 +1,12 @@
 """The ROS control loop measured side by side in one run (ratios; not a test).
 
 1. lockstep sim_node <-> policy_node control steps/s next to bare two-process rclpy
-   JointState ping-pongs (both executors, same machine, same run), the same ping-pong with a
-   lockstep step's messages, and the ceiling 1 / (the nodes' own work + the faster bare round
-   trip), own work timed in process and inside the running nodes: target >= 80 %; then the
-   same loop with both nodes in one process (node_container's way: no hop between processes).
-   ``--lockstep-only``: this part alone.
+   JointState ping-pongs (both executors, and as raw bytes; same machine, same run), the same
+   ping-pong with a lockstep step's messages (as messages and as bytes, the nodes' way), and
+   the ceiling 1 / (the nodes' own work + the fastest bare round trip), own work timed in
+   process and inside the running nodes: target >= 80 %; then the same loop with both nodes
+   in one process (node_container's way: no hop between processes). ``--lockstep-only``: this
+   part alone.
 2. realtime 50 Hz for ``--seconds`` with ``--swaps`` hot swaps: joint_states -> command latency
    p50/p99 (measured by the sim node: state publish -> command arrival), missed ticks, and each
    swap's activation time (set_parameters request -> reply, and -> model_version message); then
@@ -56,7 +57,7 @@ STUDENT = max((ROOT / 'runs').glob('*/student.onnx'), key=lambda p: p.stat().st_
 
 
 def ping_pong(role: str, seconds: float, executor: str, pipelined: bool,
-              loop_messages: bool = False) -> None:
+              loop_messages: bool = False, raw: bool = False) -> None:
     """Child process: bare rclpy JointState ping-pong (the reference loop) on ``executor``
     (single_threaded: rclpy's default; events: the one the control nodes spin on), spun as
     the nodes spin (``spin_until_future_complete`` in 0.1 s slices: a ``spin_once`` per
@@ -69,7 +70,8 @@ def ping_pong(role: str, seconds: float, executor: str, pipelined: bool,
     One message in flight, as in lockstep (a new ping only after 0.1 s without an answer: a
     lost best-effort one). ``pipelined``: the reference as first written, which published a
     fresh ping on every warm-up iteration and so kept several in flight (up to the depth-5
-    queues): a throughput, not a round trip.
+    queues): a throughput, not a round trip. ``raw``: the messages go as their bytes (raw
+    subscriptions, bytes refilled in place: what the nodes do), no message objects converted.
     """
     import rclpy
     from rclpy.executors import SingleThreadedExecutor
@@ -91,30 +93,46 @@ def ping_pong(role: str, seconds: float, executor: str, pipelined: bool,
     qos = RELIABLE_STATE_QOS if loop_messages else SENSOR_QOS
     types = {'ping': JointState, 'pong': Float64MultiArray if loop_messages else JointState}
     pub = node.create_publisher(types[out], out, qos)
-    msg = JointState(name=[f'joint_{i}' for i in range(12)], position=[0.0] * 12,
-                     velocity=[0.0] * 12, effort=[0.0] * 12)
+    names = [f'joint_{i}' for i in range(12)]
+    msg = JointState(name=names, position=[0.0] * 12, velocity=[0.0] * 12, effort=[0.0] * 12)
     reply = Float64MultiArray(data=[0.0] * 12)
     count, last, never = [0], [time.monotonic()], Future()
+    if raw:
+        from rclpy.serialization import serialize_message
+        from claw_rl_ros.core.deploy.wire_format import (ClockWriter, Float64ArrayWriter,
+                                                         ImuWriter, JointStateWriter)
+        msg, reply = JointStateWriter(names), Float64ArrayWriter(12)
+        bare = serialize_message(JointState(name=names, position=[0.0] * 12,
+                                            velocity=[0.0] * 12, effort=[0.0] * 12))
     if loop_messages:
         if role == 'pong':
-            node.create_subscription(Imu, 'imu', lambda m: None, qos)
+            node.create_subscription(Imu, 'imu', lambda m: None, qos, raw=raw)
         else:
             clock_pub, clock = node.create_publisher(Clock, '/clock', qos), Clock()
             imu_pub, imu = node.create_publisher(Imu, 'imu', qos), Imu()
+            if raw:
+                clock, imu = ClockWriter(), ImuWriter()
 
     def send_ping():
+        if loop_messages and raw:  # (the nodes' way: bytes restamped in place)
+            stamp = 0.02 * (count[0] + 1)
+            for m in (clock, imu, msg):
+                m.set_stamp(stamp)
+            clock_pub.publish(clock.payload())
+            imu_pub.publish(imu.payload())
+            return pub.publish(msg.payload())
         if loop_messages:  # sim time moves one control period a step, as in lockstep
             imu.header.stamp = msg.header.stamp = to_stamp(0.02 * (count[0] + 1))
             clock.clock = msg.header.stamp
             clock_pub.publish(clock)
             imu_pub.publish(imu)
-        pub.publish(msg)
+        pub.publish(bare if raw else msg)
 
     def answer(m):
         count[0] += 1
         last[0] = time.monotonic()
         if role == 'pong':
-            pub.publish(reply if loop_messages else m)
+            pub.publish((reply.payload() if raw else reply) if loop_messages else m)
         else:
             send_ping()
 
@@ -128,7 +146,7 @@ def ping_pong(role: str, seconds: float, executor: str, pipelined: bool,
         while time.monotonic() < end:
             spinner.spin_until_future_complete(
                 never, max(1e-3, min(SPIN_SLICE_S, end - time.monotonic())))
-    node.create_subscription(types[inp], inp, answer, qos)
+    node.create_subscription(types[inp], inp, answer, qos, raw=raw)
     if role == 'pong':
         try:
             while rclpy.ok():
@@ -223,8 +241,9 @@ class Bench:
         return next(values(s) for s in msg.status if s.name.startswith(node))
 
     def ping_pong(self, seconds: float, executor: str = 'single_threaded',
-                  pipelined: bool = False, loop_messages: bool = False) -> float:
-        shape = ['--loop-messages'] if loop_messages else []
+                  pipelined: bool = False, loop_messages: bool = False,
+                  raw: bool = False) -> float:
+        shape = (['--loop-messages'] if loop_messages else []) + (['--raw'] if raw else [])
         pong = subprocess.Popen([sys.executable, __file__, '--role', 'pong', '--executor',
                                  executor] + shape, env=self.env)
         try:
@@ -414,7 +433,9 @@ def control_numbers(bench: Bench, models: list[Path], args) -> None:
     pp = bench.ping_pong(args.lockstep_seconds)
     pp_events = bench.ping_pong(args.lockstep_seconds, 'events')
     pp_piped = bench.ping_pong(args.lockstep_seconds, pipelined=True)
+    pp_raw = bench.ping_pong(args.lockstep_seconds, 'events', raw=True)
     pp_loop = bench.ping_pong(args.lockstep_seconds, 'events', loop_messages=True)
+    pp_loop_raw = bench.ping_pong(args.lockstep_seconds, 'events', loop_messages=True, raw=True)
     ls, live = bench.lockstep(models[0], args.lockstep_seconds)
     composed = bench.composed(models[0], args.lockstep_seconds)
     work = compute_per_step(models[0])
@@ -424,12 +445,15 @@ def control_numbers(bench: Bench, models: list[Path], args) -> None:
           f'reference (several pings in flight): {pp_piped:.0f} messages/s '
           f'({100 * ls / pp_piped:.0f} %)', flush=True)
     # A lockstep step = one round trip + the two nodes' own work, done one after the other;
-    # the ceiling takes the faster executor's round trip.
-    round_trip, step = 1e3 / max(pp, pp_events), 1e3 / ls
-    print(f'  the messages of a lockstep step alone (/clock, imu, joint_states -> command, '
-          f'reliable, EventsExecutor, no work): {pp_loop:.0f} round trips/s = '
-          f'{1e3 / pp_loop:.3f} ms, {1e3 / pp_loop - round_trip:+.3f} ms on the bare round '
-          f'trip', flush=True)
+    # the ceiling takes the fastest bare round trip (either executor, messages or their bytes).
+    round_trip, step = 1e3 / max(pp, pp_events, pp_raw), 1e3 / ls
+    print(f'  the same ping-pong as bytes (raw subscriptions, no message objects): {pp_raw:.0f}'
+          f' round trips/s ({pp_raw / pp_events:.2f}x the messages)', flush=True)
+    for label, rate in (('as messages', pp_loop), ('as bytes, the nodes\' way', pp_loop_raw)):
+        print(f'  the messages of a lockstep step alone (/clock, imu, joint_states -> command, '
+              f'reliable, EventsExecutor, no work) {label}: {rate:.0f} round trips/s = '
+              f'{1e3 / rate:.3f} ms, {1e3 / rate - round_trip:+.3f} ms on the fastest bare '
+              f'round trip', flush=True)
     for label, w in (('in process', work), ('inside the running nodes', live)):
         own = w['sim_ms'] + w['policy_ms']
         ceiling = 1e3 / (round_trip + own)
@@ -561,6 +585,7 @@ def main() -> None:
                         choices=['single_threaded', 'events'])
     parser.add_argument('--pipelined', action='store_true')
     parser.add_argument('--loop-messages', action='store_true')
+    parser.add_argument('--raw', action='store_true')
     parser.add_argument('--seconds', type=float, default=60.0)
     parser.add_argument('--lockstep-seconds', type=float, default=10.0)
     parser.add_argument('--swaps', type=int, default=10)
@@ -585,7 +610,7 @@ def main() -> None:
         return composed_lockstep(args.model, args.lockstep_seconds)
     if args.role:
         return ping_pong(args.role, args.lockstep_seconds if args.role == 'ping' else 0,
-                         args.executor, args.pipelined, args.loop_messages)
+                         args.executor, args.pipelined, args.loop_messages, args.raw)
     from control_models import good_model
     from claw_rl_ros.core.sim.robot import load_robot
     robot = load_robot()

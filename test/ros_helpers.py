@@ -201,11 +201,13 @@ class Probe:
                 self._cond.wait(left)
             return [m for _, m in self.messages[topic]]
 
-    def publish(self, topic: str, msg, qos=10) -> None:
+    def publish(self, topic: str, msg, qos=10, msg_type=None) -> None:
+        """Publish ``msg`` (or its bytes, as a raw publisher of ``msg_type`` may send
+        anything) on ``topic``."""
         if topic not in self._pubs:
             # Matching subscribers wake wait_subscribers (an event, not polling).
             self._pubs[topic] = self.node.create_publisher(
-                type(msg), topic, qos, event_callbacks=PublisherEventCallbacks(
+                msg_type or type(msg), topic, qos, event_callbacks=PublisherEventCallbacks(
                     matched=lambda info: self._notify()))
         self._pubs[topic].publish(msg)
 

@@ -170,6 +170,27 @@ def test_controller_safety_contract(robot, models):
     assert ctrl.holds['bad_input'] == 3
 
 
+def test_undecodable_messages_are_dropped_by_name_and_fault_a_started_loop(robot, models):
+    ctrl = PolicyController(robot)
+    ctrl.load_path(models['a'])
+    # Before the loop started: counted and named, no command and no fault.
+    assert ctrl.on_malformed('imu', 'cut short', 99.0) is None
+    assert ctrl.drops['malformed'] == 1 and sum(ctrl.safety.faults.values()) == 0
+    assert 'imu' in ctrl.last_drop and 'sensor_msgs/msg/Imu' in ctrl.last_drop
+    feed = Feed(ctrl, robot)
+    assert np.abs(feed.tick() - robot.default_joint_pos).max() > 1e-3  # the policy acts
+    # In RL: undecodable joint_states bytes are that tick's bad input, held, never a command.
+    out = ctrl.on_malformed('joint_states', 'a string without its NUL', feed.t + DT)
+    np.testing.assert_array_equal(out, robot.default_joint_pos)
+    assert ctrl.drops['malformed'] == 2 and ctrl.holds['bad_input'] == 1
+    assert ctrl.safety.faults['bad_input'] == 1 and ctrl.safety.state == 'PASSIVE'
+    assert 'NUL' in ctrl.last_drop and 'sensor_msgs/msg/JointState' in ctrl.last_drop
+    # An undecodable IMU reading of a started loop faults it too.
+    ctrl.on_malformed('imu', 'random bytes', feed.t + 2 * DT)
+    assert ctrl.safety.faults['bad_input'] == 2 and ctrl.drops['malformed'] == 3
+    assert ctrl.diagnostics()['exceptions_total'] == 0
+
+
 def test_controller_waits_for_the_imu_of_the_same_tick(robot, models):
     ctrl = PolicyController(robot)
     ctrl.load_path(models['a'])

@@ -1,16 +1,20 @@
 """A real policy_node in RL under thousands of mixed valid and malformed messages (issue 20):
 hostile doubles (nan, +-inf, +-1e39, subnormals), wrong lengths, random names, future and
-backward stamps, on joint_states, imu and cmd_vel. Afterwards, on valid input only, the process
-is alive, back in RL and commanding, and no command it ever published was unsafe."""
+backward stamps, undecodable bytes, on joint_states, imu and cmd_vel. Afterwards, on valid
+input only, the process is alive, back in RL and commanding, and no command it ever published
+was unsafe."""
 
 from __future__ import annotations
 
 import math
+import time
 
 from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import Twist
 import numpy as np
 import pytest
+from rclpy.serialization import serialize_message
+from sensor_msgs.msg import Imu, JointState
 from std_msgs.msg import Float64MultiArray
 
 from claw_rl_ros.core.deploy.safety import FAULTS
@@ -50,7 +54,7 @@ class Fuzzer:
     def bad(self) -> None:
         """One malformed message of a random kind (its partner is healthy)."""
         rng, r = self.rng, self.robot
-        kind = int(rng.integers(0, 8))
+        kind = int(rng.integers(0, 9))
         hostile = float(rng.choice(HOSTILE))
         one = np.zeros(12)
         one[int(rng.integers(0, 12))] = hostile
@@ -78,8 +82,29 @@ class Fuzzer:
             cmd.linear.x, cmd.angular.z = hostile, float(rng.choice(HOSTILE))
             self.probe.publish('cmd_vel', cmd)
             self.sent += 1
-        else:  # a stamp from another clock (sim time on a wall-time node)
+        elif kind == 7:  # a stamp from another clock (sim time on a wall-time node)
             self.pair(stamp=float(rng.uniform(0.0, 100.0)))
+        else:  # bytes that are not the message (a raw publisher on the typed topic)
+            self.garbage()
+
+    def garbage(self) -> None:
+        """Undecodable bytes on joint_states or imu: a valid message cut short, random bytes
+        under a CDR header, a count set huge, or another encoding's header."""
+        rng, topic = self.rng, str(self.rng.choice(['joint_states', 'imu']))
+        msg = JointState(name=list(self.robot.joint_names), position=[0.0] * 12,
+                         velocity=[0.0] * 12) if topic == 'joint_states' else Imu()
+        data = serialize_message(msg)
+        kind = int(rng.integers(0, 4))
+        if kind == 0:
+            data = data[:int(rng.integers(0, 40))]
+        elif kind == 1:
+            data = b'\x00\x01\x00\x00' + rng.bytes(int(rng.integers(0, 64)))
+        elif kind == 2:
+            data = data[:16] + b'\xff\xff\xff\x7f' + data[20:]
+        else:
+            data = b'\x00\x00' + data[2:]
+        self.probe.publish(topic, data)
+        self.sent += 1
 
 
 @pytest.fixture(scope='module')
@@ -118,8 +143,9 @@ def test_fuzzed_policy_node_stays_alive_and_never_commands_unsafely(
     def in_rl(msg):
         return any(s.name.endswith('policy') and {kv.key: kv.value for kv in s.values}.get(
             'safety_state') == 'RL' for s in msg.status)
-    diag = None
-    for _ in range(1000):
+    diag, deadline = None, time.monotonic() + 30.0
+    # Until a report says RL (at the diagnostics period), however fast the node answers.
+    while time.monotonic() < deadline:
         fuzz.pair()
         # Paced by the node's answer (or 20 ms), not by a bare sleep.
         probe.wait_for('joint_commands', timeout=0.02, start=probe.count('joint_commands'),
@@ -145,4 +171,5 @@ def test_fuzzed_policy_node_stays_alive_and_never_commands_unsafely(
     assert not unsafe, unsafe[:3]
     assert int(diag['exceptions_total']) == 0, diag['last_exception']
     assert sum(faults.values()) > 50 and int(diag['dropped_out_of_range']) > 0
+    assert int(diag['dropped_malformed']) > 20  # undecodable bytes: counted, never a crash
     assert probe.count('joint_commands') > start  # commands resumed

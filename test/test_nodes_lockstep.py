@@ -1,14 +1,18 @@
-"""Lockstep sim_node + policy_node on sim time: one control step per command, /clock, and the
-std_srvs reset / pause / step services."""
+"""Lockstep sim_node + policy_node on sim time: one control step per command, /clock, the
+std_srvs reset / pause / step services, and undecodable command bytes."""
 
+from diagnostic_msgs.msg import DiagnosticArray
 import numpy as np
 import pytest
+from rclpy.serialization import serialize_message
 from rosgraph_msgs.msg import Clock
+from std_msgs.msg import Float64MultiArray
 from std_srvs.srv import SetBool, Trigger
 
-from claw_rl_ros.nodes.ros_io import SENSOR_QOS, to_sec
+from claw_rl_ros.nodes.ros_io import COMMAND_QOS, SENSOR_QOS, to_sec
 from control_models import good_model
 from ros_helpers import NodeProcess, probe, ros_env, stop_all  # noqa: F401 - fixtures
+from test_nodes_loop import status
 
 
 @pytest.fixture(scope='module')
@@ -50,3 +54,18 @@ def test_lockstep_steps_once_per_command_and_services_work(loop, probe, robot): 
     probe.wait_count('/clock', resumed + 50, timeout=20)  # the loop runs on by itself
     later = to_sec(probe.since('/clock', probe.count('/clock') - 1)[0].clock)
     assert later > times[-1] + 40 * dt
+
+
+def test_undecodable_command_bytes_are_dropped_and_counted_while_the_loop_runs(
+        loop, probe, robot):  # noqa: F811
+    probe.subscribe('/diagnostics', DiagnosticArray, 100)
+    valid = serialize_message(Float64MultiArray(data=list(robot.default_joint_pos)))
+    # Cut short, a data count past the end, big endian, random bytes under a CDR header.
+    garbage = [valid[:11], valid[:12] + b'\xff\xff\xff\x7f' + valid[16:],
+               b'\x00\x00' + valid[2:], b'\x00\x01\x00\x00' + bytes(range(40))]
+    for data in garbage:  # a raw publisher may send any bytes on the typed topic
+        probe.publish('joint_commands', data, COMMAND_QOS, msg_type=Float64MultiArray)
+    before = probe.count('/clock')
+    v = status(probe, 'sim_node', lambda v: int(v['dropped_malformed']) >= 4, timeout=30)
+    assert int(v['dropped_malformed']) == 4 and int(v['dropped_wrong_length']) == 0
+    probe.wait_count('/clock', before + 50, timeout=20)  # the loop runs on

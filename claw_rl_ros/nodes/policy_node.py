@@ -44,14 +44,16 @@ from std_msgs.msg import Float64MultiArray
 from ..core.deploy.control_stats import LatencyStats, RateMeter
 from ..core.deploy.policy_controller import PolicyController, WATCHDOG_POLLS
 from ..core.deploy.run_marker import RunMarker
+from ..core.deploy.wire_format import Float64ArrayWriter
 from ..core.sim.robot import load_robot
 from .loop_actor_io import record_msg, RECORD_TOPIC
 from ..core.deploy.node_config import PolicyParams
 from .model_swap_io import ModelSwapIO
 from .node_params import declare
-from .ros_io import (COMMAND_QOS, diagnostics, doubles, exit_without_teardown, now_sec,
-                     publisher, spin, steady_timer, take_queued, to_sec)
+from .ros_io import (COMMAND_QOS, diagnostics, exit_without_teardown, now_sec, publisher,
+                     spin, steady_timer, take_queued)
 from .safety_io import QOS, safety_kwargs, SafetyIO
+from .wire_io import StateDecoder, WireError
 
 
 class PolicyNode(Node):
@@ -82,16 +84,18 @@ class PolicyNode(Node):
         self.tick_cpu, self.tick_work = LatencyStats(), 0.0
         self.state_rate, self.cmd_rate = RateMeter(), RateMeter()
         self.pub_cmd = publisher(self, Float64MultiArray, 'joint_commands', COMMAND_QOS)
-        self.cmd = Float64MultiArray()
+        self.cmd = Float64ArrayWriter(0)  # its bytes, refilled each tick (sized at the first)
         self.pub_record = publisher(self, Float64MultiArray, RECORD_TOPIC, COMMAND_QOS) \
             if training else None
         self.pub_diag = publisher(self, DiagnosticArray, '/diagnostics', 10)
         # A cmd_vel waiting with a state is taken before it: arrival order (events executor),
         # subscription order (single_threaded: cmd_vel subscribed first).
         self.create_subscription(Twist, 'cmd_vel', self.on_cmd_vel, 10)
+        # The state arrives as its bytes, read into arrays by wire_io (no message objects).
+        self.wire = StateDecoder()
         self.sub_js = self.create_subscription(JointState, 'joint_states', self.on_joint_state,
-                                               qos)
-        self.sub_imu = self.create_subscription(Imu, 'imu', self.on_imu, qos)
+                                               qos, raw=True)
+        self.sub_imu = self.create_subscription(Imu, 'imu', self.on_imu, qos, raw=True)
         self.swap = ModelSwapIO(self, self.ctrl)
         self.safety = SafetyIO(self, self.ctrl)
         # Watchdog on the steady clock (compares stamps with the node's, maybe simulated, time).
@@ -103,26 +107,33 @@ class PolicyNode(Node):
                                + (', training: sampling actions' if training else ''))
 
     # ----------------------------------------------------------------------------- inputs
-    def on_joint_state(self, msg: JointState) -> None:
+    def on_joint_state(self, data: bytes) -> None:
         # A backlog (a loaded machine) is worked off at its newest state: the older ones are
         # validated and counted, but neither answered nor judged stale (policy_controller).
-        msgs = [msg, *take_queued(self.sub_js)]
+        msgs = [data, *take_queued(self.sub_js)]
         for k, m in enumerate(msgs):
             start = time.perf_counter()
             self.state_rate.tick(start)
+            try:
+                state = self.wire.joint_state(m)
+            except WireError as exc:
+                self.send(self.ctrl.on_malformed('joint_states', str(exc), now_sec(self)), None)
+                continue
             work = time.thread_time()
-            targets = self.ctrl.on_joint_state(to_sec(m.header.stamp), m.name, m.position,
-                                               m.velocity, now_sec(self), k < len(msgs) - 1)
+            targets = self.ctrl.on_joint_state(*state, now_sec(self), k < len(msgs) - 1)
             self.tick_work += time.thread_time() - work
             self.send(targets, start)
 
-    def on_imu(self, msg: Imu) -> None:
-        for m in (msg, *take_queued(self.sub_imu)):
+    def on_imu(self, data: bytes) -> None:
+        for m in (data, *take_queued(self.sub_imu)):
             start = time.perf_counter()
-            q, w = m.orientation, m.angular_velocity
+            try:
+                reading = self.wire.imu(m)
+            except WireError as exc:
+                self.send(self.ctrl.on_malformed('imu', str(exc), now_sec(self)), None)
+                continue
             work = time.thread_time()
-            targets = self.ctrl.on_imu(to_sec(m.header.stamp), (q.x, q.y, q.z, q.w),
-                                       (w.x, w.y, w.z), now_sec(self))
+            targets = self.ctrl.on_imu(*reading, now_sec(self))
             self.tick_work += time.thread_time() - work
             self.send(targets, start)
 
@@ -139,8 +150,10 @@ class PolicyNode(Node):
             record = self.ctrl.take_record()
             if record is not None:  # training mode: the record goes before its command
                 self.pub_record.publish(record_msg(record))
-            self.cmd.data = doubles(targets)  # one message, refilled: no constructor per tick
-            self.pub_cmd.publish(self.cmd)
+            if self.cmd.data.size != len(targets):
+                self.cmd = Float64ArrayWriter(len(targets))
+            self.cmd.data[:] = targets
+            self.pub_cmd.publish(self.cmd.payload())
         except Exception as exc:  # noqa: BLE001 - a failed publish is a fault, not a crash
             self.ctrl.guard.stage = 'publish'
             self.ctrl.internal_fault(exc, fallback=())

@@ -41,6 +41,7 @@ from .ros_io import (COMMAND_QOS, diagnostics, exit_without_teardown, now_sec, p
                      RELIABLE_STATE_QOS, SENSOR_QOS, spin, steady_timer)
 from .sim_episode_io import SimEpisodeIO
 from .sim_state_io import SimStateIO
+from .wire_io import command_data, WireError
 
 STATE_PUBLISH_QOS = {'reliable': RELIABLE_STATE_QOS, 'sensor_data': SENSOR_QOS}
 
@@ -69,11 +70,11 @@ class SimNode(Node):
         self.step_cpu = LatencyStats()  # thread CPU time of each step's physics and readings
         # Realtime: one control step every control_dt / real_time_factor wall seconds.
         self.ticks = TickMonitor(robot.control_dt / p.real_time_factor)
-        self.drops = Counters(('wrong_length', 'non_finite', 'unanswered'))
+        self.drops = Counters(('wrong_length', 'non_finite', 'malformed', 'unanswered'))
         self.out = SimStateIO(self, robot, STATE_PUBLISH_QOS[p.state_qos], p.publish_clock)
         self.pub_diag = publisher(self, DiagnosticArray, '/diagnostics', 10)
         self.create_subscription(Float64MultiArray, 'joint_commands', self.on_command,
-                                 COMMAND_QOS)
+                                 COMMAND_QOS, raw=True)  # read from its bytes (wire_io)
         if not self.loop:  # in training the env commands (published on cmd_vel)
             self.create_subscription(Twist, 'cmd_vel', self.on_cmd_vel, 10)
         self.episodes = SimEpisodeIO(self)  # episode_seed, ~/reset, ~/episode
@@ -89,9 +90,13 @@ class SimNode(Node):
                                f'terrain {self.sim.status()["terrain"]}')
 
     # --------------------------------------------------------------------------- control
-    def on_command(self, msg: Float64MultiArray) -> None:
+    def on_command(self, raw: bytes) -> None:
         now = time.perf_counter()
-        data = np.frombuffer(msg.data, dtype=np.float64) if len(msg.data) else np.zeros(0)
+        try:
+            data = command_data(raw)
+        except WireError:
+            self.drops.add('malformed')
+            return
         if data.shape != (self.robot.num_joints,):
             self.drops.add('wrong_length')
             return

@@ -2,8 +2,10 @@
 
 The messages are made once and refilled each step; ``send()`` publishes what ``fill()`` put in,
 so an unanswered lockstep state is re-sent unchanged. joint_states goes out last: the policy acts
-on it, after everything it needs. The episode record (:mod:`..core.deploy.episode_record`) goes
-out on ``~/episode``, latched, once per episode.
+on it, after everything it needs. joint_states, imu and /clock go out as their CDR bytes,
+refilled in place (:mod:`..core.deploy.wire_format`): no message object converted per step. The
+episode record (:mod:`..core.deploy.episode_record`) goes out on ``~/episode``, latched, once per
+episode.
 """
 
 from __future__ import annotations
@@ -20,8 +22,9 @@ from sensor_msgs.msg import Imu, JointState
 from std_msgs.msg import Float64MultiArray, MultiArrayDimension
 
 from ..core.deploy.episode_record import EpisodeRecorder, ROW_DIM
+from ..core.deploy.wire_format import ClockWriter, ImuWriter, JointStateWriter
 from ..core.sim.robot import RobotSpec
-from .ros_io import doubles, publisher, STATE_QOS, to_stamp
+from .ros_io import publisher, STATE_QOS, to_stamp
 
 # Seconds between two looks at odom's subscriber count: a new listener (a probe, rqt, the
 # sim2sim gate's recorder) gets ground truth within this long of its discovery.
@@ -33,17 +36,16 @@ class SimStateIO:
 
     def __init__(self, node: Node, robot: RobotSpec, qos, publish_clock: bool):
         self.publish_clock = publish_clock
-        self.js = JointState(name=list(robot.joint_names))
-        self.imu = Imu()
-        self.imu.header.frame_id = robot.imu_body
+        self.js = JointStateWriter(robot.joint_names)
+        self.imu = ImuWriter(robot.imu_body)
+        self.clock = ClockWriter()
         self.odom = Odometry(child_frame_id=robot.base_body)
         self.odom.header.frame_id = 'odom'
-        self.odom_filled = False
+        self.odom_filled, self.stamp_s = False, 0.0
         self.pub_js = publisher(node, JointState, 'joint_states', qos)
         self.pub_imu = publisher(node, Imu, 'imu', qos)
         self.pub_odom = publisher(node, Odometry, 'odom', qos)
         self.pub_clock = publisher(node, Clock, '/clock', qos)
-        self.clock = Clock()  # refilled each step, as the others
         # Whether anyone reads odom, asked of the DDS at most every ODOM_RECHECK_S (a call
         # into the middleware per step otherwise).
         self.odom_listened, self.odom_checked = False, -math.inf
@@ -52,20 +54,17 @@ class SimStateIO:
     def fill(self, r, stamp_s: float) -> None:
         """Put the sim's readings ``r`` under stamp ``stamp_s`` [s] into the messages."""
         self.restamp(stamp_s)
-        imu, js = self.imu, self.js
-        o, w, a = imu.orientation, imu.angular_velocity, imu.linear_acceleration
-        o.w, o.x, o.y, o.z = r.imu_quat.tolist()  # Python floats, as the fields hold them
-        w.x, w.y, w.z = r.imu_gyro.tolist()
-        a.x, a.y, a.z = r.imu_acc.tolist()
-        js.position, js.velocity = doubles(r.joint_pos), doubles(r.joint_vel)
-        js.effort = doubles(r.joint_effort)
+        self.imu.fill(stamp_s, r.imu_quat, r.imu_gyro, r.imu_acc)
+        self.js.fill(stamp_s, r.joint_pos, r.joint_vel, r.joint_effort)
         self.readings, self.odom_filled = r, False
 
     def restamp(self, stamp_s: float) -> None:
         """Put stamp ``stamp_s`` [s] on the state's messages (also a wall-clock state sent
         again)."""
-        self.imu.header.stamp = self.js.header.stamp = self.odom.header.stamp = \
-            to_stamp(stamp_s)
+        self.stamp_s = stamp_s
+        self.imu.set_stamp(stamp_s)
+        self.js.set_stamp(stamp_s)
+        self.clock.set_stamp(stamp_s)
 
     def _fill_odom(self) -> None:
         """Ground truth, filled only for a state someone listens to (at its first send)."""
@@ -80,8 +79,7 @@ class SimStateIO:
     def send(self) -> None:
         """Publish the filled state, joint_states last."""
         if self.publish_clock:
-            self.clock.clock = self.js.header.stamp
-            self.pub_clock.publish(self.clock)
+            self.pub_clock.publish(self.clock.payload())
         now = time.monotonic()
         if now - self.odom_checked > ODOM_RECHECK_S:
             self.odom_listened = self.pub_odom.get_subscription_count() > 0
@@ -89,9 +87,10 @@ class SimStateIO:
         if self.odom_listened:  # ground truth only when listened to
             if not self.odom_filled:
                 self._fill_odom()
+            self.odom.header.stamp = to_stamp(self.stamp_s)  # (a re-sent state: restamped)
             self.pub_odom.publish(self.odom)
-        self.pub_imu.publish(self.imu)
-        self.pub_js.publish(self.js)
+        self.pub_imu.publish(self.imu.payload())
+        self.pub_js.publish(self.js.payload())
 
     def send_episode(self, recorder: EpisodeRecorder) -> None:
         """The record on ``~/episode`` (Float64MultiArray [T, C], latched: a gate that asks

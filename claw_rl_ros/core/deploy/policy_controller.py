@@ -73,7 +73,10 @@ HOLD_REASONS = ('bad_input', 'no_model', 'stale', 'exception')
 FAULT_OF = {'non_finite': 'non_finite', 'out_of_range': 'bad_input',
             'missing_joint': 'bad_input', 'unknown_joint': 'bad_input',
             'wrong_length': 'bad_input', 'bad_imu': 'bad_input', 'bad_stamp': 'bad_input',
-            'future_stamp': 'future_stamp', 'clock_mismatch': 'clock_mismatch'}
+            'future_stamp': 'future_stamp', 'clock_mismatch': 'clock_mismatch',
+            'malformed': 'bad_input'}
+# The message type each state topic must carry (named when its bytes do not decode).
+MESSAGE_TYPES = {'joint_states': 'sensor_msgs/msg/JointState', 'imu': 'sensor_msgs/msg/Imu'}
 # The longest stale_after_periods accepted (at 50 Hz: 2 s without a state before damping).
 MAX_STALE_PERIODS = 100.0
 # The watchdog is polled this many times per control period (policy_node's timer).
@@ -243,6 +246,26 @@ class PolicyController:
             return self._try_tick(now)
         self._stamps['imu'].append(stamp)
         self._imus.append((stamp, quat, gyro))
+        return self._try_tick(now)
+
+    @guarded('joint_state')
+    def on_malformed(self, topic: str, reason: str, now: float) -> Targets | None:
+        """A message on ``topic`` (``joint_states`` or ``imu``) whose bytes are not that message
+        (``reason``: what is wrong with them): dropped as ``malformed``, a ``bad_input`` fault.
+        A joint state is a fault of its tick at once; an IMU reading, having no stamp to pair
+        it with a tick, faults a started loop."""
+        self.guard.stage = 'joint_state' if topic == 'joint_states' else 'imu'
+        self._clock(now)
+        exc = BadInput('malformed', f'{topic}: undecodable message ({reason}); check that the '
+                       f'publisher sends {MESSAGE_TYPES[topic]} (plain CDR)')
+        if topic == 'joint_states':
+            self._pending = None
+            self._usable.append(False)
+            return self._drop(exc, 'stale_joint_states', now)
+        self.drops.add(exc.cause)
+        self.last_drop = str(exc)
+        if self.started:
+            self.safety.fault(FAULT_OF[exc.cause], now, str(exc))
         return self._try_tick(now)
 
     @guarded('command')

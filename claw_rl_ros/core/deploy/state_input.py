@@ -24,7 +24,7 @@ from ..sim.env_config import EnvConfig
 # Why an input message was dropped (counted per cause in the diagnostics).
 DROP_CAUSES = ('non_finite', 'out_of_range', 'missing_joint', 'unknown_joint', 'wrong_length',
                'bad_imu', 'bad_stamp', 'stale', 'future_stamp', 'clock_mismatch',
-               'unsynced_imu', 'no_model')
+               'unsynced_imu', 'no_model', 'malformed')
 # The env clips actions to +-clip_actions before they become the last_action observation.
 CLIP_ACTIONS = EnvConfig().clip_actions
 # An IMU reading counts as "the same tick" as a joint state up to half a control period older.
