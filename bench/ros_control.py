@@ -42,6 +42,7 @@ from pathlib import Path
 import random
 import re
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -68,9 +69,11 @@ def ping_pong(role: str, seconds: float, executor: str, pipelined: bool,
     and answers joint_states with a 12-double Float64MultiArray (reliable, as the policy node).
 
     One message in flight, as in lockstep (a new ping only after 0.1 s without an answer: a
-    lost best-effort one). ``pipelined``: the reference as first written, which published a
-    fresh ping on every warm-up iteration and so kept several in flight (up to the depth-5
-    queues): a throughput, not a round trip. ``raw``: the messages go as their bytes (raw
+    lost best-effort one): each ping carries its number in its stamp, the answer echoes it,
+    and an answer to an older ping is not counted (a lost ping found late would otherwise keep
+    two in flight and double the rate). ``pipelined``: the reference as first written, which
+    published a fresh ping on every warm-up iteration and so kept several in flight (up to the
+    depth-5 queues): a throughput, not a round trip. ``raw``: the messages go as their bytes (raw
     subscriptions, bytes refilled in place: what the nodes do), no message objects converted.
     """
     import rclpy
@@ -96,14 +99,20 @@ def ping_pong(role: str, seconds: float, executor: str, pipelined: bool,
     names = [f'joint_{i}' for i in range(12)]
     msg = JointState(name=names, position=[0.0] * 12, velocity=[0.0] * 12, effort=[0.0] * 12)
     reply = Float64MultiArray(data=[0.0] * 12)
-    count, last, never = [0], [time.monotonic()], Future()
+    count, sent, last, never = [0], [0], [time.monotonic()], Future()
     if raw:
-        from rclpy.serialization import serialize_message
         from claw_rl_ros.core.deploy.wire_format import (ClockWriter, Float64ArrayWriter,
-                                                         ImuWriter, JointStateWriter)
+                                                         ImuWriter, JointStateWriter,
+                                                         read_float64_array)
         msg, reply = JointStateWriter(names), Float64ArrayWriter(12)
-        bare = serialize_message(JointState(name=names, position=[0.0] * 12,
-                                            velocity=[0.0] * 12, effort=[0.0] * 12))
+    stamp_of = struct.Struct('<iI').unpack_from  # a JointState's stamp in its bytes
+
+    def echoed(m) -> float:
+        """The stamp [s] an answer (or, at the pong, a ping) carries."""
+        if loop_messages and role == 'ping':
+            return float(read_float64_array(m)[0] if raw else m.data[0])
+        sec, ns = stamp_of(m, 4) if raw else (m.header.stamp.sec, m.header.stamp.nanosec)
+        return sec + ns * 1e-9
     if loop_messages:
         if role == 'pong':
             node.create_subscription(Imu, 'imu', lambda m: None, qos, raw=raw)
@@ -114,27 +123,34 @@ def ping_pong(role: str, seconds: float, executor: str, pipelined: bool,
                 clock, imu = ClockWriter(), ImuWriter()
 
     def send_ping():
-        if loop_messages and raw:  # (the nodes' way: bytes restamped in place)
-            stamp = 0.02 * (count[0] + 1)
-            for m in (clock, imu, msg):
+        # Sim time moves one control period a ping, as in lockstep; the stamp numbers it.
+        sent[0] += 1
+        stamp = 0.02 * sent[0]
+        if raw:  # (the nodes' way: bytes restamped in place)
+            for m in (clock, imu, msg) if loop_messages else (msg,):
                 m.set_stamp(stamp)
-            clock_pub.publish(clock.payload())
-            imu_pub.publish(imu.payload())
+            if loop_messages:
+                clock_pub.publish(clock.payload())
+                imu_pub.publish(imu.payload())
             return pub.publish(msg.payload())
-        if loop_messages:  # sim time moves one control period a step, as in lockstep
-            imu.header.stamp = msg.header.stamp = to_stamp(0.02 * (count[0] + 1))
-            clock.clock = msg.header.stamp
+        msg.header.stamp = to_stamp(stamp)
+        if loop_messages:
+            imu.header.stamp = clock.clock = msg.header.stamp
             clock_pub.publish(clock)
             imu_pub.publish(imu)
-        pub.publish(bare if raw else msg)
+        pub.publish(msg)
 
     def answer(m):
+        if role == 'pong':
+            if not loop_messages:
+                return pub.publish(m)  # the echo
+            reply.data[0] = echoed(m)
+            return pub.publish(reply.payload() if raw else reply)
+        if not pipelined and abs(echoed(m) - 0.02 * sent[0]) > 1e-6:
+            return  # the answer to an older ping
         count[0] += 1
         last[0] = time.monotonic()
-        if role == 'pong':
-            pub.publish((reply.payload() if raw else reply) if loop_messages else m)
-        else:
-            send_ping()
+        send_ping()
 
     def kick():  # (re-)start the ball: always when pipelined, else when it was lost
         if pipelined or time.monotonic() - last[0] > 0.1:
