@@ -18,7 +18,7 @@ from sensor_msgs.msg import Imu, JointState
 from std_msgs.msg import Float64MultiArray
 
 from claw_rl_ros.core.deploy.safety import FAULTS
-from claw_rl_ros.nodes.ros_io import COMMAND_QOS
+from claw_rl_ros.nodes.ros_io import COMMAND_QOS, SENSOR_QOS
 from control_models import good_model
 from ros_helpers import NodeProcess, probe, publish_state, ros_env  # noqa: F401
 from test_nodes_loop import status
@@ -173,3 +173,20 @@ def test_fuzzed_policy_node_stays_alive_and_never_commands_unsafely(
     assert sum(faults.values()) > 50 and int(diag['dropped_out_of_range']) > 0
     assert int(diag['dropped_malformed']) > 20  # undecodable bytes: counted, never a crash
     assert probe.count('joint_commands') > start  # commands resumed
+
+
+def test_undecodable_joint_states_are_dropped_counted_and_named(
+        policy, probe, robot):  # noqa: F811
+    js = serialize_message(JointState(name=list(robot.joint_names), position=[0.0] * 12,
+                                      velocity=[0.0] * 12))
+    probe.publish('joint_states', js[:30], SENSOR_QOS, msg_type=JointState)
+    probe.wait_subscribers('joint_states')
+    before = int(status(probe, 'policy_node')['dropped_malformed'])
+    start = probe.count('/diagnostics')
+    for _ in range(20):  # cut short in the names (best effort: some may be lost)
+        probe.publish('joint_states', js[:30])
+        probe.wait_for('joint_commands', timeout=0.005, start=probe.count('joint_commands'),
+                       fail=False)
+    v = status(probe, 'policy_node', lambda v: int(v['dropped_malformed']) > before, start=start)
+    assert 'joint_states: undecodable message' in v['last_drop'], v['last_drop']
+    assert policy.alive(), policy.log

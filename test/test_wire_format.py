@@ -208,3 +208,14 @@ def test_another_encoding_goes_to_rclpy_and_garbage_in_it_is_still_a_wire_error(
             decoder.imu(foreign)
         with pytest.raises(WireError):
             command_data(foreign)
+
+
+def test_a_string_without_its_nul_is_a_wire_error():
+    js = JointState(name=['hip'], position=[1.0], velocity=[1.0])
+    js.header.frame_id = 'abc'
+    data = bytearray(serialize_message(js))
+    assert data[16:20] == b'abc\x00'  # frame_id: its length (4) at 12, then its bytes
+    JointStateReader().read(bytes(data))
+    data[19] = ord('x')
+    with pytest.raises(WireError, match='NUL'):
+        JointStateReader().read(bytes(data))
