@@ -377,7 +377,8 @@ def test_train_graph_set_is_checked_once_and_reaches_every_node(tmp_path):
     assert split_overrides(text) == {'runner': {'seed': 7}, 'env': {
         'num_envs': 32, 'commands': {'lin_vel_x': [0.5, 0.5]}}}
     for bad, words in (('runner.no_such_key=1', 'no_such_key'), ('runner.seed', 'KEY=VALUE'),
-                       ("'unclosed", 'KEY=VALUE')):
+                       ("'unclosed", 'KEY=VALUE'),
+                       ('env.terrain.proportions=[0.5, 0.5]', r'not valid YAML.*\[1,2\]')):
         with pytest.raises(ConfigError, match=words):
             resolve(GRAPHS['train'], {'set': bad})
     # The nodes apply it with the same function the graph used.

@@ -291,7 +291,13 @@ def parse_overrides(items: list[str], source: str = '--set') -> dict:
             if not isinstance(node, dict):
                 raise ConfigError(source, item, f'{part} is set to a value above; give each '
                                   'key once')
-        node[parts[-1]] = yaml.safe_load(value)
+        try:
+            node[parts[-1]] = yaml.safe_load(value)
+        except yaml.YAMLError as exc:
+            problem = getattr(exc, 'problem', None) or type(exc).__name__
+            raise ConfigError(source, item, f'the value {value!r} is not valid YAML ({problem}); '
+                              'a list is written [1, 2] (in `claw-rl up --set` and `set:=` items '
+                              'are split at spaces: [1,2], or quote the whole item)') from None
     return out
 
 
