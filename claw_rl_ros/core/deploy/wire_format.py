@@ -46,7 +46,8 @@ class WireError(ValueError):
 
 
 class ForeignEncoding(WireError):
-    """Well maybe, but not plain little-endian CDR: for rclpy's deserialisation to judge."""
+    """Bytes in another encoding than plain little-endian CDR (big endian, XCDR2): maybe a
+    well-formed message, for rclpy's deserialisation to judge."""
 
 
 def _align(offset: int, size: int) -> int:
