@@ -42,7 +42,6 @@ from pathlib import Path
 import random
 import re
 import shutil
-import struct
 import subprocess
 import sys
 import tempfile
@@ -86,7 +85,8 @@ def ping_pong(role: str, seconds: float, executor: str, pipelined: bool,
     from rosgraph_msgs.msg import Clock
     from sensor_msgs.msg import Imu
     from std_msgs.msg import Float64MultiArray
-    from claw_rl_ros.nodes.ros_io import RELIABLE_STATE_QOS, SENSOR_QOS, SPIN_SLICE_S, to_stamp
+    from claw_rl_ros.nodes.ros_io import (RELIABLE_STATE_QOS, SENSOR_QOS, SPIN_SLICE_S, to_sec,
+                                          to_stamp)
     rclpy.init()
     node = Node(role, parameter_overrides=[Parameter('use_sim_time', value=True)]
                 if loop_messages and role == 'pong' else [])
@@ -102,17 +102,15 @@ def ping_pong(role: str, seconds: float, executor: str, pipelined: bool,
     count, sent, last, never = [0], [0], [time.monotonic()], Future()
     if raw:
         from claw_rl_ros.core.deploy.wire_format import (ClockWriter, Float64ArrayWriter,
-                                                         ImuWriter, JointStateWriter,
-                                                         read_float64_array)
+                                                         header_stamp, ImuWriter,
+                                                         JointStateWriter, read_float64_array)
         msg, reply = JointStateWriter(names), Float64ArrayWriter(12)
-    stamp_of = struct.Struct('<iI').unpack_from  # a JointState's stamp in its bytes
 
     def echoed(m) -> float:
         """The stamp [s] an answer (or, at the pong, a ping) carries."""
         if loop_messages and role == 'ping':
             return float(read_float64_array(m)[0] if raw else m.data[0])
-        sec, ns = stamp_of(m, 4) if raw else (m.header.stamp.sec, m.header.stamp.nanosec)
-        return sec + ns * 1e-9
+        return header_stamp(m) if raw else to_sec(m.header.stamp)
     if loop_messages:
         if role == 'pong':
             node.create_subscription(Imu, 'imu', lambda m: None, qos, raw=raw)

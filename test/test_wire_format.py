@@ -99,7 +99,8 @@ def test_writers_send_bytes_rclpy_reads_as_the_message_meant():
     names = ['FL_hip', 'FL_thigh', 'é']
     js = JointStateWriter(names, frame_id='base')
     for stamp in (0.0, 12.34, 1_733_000_000.123456789, 7.9999999996):
-        js.fill(stamp, np.array([1.0, -2.0, 3.5]), np.array([0.1, 0.2, math.nan]),
+        js.set_stamp(stamp)
+        js.fill(np.array([1.0, -2.0, 3.5]), np.array([0.1, 0.2, math.nan]),
                 np.array([-1.0, 0.0, 1e300]))
         m = deserialize_message(js.payload(), JointState)
         ns = int(round(stamp * 1e9))
@@ -109,7 +110,8 @@ def test_writers_send_bytes_rclpy_reads_as_the_message_meant():
         assert m.velocity[:2].tolist() == [0.1, 0.2] and math.isnan(m.velocity[2])
     for frame in ('', 'b', 'imu_link', 'abcdefg'):  # the doubles' alignment moves
         imu = ImuWriter(frame)
-        imu.fill(5.5, np.array([0.9, 0.1, 0.2, 0.3]), np.array([1.0, 2.0, 3.0]),
+        imu.set_stamp(5.5)
+        imu.fill(np.array([0.9, 0.1, 0.2, 0.3]), np.array([1.0, 2.0, 3.0]),
                  np.array([4.0, 5.0, 6.0]))
         m = deserialize_message(imu.payload(), Imu)
         assert m.header.frame_id == frame and to_sec(m.header.stamp) == 5.5

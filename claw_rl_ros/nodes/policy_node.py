@@ -84,7 +84,7 @@ class PolicyNode(Node):
         self.tick_cpu, self.tick_work = LatencyStats(), 0.0
         self.state_rate, self.cmd_rate = RateMeter(), RateMeter()
         self.pub_cmd = publisher(self, Float64MultiArray, 'joint_commands', COMMAND_QOS)
-        self.cmd = Float64ArrayWriter(0)  # its bytes, refilled each tick (sized at the first)
+        self.cmd = Float64ArrayWriter(len(self.ctrl.order.output))  # its bytes, refilled
         self.pub_record = publisher(self, Float64MultiArray, RECORD_TOPIC, COMMAND_QOS) \
             if training else None
         self.pub_diag = publisher(self, DiagnosticArray, '/diagnostics', 10)
@@ -150,8 +150,6 @@ class PolicyNode(Node):
             record = self.ctrl.take_record()
             if record is not None:  # training mode: the record goes before its command
                 self.pub_record.publish(record_msg(record))
-            if self.cmd.data.size != len(targets):
-                self.cmd = Float64ArrayWriter(len(targets))
             self.cmd.data[:] = targets
             self.pub_cmd.publish(self.cmd.payload())
         except Exception as exc:  # noqa: BLE001 - a failed publish is a fault, not a crash

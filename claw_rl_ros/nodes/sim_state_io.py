@@ -54,8 +54,8 @@ class SimStateIO:
     def fill(self, r, stamp_s: float) -> None:
         """Put the sim's readings ``r`` under stamp ``stamp_s`` [s] into the messages."""
         self.restamp(stamp_s)
-        self.imu.fill(stamp_s, r.imu_quat, r.imu_gyro, r.imu_acc)
-        self.js.fill(stamp_s, r.joint_pos, r.joint_vel, r.joint_effort)
+        self.imu.fill(r.imu_quat, r.imu_gyro, r.imu_acc)
+        self.js.fill(r.joint_pos, r.joint_vel, r.joint_effort)
         self.readings, self.odom_filled = r, False
 
     def restamp(self, stamp_s: float) -> None:

@@ -100,7 +100,7 @@ def _doubles(buf: bytes, offset: int, name: str) -> tuple[np.ndarray, int]:
     return np.frombuffer(buf, '<f8', count, offset), end
 
 
-def _stamp(buf: bytes, name: str) -> float:
+def header_stamp(buf: bytes, name: str = 'message') -> float:
     """The header stamp [s] of a message that starts with a std_msgs/Header."""
     if len(buf) < HEADER + _STAMP.size:
         raise WireError(f'{name}: {len(buf)} bytes, too short for a header stamp')
@@ -124,7 +124,7 @@ class JointStateReader:
     def read(self, buf: bytes
              ) -> tuple[float, tuple[str, ...], np.ndarray, np.ndarray, np.ndarray]:
         _check_header(buf, 'joint_states')
-        stamp = _stamp(buf, 'joint_states')
+        stamp = header_stamp(buf, 'joint_states')
         start = HEADER + _STAMP.size
         region = self._region
         if region is not None and buf[start:start + len(region)] == region:
@@ -149,7 +149,7 @@ class JointStateReader:
 def read_imu(buf: bytes) -> tuple[float, np.ndarray, np.ndarray]:
     """sensor_msgs/Imu bytes -> (stamp [s], [4] orientation x y z w, [3] angular velocity)."""
     _check_header(buf, 'imu')
-    stamp = _stamp(buf, 'imu')
+    stamp = header_stamp(buf, 'imu')
     _, offset = _string(buf, HEADER + _STAMP.size, 'imu frame_id')
     offset = _align(offset, 8)
     if offset + 8 * IMU_DOUBLES > len(buf):
@@ -244,9 +244,8 @@ class JointStateWriter(_Writer):
         super().__init__(enc, stamp_at)
         self.position, self.velocity, self.effort = (self._view(a, n) for a in at)
 
-    def fill(self, stamp_s: float, position: np.ndarray, velocity: np.ndarray,
-             effort: np.ndarray) -> None:
-        self.set_stamp(stamp_s)
+    def fill(self, position: np.ndarray, velocity: np.ndarray, effort: np.ndarray) -> None:
+        """The [n] arrays (the stamp: :meth:`set_stamp`)."""
         self.position[:], self.velocity[:], self.effort[:] = position, velocity, effort
 
 
@@ -262,10 +261,9 @@ class ImuWriter(_Writer):
         super().__init__(enc, stamp_at)
         self._values = self._view(values, IMU_DOUBLES)
 
-    def fill(self, stamp_s: float, orientation_wxyz: np.ndarray, gyro: np.ndarray,
-             acc: np.ndarray) -> None:
-        """``orientation_wxyz`` as MuJoCo gives quaternions (w first; the message is x y z w)."""
-        self.set_stamp(stamp_s)
+    def fill(self, orientation_wxyz: np.ndarray, gyro: np.ndarray, acc: np.ndarray) -> None:
+        """``orientation_wxyz`` as MuJoCo gives quaternions (w first; the message is x y z w);
+        the stamp: :meth:`set_stamp`."""
         v = self._values
         v[:3], v[3] = orientation_wxyz[1:], orientation_wxyz[0]
         v[IMU_GYRO], v[IMU_ACC] = gyro, acc
