@@ -5,8 +5,9 @@
    ping-pong with a lockstep step's messages (as messages and as bytes, the nodes' way), and
    the ceiling 1 / (the nodes' own work + the fastest bare round trip), own work timed in
    process and inside the running nodes: target >= 80 %; then the same loop with both nodes
-   in one process (node_container's way: no hop between processes). ``--lockstep-only``: this
-   part alone.
+   in one process (node_container's way: no hop between processes) against its own
+   reference, a bare round trip between two nodes of one process (bytes and messages).
+   ``--lockstep-only``: this part alone.
 2. realtime 50 Hz for ``--seconds`` with ``--swaps`` hot swaps: joint_states -> command latency
    p50/p99 (measured by the sim node: state publish -> command arrival), missed ticks, and each
    swap's activation time (set_parameters request -> reply, and -> model_version message); then
@@ -61,7 +62,10 @@ def ping_pong(role: str, seconds: float, executor: str, pipelined: bool,
     """Child process: bare rclpy JointState ping-pong (the reference loop) on ``executor``
     (single_threaded: rclpy's default; events: the one the control nodes spin on), spun as
     the nodes spin (``spin_until_future_complete`` in 0.1 s slices: a ``spin_once`` per
-    message made the EventsExecutor look half as fast as it runs in the nodes).
+    message made the EventsExecutor look half as fast as it runs in the nodes). Role ``both``:
+    ping and pong as two nodes of this one process on one EventsExecutor, the reference of
+    the loop with both nodes in one process (Fast DDS delivers within a process without a
+    wake-up of another process).
 
     ``loop_messages``: the messages of a lockstep step and nothing else: ping sends /clock,
     imu and joint_states (reliable, as the sim node), pong reads /clock (use_sim_time) and imu
@@ -78,19 +82,70 @@ def ping_pong(role: str, seconds: float, executor: str, pipelined: bool,
     import rclpy
     from rclpy.executors import SingleThreadedExecutor
     from rclpy.experimental import EventsExecutor
-    from rclpy.node import Node
     from rclpy.task import Future
-    from sensor_msgs.msg import JointState
+    from claw_rl_ros.nodes.ros_io import SPIN_SLICE_S, steady_timer
+    rclpy.init()
+    one_process = role == 'both'
+    spinner = EventsExecutor() if executor == 'events' or one_process \
+        else SingleThreadedExecutor()
+    if one_process:
+        ping_pong_end('pong', spinner, loop_messages, raw, pipelined)
+    node, count, kick = ping_pong_end('ping' if one_process else role, spinner, loop_messages,
+                                      raw, pipelined)
+    never = Future()
+    if role == 'pong':
+        try:
+            while rclpy.ok():
+                spinner.spin_until_future_complete(never, SPIN_SLICE_S)
+        except (KeyboardInterrupt, Exception):  # noqa: BLE001 - stopped by the parent
+            pass
+        return
+    if one_process:  # never idle: a steady timer ends the warm-up and the count
+        done, marks, t0 = Future(), [], time.monotonic()
+
+        def sample():
+            kick()
+            now = time.monotonic()
+            if (not marks and now - t0 > 2.0) or (marks and now - marks[0][0] > seconds):
+                marks.append((now, count[0]))
+            if len(marks) == 2:
+                done.set_result(True)
+        steady_timer(node, 0.05, sample)
+        spinner.spin_until_future_complete(done, seconds + 60.0)
+        (w0, c0), (w1, c1) = marks
+        print(json.dumps({'round_trips_per_s': (c1 - c0) / (w1 - w0)}), flush=True)
+        return spinner.shutdown()
+
+    def spin_for(span: float) -> None:
+        end = time.monotonic() + span
+        while time.monotonic() < end:
+            spinner.spin_until_future_complete(
+                never, max(1e-3, min(SPIN_SLICE_S, end - time.monotonic())))
+    while node.count_subscribers('ping') == 0:
+        spinner.spin_once(timeout_sec=0.05)
+    if pipelined:  # a fresh ping every 1 ms of the warm-up: several in flight
+        warm = node.create_timer(0.001, kick)
+        spin_for(2.0)
+        node.destroy_timer(warm)
+    else:
+        node.create_timer(0.05, kick)
+        spin_for(2.0)  # warm-up
+    count[0], start = 0, time.monotonic()
+    spin_for(seconds)
+    print(json.dumps({'round_trips_per_s': count[0] / (time.monotonic() - start)}), flush=True)
+
+
+def ping_pong_end(role: str, spinner, loop_messages: bool, raw: bool, pipelined: bool):
+    """One end of :func:`ping_pong` as a node on ``spinner``: (node, [answers counted],
+    kick: sends a ping if none is in flight, always when ``pipelined``)."""
+    from rclpy.node import Node
     from rclpy.parameter import Parameter
     from rosgraph_msgs.msg import Clock
-    from sensor_msgs.msg import Imu
+    from sensor_msgs.msg import Imu, JointState
     from std_msgs.msg import Float64MultiArray
-    from claw_rl_ros.nodes.ros_io import (RELIABLE_STATE_QOS, SENSOR_QOS, SPIN_SLICE_S, to_sec,
-                                          to_stamp)
-    rclpy.init()
+    from claw_rl_ros.nodes.ros_io import RELIABLE_STATE_QOS, SENSOR_QOS, to_sec, to_stamp
     node = Node(role, parameter_overrides=[Parameter('use_sim_time', value=True)]
                 if loop_messages and role == 'pong' else [])
-    spinner = EventsExecutor() if executor == 'events' else SingleThreadedExecutor()
     spinner.add_node(node)
     out, inp = ('pong', 'ping') if role == 'pong' else ('ping', 'pong')
     qos = RELIABLE_STATE_QOS if loop_messages else SENSOR_QOS
@@ -99,7 +154,7 @@ def ping_pong(role: str, seconds: float, executor: str, pipelined: bool,
     names = [f'joint_{i}' for i in range(12)]
     msg = JointState(name=names, position=[0.0] * 12, velocity=[0.0] * 12, effort=[0.0] * 12)
     reply = Float64MultiArray(data=[0.0] * 12)
-    count, sent, last, never = [0], [0], [time.monotonic()], Future()
+    count, sent, last = [0], [0], [time.monotonic()]
     if raw:
         from claw_rl_ros.core.deploy.wire_format import (ClockWriter, Float64ArrayWriter,
                                                          header_stamp, ImuWriter,
@@ -154,32 +209,8 @@ def ping_pong(role: str, seconds: float, executor: str, pipelined: bool,
         if pipelined or time.monotonic() - last[0] > 0.1:
             send_ping()
             last[0] = time.monotonic()
-
-    def spin_for(span: float) -> None:
-        end = time.monotonic() + span
-        while time.monotonic() < end:
-            spinner.spin_until_future_complete(
-                never, max(1e-3, min(SPIN_SLICE_S, end - time.monotonic())))
     node.create_subscription(types[inp], inp, answer, qos, raw=raw)
-    if role == 'pong':
-        try:
-            while rclpy.ok():
-                spinner.spin_until_future_complete(never, SPIN_SLICE_S)
-        except (KeyboardInterrupt, Exception):  # noqa: BLE001 - stopped by the parent
-            pass
-        return
-    while pub.get_subscription_count() == 0:
-        spinner.spin_once(timeout_sec=0.05)
-    if pipelined:  # a fresh ping every 1 ms of the warm-up: several in flight
-        warm = node.create_timer(0.001, kick)
-        spin_for(2.0)
-        node.destroy_timer(warm)
-    else:
-        node.create_timer(0.05, kick)
-        spin_for(2.0)  # warm-up
-    count[0], start = 0, time.monotonic()
-    spin_for(seconds)
-    print(json.dumps({'round_trips_per_s': count[0] / (time.monotonic() - start)}), flush=True)
+    return node, count, kick
 
 
 def composed_lockstep(model: Path, seconds: float) -> None:
@@ -256,13 +287,20 @@ class Bench:
 
     def ping_pong(self, seconds: float, executor: str = 'single_threaded',
                   pipelined: bool = False, loop_messages: bool = False,
-                  raw: bool = False) -> float:
+                  raw: bool = False, one_process: bool = False) -> float:
         shape = (['--loop-messages'] if loop_messages else []) + (['--raw'] if raw else [])
+        if one_process:  # ping and pong nodes in one child process (role both)
+            out = subprocess.run([sys.executable, __file__, '--role', 'both',
+                                  '--lockstep-seconds', str(seconds)] + shape, env=self.env,
+                                 capture_output=True, text=True, timeout=seconds + 90,
+                                 check=True).stdout
+            return json.loads(out.strip().splitlines()[-1])['round_trips_per_s']
         pong = subprocess.Popen([sys.executable, __file__, '--role', 'pong', '--executor',
                                  executor] + shape, env=self.env)
         try:
-            out = subprocess.run([sys.executable, __file__, '--role', 'ping', '--seconds',
-                                  str(seconds), '--executor', executor] + shape
+            out = subprocess.run([sys.executable, __file__, '--role', 'ping',
+                                  '--lockstep-seconds', str(seconds), '--executor',
+                                  executor] + shape
                                  + (['--pipelined'] if pipelined else []), env=self.env,
                                  capture_output=True, text=True, timeout=seconds + 60,
                                  check=True).stdout
@@ -452,6 +490,10 @@ def control_numbers(bench: Bench, models: list[Path], args) -> None:
     pp_loop_raw = bench.ping_pong(args.lockstep_seconds, 'events', loop_messages=True, raw=True)
     ls, live = bench.lockstep(models[0], args.lockstep_seconds)
     composed = bench.composed(models[0], args.lockstep_seconds)
+    one = {'bytes': bench.ping_pong(args.lockstep_seconds, raw=True, one_process=True),
+           'messages': bench.ping_pong(args.lockstep_seconds, one_process=True),
+           'loop': bench.ping_pong(args.lockstep_seconds, loop_messages=True, raw=True,
+                                   one_process=True)}
     work = compute_per_step(models[0])
     print(f'lockstep: {ls:.0f} control steps/s vs bare rclpy ping-pong {pp:.0f} round '
           f'trips/s: {100 * ls / pp:.0f} %; the same ping-pong on the EventsExecutor the nodes '
@@ -476,16 +518,23 @@ def control_numbers(bench: Bench, models: list[Path], args) -> None:
               f'{step - own:.3f} ms against a bare round trip of {round_trip:.3f} ms; ceiling '
               f'1 / (own + round trip) = {ceiling:.0f} steps/s: lockstep at '
               f'{100 * ls / ceiling:.0f} % (target >= 80 %)', flush=True)
-    # The same loop without the process hop: what a transport in one process could reach.
+    # The same loop without the process hop, against its own reference: a bare round trip
+    # between two nodes of one process (Fast DDS delivers in process, no other process wakes).
     c, in_process = composed['steps_per_s'], work['sim_ms'] + work['policy_ms']
     inside = composed['sim_ms'] + composed['policy_ms']
+    one_trip = 1e3 / max(one['messages'], one['bytes'])
     print(f'  both nodes in one process (one EventsExecutor, still over DDS): {c:.0f} control '
-          f'steps/s = {1e3 / c:.3f} ms a step, {c / ls:.2f}x the two processes; against the '
-          f'ceiling with the in-process own work {100 * c * (round_trip + in_process) / 1e3:.0f}'
-          f' %; own work inside it {inside:.3f} ms (physics + readings '
-          f'{composed["sim_ms"]:.3f}, policy tick {composed["policy_ms"]:.3f}), ceiling with it '
-          f'{1e3 / (round_trip + inside):.0f} steps/s: {100 * c * (round_trip + inside) / 1e3:.0f}'
-          f' % (target >= 80 %)', flush=True)
+          f'steps/s = {1e3 / c:.3f} ms a step, {c / ls:.2f}x the two processes. Its reference, '
+          f'a bare round trip between two nodes of one process: {one["bytes"]:.0f} round '
+          f'trips/s as bytes, {one["messages"]:.0f} as messages ({one_trip:.3f} ms); the '
+          f'messages of a step alone as bytes in one process {1e3 / one["loop"]:.3f} ms',
+          flush=True)
+    for label, own in (('in process', in_process), ('inside it', inside)):
+        print(f'    own work {label} {own:.3f} ms: ceiling 1 / (own + the one-process round '
+              f'trip) = {1e3 / (own + one_trip):.0f} steps/s, the one-process loop at '
+              f'{100 * c * (own + one_trip) / 1e3:.0f} % (target >= 80 %); against the '
+              f'two-process round trip (not its own reference) '
+              f'{100 * c * (own + round_trip) / 1e3:.0f} %', flush=True)
     if args.lockstep_only:
         return
     print(f'swap transport ({moved["model_bytes"]} B): uint8[] topic '
@@ -593,7 +642,7 @@ def verify_gate(bench: Bench, args) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument('--role', choices=['ping', 'pong', 'composed'])
+    parser.add_argument('--role', choices=['ping', 'pong', 'both', 'composed'])
     parser.add_argument('--model', type=Path, help='the composed role\'s model')
     parser.add_argument('--executor', default='single_threaded',
                         choices=['single_threaded', 'events'])
@@ -623,7 +672,7 @@ def main() -> None:
     if args.role == 'composed':
         return composed_lockstep(args.model, args.lockstep_seconds)
     if args.role:
-        return ping_pong(args.role, args.lockstep_seconds if args.role == 'ping' else 0,
+        return ping_pong(args.role, 0 if args.role == 'pong' else args.lockstep_seconds,
                          args.executor, args.pipelined, args.loop_messages, args.raw)
     from control_models import good_model
     from claw_rl_ros.core.sim.robot import load_robot
