@@ -7,6 +7,7 @@ import sys
 
 from diagnostic_msgs.msg import DiagnosticArray
 import pytest
+from rclpy.parameter import Parameter
 
 from claw_rl_ros.nodes.node_container import hosted_nodes
 from control_models import good_model
@@ -37,7 +38,7 @@ def test_a_container_runs_the_lockstep_loop_and_stops_cleanly(
     model = good_model(robot, tmp_path / 'm.onnx')
     for run in range(3):
         log, start = tmp_path / f'container_{run}.log', probe.count('/diagnostics')
-        proc = container(ros_env, log, model)
+        proc = container(ros_env, log, model, ', "joints": []')  # [] typed as declared
         try:
             sim = status(probe, 'sim_node', lambda v: int(v['steps']) >= 200, 60, start)
             policy = status(probe, 'policy_node', lambda v: v['safety_state'] == 'RL' and
@@ -90,3 +91,16 @@ def test_hosted_parameters_keep_their_types():
     assert exe == 'sim_node'
     assert {p.name: p.value for p in params} == {'mode': 'lockstep', 'seed': 3,
                                                  'real_time_factor': 2.0, 'pushes': False}
+
+
+def test_an_empty_list_takes_the_element_type_the_node_declares():
+    # JSON [] says nothing of its elements; rclpy would make it a BYTE_ARRAY, which the
+    # string-list parameter refuses, so an empty list could not be given at all.
+    (_, params), = hosted_nodes(['--node', 'policy_node', '{"joints": [], "seed": 2}'])
+    joints = next(p for p in params if p.name == 'joints')
+    assert joints.type_ == Parameter.Type.STRING_ARRAY and joints.value == []
+    (_, params), = hosted_nodes(['--node', 'recorder_node', '{"topics": []}'])
+    assert params[0].type_ == Parameter.Type.STRING_ARRAY
+    # A name the node does not declare keeps rclpy's typing (and is refused by name later).
+    (_, params), = hosted_nodes(['--node', 'sim_node', '{"no_such_list": []}'])
+    assert params[0].type_ == Parameter.Type.BYTE_ARRAY
