@@ -135,6 +135,7 @@ def test_the_same_seed_gives_the_same_map(robot):
     ({'types': ['rough'], 'proportions': [0.5, 0.5]}, 'proportions'),
     ({'types': ['rough'], 'proportions': [0.0]}, 'proportions'),
     ({'num_levels': 3, 'max_init_level': 3}, 'max_init_level'),
+    ({'num_levels': 3, 'cleared_min_level': 3}, 'cleared_min_level'),
     ({'enabled': False, 'height_scan': {'enabled': True}}, 'height_scan.enabled'),
 ])
 def test_bad_terrain_config_names_the_key(overrides, key):
@@ -287,6 +288,12 @@ def test_curriculum_promotes_demotes_and_wraps_on_hand_made_distances():
     top = curriculum_levels(np.full(500, 4), np.full(500, 3.0), np.zeros(500), 4.0, 5, rng)
     # Clearing the top level sends a world to a random level.
     assert set(top.tolist()) == set(range(5))
+    # ... from cleared_min_level up, when given (the others move as before).
+    top = curriculum_levels(np.full(500, 4), np.full(500, 3.0), np.zeros(500), 4.0, 5, rng,
+                            cleared_min_level=3)
+    assert set(top.tolist()) == {3, 4}
+    assert curriculum_levels(levels, walked, commanded, 4.0, 5, rng, 3).tolist() == \
+        [1, 3, 1, 0, 3, 1, 2]
 
 
 def test_worlds_are_shared_out_by_the_proportions():
@@ -361,6 +368,20 @@ def test_a_world_keeps_its_tile_through_reset_and_time_out(make_env):
     assert truncated.all()
     assert pl.levels.tolist() == [1, 0, 2, 0, 1, 2]
     assert pl.columns.tolist() == columns.tolist()
+
+
+def test_a_world_that_clears_the_top_level_goes_no_lower_than_cleared_min_level(make_env):
+    env = terrain_env(make_env, num_envs=6, episode_length_s=0.2, terrain={
+        'cleared_min_level': 2}, randomization={'enabled': False},
+        commands={'standing_probability': 1.0})
+    pl = env.placement
+    pl.levels[:] = 2  # the top of 3 levels
+    env.reset(seed=5)
+    for _ in range(9):
+        env.step(np.zeros((6, 12)))
+    pl.spawn_xy -= [env.terrain.tile_size, 0.0]  # every world walked a tile: cleared the top
+    _, _, _, truncated, _ = env.step(np.zeros((6, 12)))
+    assert truncated.all() and pl.levels.tolist() == [2] * 6
 
 
 def test_extras_report_the_mean_level_per_type(make_env):

@@ -64,6 +64,8 @@ class TerrainConfig:
     curriculum: bool = param(True, 'move worlds up and down levels by how far they walk')
     max_init_level: int = param(0, 'worlds start on a random level up to this one '
                                 '(curriculum off: any level)', ge=0)
+    cleared_min_level: int = param(0, 'a world that clears the top level goes to a random level '
+                                   'from this one up (legged_gym: 0, any level)', ge=0)
     seed: int = param(0, 'seed of the terrain heights (the same seed, the same map)', ge=0)
     tile_size: Optional[float] = param(None, 'side of a square tile [m] (None: 12 H)', gt=0)
     tile_walk: float = param(0.0, 'tiles grow past tile_size until a world walks at least this '
@@ -106,6 +108,9 @@ class TerrainConfig:
         if not sum(self.proportions) > 0:
             raise ConfigError('', 'proportions', f'{self.proportions} are all 0; give at least '
                               'one type a share')
+        if self.cleared_min_level >= self.num_levels:
+            raise ConfigError('', 'cleared_min_level', f'{self.cleared_min_level} is not a level '
+                              f'of 0..{self.num_levels - 1}; lower it or raise num_levels')
         if self.max_init_level >= self.num_levels:
             raise ConfigError('', 'max_init_level', f'{self.max_init_level} is not a level of '
                               f'0..{self.num_levels - 1}; lower it or raise num_levels')

@@ -4,7 +4,8 @@ Every world keeps one column (terrain type, shared out by the configured proport
 whole run and a level (row) that the curriculum moves when the world resets after an episode:
 up if it walked farther than half a tile from its spawn point, down if it walked less than half
 the distance its commands asked for over a full episode, to a random level if it clears the top
-one (so worlds stay spread over the levels). A world spawns at its tile's centre plus a small
+one (so worlds stay spread over the levels; ``cleared_min_level`` keeps them on the upper
+ones). A world spawns at its tile's centre plus a small
 random offset, on the highest ground under its footprint.
 """
 
@@ -29,17 +30,18 @@ def assign_columns(shares: np.ndarray, num_envs: int) -> np.ndarray:
 
 
 def curriculum_levels(levels: np.ndarray, walked: np.ndarray, commanded: np.ndarray,
-                      tile_size: float, num_levels: int,
-                      rng: np.random.Generator) -> np.ndarray:
+                      tile_size: float, num_levels: int, rng: np.random.Generator,
+                      cleared_min_level: int = 0) -> np.ndarray:
     """legged_gym's rule: [K] levels, distance walked [K] and commanded [K] [m] -> new levels.
 
     Up one level past half a tile; else down one below half the commanded distance; a world
-    moved above the top level goes to a random level; none goes below 0.
+    moved above the top level goes to a random level (from ``cleared_min_level`` up); none
+    goes below 0.
     """
     up = walked > 0.5 * tile_size
     down = (walked < 0.5 * commanded) & ~up
     moved = levels + up.astype(np.int64) - down.astype(np.int64)
-    wrapped = rng.integers(0, num_levels, len(moved))
+    wrapped = rng.integers(cleared_min_level, num_levels, len(moved))
     return np.where(moved >= num_levels, wrapped, np.maximum(moved, 0))
 
 
@@ -95,7 +97,7 @@ class TerrainPlacement:
         self.levels[ids] = curriculum_levels(self.levels[ids], walked,
                                              speed * self.episode_length_s,
                                              self.terrain.tile_size, self.terrain.num_levels,
-                                             rng)
+                                             rng, self.cfg.cleared_min_level)
 
     def out_of_bounds(self, xy: np.ndarray) -> np.ndarray:
         """[N, 2] base xy -> [N] bool: the world reached the edge of the height map."""
