@@ -105,6 +105,10 @@ def test_a_tile_spec_names_type_level_and_seed_and_flat_is_the_plane():
     assert not tile.config.curriculum and not tile.config.height_scan.enabled
     assert tile_of('rough:3', seed=7, num_levels=5).label == 'rough:3'
     assert tile_of('rough:3', seed=7, num_levels=5).config.seed == 7
+    # A training config's curriculum settings do not carry into the one-level tile (the end-of-
+    # run evaluation of a config with cleared_min_level 5 once died on that).
+    tile = tile_of('stairs_up', max_init_level=3, cleared_min_level=5)
+    assert (tile.config.max_init_level, tile.config.cleared_min_level) == (0, 0)
     assert tile_of('flat').config is None and tile_of('flat').label == 'flat'
     assert tile_of('') is None and tile_of('  ') is None
     base = TerrainConfig()

@@ -71,7 +71,7 @@ def tile_config(base: TerrainConfig, kind: str, level: int, seed: int) -> Terrai
     """
     d = difficulty(level, base.num_levels)
     return replace(base, enabled=True, types=[kind], proportions=[1.0], num_levels=1,
-                   curriculum=False, max_init_level=0, seed=seed,
+                   curriculum=False, max_init_level=0, cleared_min_level=0, seed=seed,
                    rough_height=base.rough_height * d, slope_deg=base.slope_deg * d,
                    step_height=base.step_height * d, obstacle_height=base.obstacle_height * d,
                    height_scan=replace(base.height_scan, enabled=False))
