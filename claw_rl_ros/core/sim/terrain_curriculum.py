@@ -5,8 +5,8 @@ whole run and a level (row) that the curriculum moves when the world resets afte
 up if it walked farther than half a tile from its spawn point, down if it walked less than half
 the distance its commands asked for over a full episode, to a random level if it clears the top
 one (so worlds stay spread over the levels; ``cleared_min_level`` keeps them on the upper
-ones). A world spawns at its tile's centre plus a small
-random offset, on the highest ground under its footprint.
+ones). A world spawns at its tile's centre plus a small random offset, on the highest ground
+under its footprint.
 """
 
 from __future__ import annotations
