@@ -16,8 +16,8 @@ Usage::
         --ros-args -r __ns:=/robot1 --params-file config/sim_node.yaml ...
 
 Each ``--node EXECUTABLE PARAMETERS`` hosts one node under its own name, ``PARAMETERS`` a JSON
-object that overrides the parameter files (launch's inline parameters; an empty list takes
-the element type the node declares). The ``--ros-args`` apply to every hosted node: parameter
+object that overrides the parameter files (launch's inline parameters; an empty list is read as
+rcl reads ``[]`` from a parameter file). The ``--ros-args`` apply to every hosted node: parameter
 files key their sections by node (``/**/sim_node:``), so each reaches its own. A node that
 refuses its configuration stops the container with exit status 1; Ctrl-C or SIGTERM stops it
 cleanly (0).
@@ -33,24 +33,20 @@ import sys
 from rclpy.parameter import Parameter
 from rclpy.utilities import remove_ros_args
 
-from ..core.deploy.node_config import PolicyParams, RecorderParams, SimParams
-from .node_params import ros_type
 from .ros_io import exit_without_teardown, spin_nodes
 
 # The nodes a container can host: executable -> (module, class).
 HOSTABLE = {'sim_node': ('claw_rl_ros.nodes.sim_node', 'SimNode'),
             'policy_node': ('claw_rl_ros.nodes.policy_node', 'PolicyNode'),
             'recorder_node': ('claw_rl_ros.nodes.recorder_node', 'RecorderNode')}
-# Their parameters (core/deploy/node_config.py): the element type of an empty JSON list.
-PARAMS = {'sim_node': SimParams, 'policy_node': PolicyParams, 'recorder_node': RecorderParams}
 
 
-def parameter(executable: str, key: str, value) -> Parameter:
-    """The override ``key`` = ``value``; an empty list takes the element type the node declares
-    (rclpy would type it BYTE_ARRAY, which a string-list parameter refuses)."""
-    fields = PARAMS[executable].__dataclass_fields__
-    if value == [] and key in fields:
-        return Parameter(key, ros_type(PARAMS[executable], key), [])
+def parameter(key: str, value) -> Parameter:
+    """The override ``key`` = ``value``. An empty list is NOT_SET, as rcl reads ``[]`` from a
+    parameter file: a typed list parameter then reads back empty (node_params.declare), where
+    rclpy's own typing of ``[]`` (BYTE_ARRAY) would be refused as the wrong type."""
+    if isinstance(value, list) and not value:
+        return Parameter(key, Parameter.Type.NOT_SET)
     return Parameter(key, value=value)
 
 
@@ -83,7 +79,7 @@ def hosted_nodes(argv: list[str]) -> list[tuple[str, list[Parameter]]]:
         overrides = []
         for key, value in params.items():
             try:
-                overrides.append(parameter(executable, key, value))
+                overrides.append(parameter(key, value))
             except (TypeError, ValueError) as exc:  # e.g. an object or a mixed list
                 parser.error(f'--node {executable}: parameter {key} = {value!r} is not a ROS '
                              f'parameter value ({exc}); use a bool, number, string or a list '
