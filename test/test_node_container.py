@@ -59,6 +59,8 @@ def test_a_container_runs_the_lockstep_loop_and_stops_cleanly(
     # rcl ignores a parameter no node declares; here it is a typo, said by name.
     (', "modle_path": "m.onnx"', "policy_node has no parameter 'modle_path'; its parameters "
      'are autostart,'),
+    # [] is NOT_SET (as rcl reads it from a file): a scalar parameter has no value then.
+    (', "seed": []', 'parameter seed: no value (an empty list?); give a value of its type'),
 ])
 def test_a_hosted_node_that_refuses_its_configuration_ends_the_container_with_status_1(
         ros_env, robot, tmp_path, extra, words):  # noqa: F811

@@ -54,6 +54,9 @@ def declare(node: Node, cls: type[T]) -> T:
         except InvalidParameterTypeException as exc:  # e.g. time_budget_s:=120 for a double
             raise ValueError(f'parameter {f.name}: {exc.args[0]}; give a value of its type '
                              f'(default {f.name}:={default!r})') from None
+        if value is None and not isinstance(default, list):  # e.g. [] in a file: no type
+            raise ValueError(f'parameter {f.name}: no value (an empty list?); give a value of '
+                             f'its type (default {f.name}:={default!r})')
         if choices and value not in choices:
             raise ValueError(f'parameter {f.name} = {value!r}; use one of {choices}')
         values[f.name] = list(value or ()) if isinstance(default, list) else value
