@@ -268,6 +268,49 @@ def test_roster_reports_an_actor_joining_going_silent_and_coming_back_once_each(
                                 '/c/actor': {'chunks': 3, 'silences': 0}}
 
 
+def test_a_chunk_carries_where_its_actor_spent_the_time_and_the_trainer_reports_it(
+        tmp_path, robot):
+    """Whether an actor waited for a model, stalled in a collection or its chunk was long on
+    the way: each chunk carries the actor's timings, the trainer logs the slowest per iteration
+    and says them when a chunk ends an actor's silence."""
+    from claw_rl_ros.core.live.actor_roster import ActorRoster, ChunkTiming
+    mono, wall = Clock(), Clock()
+    wall.now = 1.8e9
+    trainer = make_trainer(tmp_path, robot, mono, wall_clock=wall)
+    actor = Actor(trainer)
+    actor.actor = BatchedActor(actor.env, copy.deepcopy(trainer.learner.policy),
+                               trainer.cfg.runner.num_steps_per_env, '/a0', clock=mono,
+                               wall_clock=wall)
+    first = actor.chunk(trainer, push(trainer))
+    mono.now += 3.0  # the actor idles 3 s before its next collection
+    wall.now += 4.25
+    second = actor.actor.collect()
+    assert second.stats['timing/idle_s'] == pytest.approx(3.0)
+    assert second.stats['timing/collect_s'] == 0.0  # the hand-moved clock stood still
+    assert second.stats['timing/collected_unix'] == wall.now
+    wall.now += 0.25  # both accepted now: the first 4.5 s, the second 0.25 s after collection
+    assert ChunkTiming.of(second.stats, wall.now) == ChunkTiming(
+        idle_s=3.0, previous_collect_s=0.0, collect_s=0.0, age_s=0.25)
+    assert ChunkTiming.of({'diverged': 0.0}, wall.now) is None  # a chunk without timings
+    assert trainer.offer(first) is None and trainer.offer(bytes(encode_chunk(second))) is None
+    metrics = trainer.iterate()
+    assert metrics['chunk_age_s'] == pytest.approx(4.5)  # the slowest of the batch
+    assert metrics['chunk_collect_s'] == 0.0
+    # The roster's message when a timed chunk ends a silence.
+    roster = ActorRoster(batch_timeout_s=2.0, clock=mono)
+    roster.accepted('/a0')
+    mono.now += 30.0
+    roster.batch(set(), timed_out=True, counted=0, expected=1)
+    roster.drain()
+    roster.accepted('/a0', ChunkTiming(idle_s=0.1, previous_collect_s=17.3, collect_s=1.9,
+                                       age_s=0.4))
+    assert roster.drain() == [('info', '/a0 is back: chunk accepted after 30.0 s without one '
+                               '(before it the actor idled 0.1 s (waiting for a model, '
+                               'publishing), collected it in 1.9 s (the one before in 17.3 s), '
+                               'and it was accepted 0.4 s after its collection ended)')]
+    actor.env.close()
+
+
 def test_a_timed_out_batch_names_the_actor_it_waited_for(tmp_path, robot):
     clock = Clock()
     trainer = make_trainer(tmp_path, robot, clock, chunks_per_iteration=2, batch_timeout_s=5.0)

@@ -110,7 +110,11 @@ def test_remote_actors_train_over_the_link_and_survive_link_and_host_faults(
                           what='acknowledged by /b/actor after the link came back')
             wait_for_line(trainer.log_path, used_both, 120, start=mark,
                           what='used /b/actor again after the link came back')
-            assert re.search(r'\[INFO\].*/b/actor is back: chunk accepted after',
+            # ... saying where the chunk that ended the silence spent its time (the actor's
+            # timings travel in the chunk).
+            assert re.search(r'\[INFO\].*/b/actor is back: chunk accepted after [\d.]+ s '
+                             r'without one \(before it the actor idled [\d.]+ s .* collected it '
+                             r'in [\d.]+ s .* accepted -?[\d.]+ s after its collection ended\)',
                              trainer.log[mark:]), trainer.log[mark:]
             # Host c disappears for good: training goes on with b.
             net.remove('c')

@@ -8,7 +8,9 @@ it, once per event rather than once per iteration:
 - ``joined``: the first accepted chunk of an actor id (INFO);
 - ``silent``: a batch timed out without a chunk of an actor that had sent before, and its
   last chunk is over ``batch_timeout_s`` old (WARN, once until it is heard again);
-- ``back``: a silent actor's chunk is accepted again (INFO, with how long it was silent).
+- ``back``: a silent actor's chunk is accepted again (INFO, with how long it was silent and
+  where that chunk's time went, :class:`ChunkTiming`: an actor that waited for a model, one
+  whose collection stalled, or a chunk that took long from the actor to here).
 
 Only chunks that count towards a batch (``min_chunk_envs`` worlds) are tracked: the 1-world
 control-loop actor never holds a batch up, so its silence is no event.
@@ -17,9 +19,41 @@ control-loop actor never holds a batch up, so its silence is no event.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Mapping
 
 INFO, WARN = 'info', 'warn'
+
+
+@dataclass(frozen=True)
+class ChunkTiming:
+    """Where an actor's time went before one chunk, from the ``timing/*`` stats a
+    :class:`~.batched_actor.BatchedActor` puts in it, and the chunk's age on acceptance [s].
+
+    ``age_s`` is the trainer's wall clock minus the actor's at the collection's end: the
+    encoding, the link and the trainer's queue; across hosts it holds only as well as their
+    clocks agree."""
+
+    idle_s: float
+    previous_collect_s: float
+    collect_s: float
+    age_s: float
+
+    @classmethod
+    def of(cls, stats: Mapping[str, float], now_unix: float) -> ChunkTiming | None:
+        """The timing of a chunk with these stats accepted at ``now_unix``; None for a chunk
+        without them (another actor's, or an older one's)."""
+        keys = ('idle_s', 'previous_collect_s', 'collect_s', 'collected_unix')
+        if not all(f'timing/{k}' in stats for k in keys):
+            return None
+        t = {k: float(stats[f'timing/{k}']) for k in keys}
+        return cls(t['idle_s'], t['previous_collect_s'], t['collect_s'],
+                   now_unix - t['collected_unix'])
+
+    def describe(self) -> str:
+        return (f'before it the actor idled {self.idle_s:.1f} s (waiting for a model, '
+                f'publishing), collected it in {self.collect_s:.1f} s (the one before in '
+                f'{self.previous_collect_s:.1f} s), and it was accepted {self.age_s:.1f} s after '
+                'its collection ended')
 
 
 @dataclass
@@ -41,16 +75,18 @@ class ActorRoster:
     actors: dict[str, ActorRecord] = field(default_factory=dict)
     events: list[tuple[str, str]] = field(default_factory=list)  # (level, text), undrained
 
-    def accepted(self, actor_id: str) -> None:
-        """A chunk of ``actor_id`` that counts towards a batch was accepted."""
+    def accepted(self, actor_id: str, timing: ChunkTiming | None = None) -> None:
+        """A chunk of ``actor_id`` that counts towards a batch was accepted (``timing``: where
+        its time went, said when it ends a silence)."""
         now = self.clock()
         record = self.actors.get(actor_id)
         if record is None:
             record = self.actors[actor_id] = ActorRecord()
             self.events.append((INFO, f'{actor_id} joined: first chunk accepted'))
         elif record.silent_since is not None:
+            where = f' ({timing.describe()})' if timing is not None else ''
             self.events.append((INFO, f'{actor_id} is back: chunk accepted after '
-                                f'{now - record.silent_since:.1f} s without one'))
+                                f'{now - record.silent_since:.1f} s without one{where}'))
             record.silent_since = None
         record.chunks += 1
         record.last_s = now

@@ -82,7 +82,8 @@ class BatchedActor:
     def __init__(self, env: Any, policy: Any, num_steps: int, actor_id: str = 'actor',
                  generator: torch.Generator | None = None, seed: int = 0,
                  chunks_in_flight: int = 1, credit_timeout_s: float = 30.0,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic,
+                 wall_clock: Callable[[], float] = time.time):
         if chunks_in_flight < 1:
             raise ValueError(f'chunks_in_flight {chunks_in_flight} must be >= 1 (1: wait for '
                              'a new model after every chunk, 2: overlap with learning)')
@@ -104,6 +105,9 @@ class BatchedActor:
         self.clock = clock
         self.waiting_since = clock()  # last chunk or model; the credit timeout counts from it
         self.regrants = 0
+        self.wall_clock = wall_clock
+        self._last_end: float | None = None  # when the last collection ended (clock)
+        self._last_collect_s = 0.0
         obs, _ = env.reset()
         self.obs = obs_to_torch(obs)
 
@@ -177,7 +181,9 @@ class BatchedActor:
                 for g in dims:
                     final_obs[g].append(extras['final_obs'][g][truncated])
 
+        start = self.clock()
         self.obs, summary = collect_rollout(self.env, self.obs, t_max, act, record)
+        timing = self._timing(start)
         self.seq += 1
         self.credit -= 1
         self.waiting_since = self.clock()
@@ -193,5 +199,19 @@ class BatchedActor:
             if final_values else np.zeros(0, np.float32),
             last_obs={g: self.obs[g].numpy().copy() for g in dims},
             episodes=episode_arrays(summary.episodes),
-            stats=rollout_stats(summary.errors, summary.diverged, summary.terrain_level),
+            stats={**rollout_stats(summary.errors, summary.diverged, summary.terrain_level),
+                   **timing},
             windows=dict(getattr(self.env, 'obs_windows', {})))
+
+    def _timing(self, start: float) -> dict[str, float]:
+        """Where this actor's time between chunks went, for the trainer to tell a slow actor
+        from a slow link (:class:`~.actor_roster.ChunkTiming`): the collection that just ended
+        at ``start`` + its length, the one before, the idle time between them (waiting for a
+        model, publishing the last chunk) and the wall-clock end."""
+        end = self.clock()
+        timing = {'timing/collect_s': end - start,
+                  'timing/previous_collect_s': self._last_collect_s,
+                  'timing/idle_s': start - self._last_end if self._last_end is not None else 0.0,
+                  'timing/collected_unix': self.wall_clock()}
+        self._last_end, self._last_collect_s = end, end - start
+        return timing

@@ -39,7 +39,7 @@ from ..learning import checkpoint as ckpt
 from ..learning.run_artifacts import run_ended, RunArtifacts, write_config
 from ..learning.train_config import TrainConfig
 from ..sim.observations import observation_dims
-from .actor_roster import ActorRoster
+from .actor_roster import ActorRoster, ChunkTiming
 from .chunk_filter import ChunkGate, PolicyLagFilter
 from .chunk_learner import ChunkLearner
 from .rollout_chunk import ChunkError
@@ -56,7 +56,8 @@ class LiveTrainer:
                  max_policy_lag: int = 0, chunks_per_iteration: int = 1,
                  batch_timeout_s: float = 10.0, min_chunk_envs: int = 1, resume: bool = False,
                  tensorboard: bool = True, stream: TextIO | None = None,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic,
+                 wall_clock: Callable[[], float] = time.time):
         if cfg.policy.normalize_obs and cfg.policy.obs_normalizer != 'rsl_rl':
             raise ConfigError('train config', 'policy.obs_normalizer',
                               f'{cfg.policy.obs_normalizer!r}: its statistics follow every '
@@ -78,6 +79,7 @@ class LiveTrainer:
         self.batch_timeout_s = batch_timeout_s
         self.min_chunk_envs = min_chunk_envs
         self.clock = clock
+        self.wall_clock = wall_clock
         self.stream = stream if stream is not None else sys.stdout
         dims = observation_dims(robot, cfg.env)  # what the actors' envs deliver
         # The algorithm switch: the learner, nothing else (gate, logs, pushes are the same).
@@ -90,6 +92,7 @@ class LiveTrainer:
                                       tensorboard)
         self.roster = ActorRoster(batch_timeout_s, clock)  # who is heard from, who went quiet
         self.pending: list = []
+        self._timings: list[ChunkTiming] = []  # of the pending chunks that carry one
         self._counted = 0  # pending chunks of at least min_chunk_envs worlds
         self._first_pending = 0.0
         self._start: float | None = None
@@ -122,11 +125,14 @@ class LiveTrainer:
             now = self.clock()
             if self._start is None:
                 self._start = now
+            timing = ChunkTiming.of(chunk.stats, self.wall_clock())
+            if timing is not None:
+                self._timings.append(timing)
             if chunk.num_envs >= self.min_chunk_envs:
                 if not self._counted:
                     self._first_pending = now
                 self._counted += 1
-                self.roster.accepted(chunk.actor_id)
+                self.roster.accepted(chunk.actor_id, timing)
             self.pending.append(chunk)
         return error
 
@@ -144,8 +150,8 @@ class LiveTrainer:
     # ----------------------------------------------------------------------------- learn
     def iterate(self) -> dict[str, float]:
         """Learn from the pending chunks; log, checkpoint; returns the iteration's metrics."""
-        chunks, counted = self.pending, self._counted
-        self.pending, self._counted = [], 0
+        chunks, counted, timings = self.pending, self._counted, self._timings
+        self.pending, self._counted, self._timings = [], 0, []
         self.roster.batch({c.actor_id for c in chunks if c.num_envs >= self.min_chunk_envs},
                           counted < self.per_iteration, counted, self.per_iteration)
         metrics = self.learner.learn(chunks)
@@ -159,6 +165,9 @@ class LiveTrainer:
                        wall_time_s=self.learner.elapsed_s, **self.gate.counters.as_dict())
         metrics['actors'] = len({c.actor_id for c in chunks})
         metrics['actors_silent'] = len(self.roster.silent())
+        # The slowest chunk's collection and its age on acceptance (NaN: no chunk timed).
+        metrics['chunk_collect_s'] = max((t.collect_s for t in timings), default=float('nan'))
+        metrics['chunk_age_s'] = max((t.age_s for t in timings), default=float('nan'))
         self.artifacts.log(self.learner.iteration, metrics, self.elapsed_s)
         self._save()
         return metrics
