@@ -292,6 +292,10 @@ def test_a_chunk_carries_where_its_actor_spent_the_time_and_the_trainer_reports_
     assert ChunkTiming.of(second.stats, wall.now) == ChunkTiming(
         idle_s=3.0, previous_collect_s=0.0, collect_s=0.0, age_s=0.25)
     assert ChunkTiming.of({'diverged': 0.0}, wall.now) is None  # a chunk without timings
+    # An actor's hostile or broken timings are reported as they are, never raised on.
+    hostile = {'timing/idle_s': float('nan'), 'timing/previous_collect_s': float('inf'),
+               'timing/collect_s': -1e308, 'timing/collected_unix': 1e308}
+    assert 'accepted -1' in ChunkTiming.of(hostile, wall.now).describe()
     assert trainer.offer(first) is None and trainer.offer(bytes(encode_chunk(second))) is None
     metrics = trainer.iterate()
     assert metrics['chunk_age_s'] == pytest.approx(4.5)  # the slowest of the batch
