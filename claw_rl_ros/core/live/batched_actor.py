@@ -205,9 +205,9 @@ class BatchedActor:
 
     def _timing(self, start: float) -> dict[str, float]:
         """Where this actor's time between chunks went, for the trainer to tell a slow actor
-        from a slow link (:class:`~.actor_roster.ChunkTiming`): the collection that just ended
-        at ``start`` + its length, the one before, the idle time between them (waiting for a
-        model, publishing the last chunk) and the wall-clock end."""
+        from a slow link (:class:`~.actor_roster.ChunkTiming`): how long the collection that
+        began at ``start`` took, how long the one before took, the idle time between them
+        (waiting for a model, publishing the last chunk) and the wall clock at its end."""
         end = self.clock()
         timing = {'timing/collect_s': end - start,
                   'timing/previous_collect_s': self._last_collect_s,

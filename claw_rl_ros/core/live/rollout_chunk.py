@@ -21,7 +21,8 @@ Header keys: ``model_sha`` (hex sha256 prefix of the ONNX bytes that acted), ``p
 counter), ``num_steps``, ``num_envs``, ``num_actions``, ``num_final`` (K, transitions that ended
 by time-out), ``num_episodes`` (E), ``obs_groups`` ({group: dim}), ``windows`` ({group: H}:
 the groups that travel as frames, see below), ``has_values``, ``episode_keys``, ``stats``
-({name: float}, the actor's rollout statistics) and ``fields`` ([[name, shape], ...], which
+({name: float}, the actor's rollout statistics; a batched actor's also
+``timing/*``, :class:`~.actor_roster.ChunkTiming`) and ``fields`` ([[name, shape], ...], which
 must equal :func:`field_table` of the other keys).
 
 Body fields (float32; flags are 0.0 / 1.0):
