@@ -38,16 +38,23 @@ class ChunkTiming:
     collect_s: float
     age_s: float
 
+    KEYS = ('idle_s', 'previous_collect_s', 'collect_s', 'collected_unix')
+
+    @classmethod
+    def stats(cls, idle_s: float, previous_collect_s: float, collect_s: float,
+              collected_unix: float) -> dict[str, float]:
+        """The ``timing/*`` entries an actor puts in a chunk's stats (what :meth:`of` reads)."""
+        return {f'timing/{k}': float(v) for k, v in zip(cls.KEYS, (
+            idle_s, previous_collect_s, collect_s, collected_unix))}
+
     @classmethod
     def of(cls, stats: Mapping[str, float], now_unix: float) -> ChunkTiming | None:
         """The timing of a chunk with these stats accepted at ``now_unix``; None for a chunk
         without them (another actor's, or an older one's)."""
-        keys = ('idle_s', 'previous_collect_s', 'collect_s', 'collected_unix')
-        if not all(f'timing/{k}' in stats for k in keys):
+        if not all(f'timing/{k}' in stats for k in cls.KEYS):
             return None
-        t = {k: float(stats[f'timing/{k}']) for k in keys}
-        return cls(t['idle_s'], t['previous_collect_s'], t['collect_s'],
-                   now_unix - t['collected_unix'])
+        idle, previous, collect, collected = (float(stats[f'timing/{k}']) for k in cls.KEYS)
+        return cls(idle, previous, collect, now_unix - collected)
 
     def describe(self) -> str:
         return (f'before it the actor idled {self.idle_s:.1f} s (waiting for a model, '

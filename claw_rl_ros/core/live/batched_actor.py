@@ -19,6 +19,7 @@ from ..learning.networks import ActorCritic, sample_gaussian
 from ..learning.ppo import sample_transition
 from ..learning.rollout import collect_rollout, obs_to_torch
 from ..learning.rollout_summary import episode_arrays, rollout_stats
+from .actor_roster import ChunkTiming
 from .rollout_chunk import RolloutChunk, stack_rows
 from ..learning.sac_networks import squashed_log_prob
 
@@ -209,9 +210,9 @@ class BatchedActor:
         began at ``start`` took, how long the one before took, the idle time between them
         (waiting for a model, publishing the last chunk) and the wall clock at its end."""
         end = self.clock()
-        timing = {'timing/collect_s': end - start,
-                  'timing/previous_collect_s': self._last_collect_s,
-                  'timing/idle_s': start - self._last_end if self._last_end is not None else 0.0,
-                  'timing/collected_unix': self.wall_clock()}
+        timing = ChunkTiming.stats(
+            idle_s=start - self._last_end if self._last_end is not None else 0.0,
+            previous_collect_s=self._last_collect_s, collect_s=end - start,
+            collected_unix=self.wall_clock())
         self._last_end, self._last_collect_s = end, end - start
         return timing
