@@ -360,7 +360,10 @@ def export_and_evaluate(learner: Any, robot: RobotSpec, run_dir: str | Path) -> 
     student as ``run_dir/student.onnx`` (its iteration, env steps, algorithm and env.terrain in
     the metadata) and, if ``cfg.runner.eval_episodes``, its evaluation at 0.5 m/s forward (on
     terrain: on every type's top-level tile, :func:`evaluate_terrains`); returns the summary
-    entries. An actor that reads privileged observations (a teacher) is not deployable: it is
+    entries. With ``runner.selection.candidates`` the exported student is the best of the
+    run's last snapshots and the final one on a validation set
+    (:func:`~.selection.select_student`; ``selection`` in the summary, its iteration in the
+    metadata). An actor that reads privileged observations (a teacher) is not deployable: it is
     not exported and is evaluated in torch on the same tiles (``eval_policy`` says so)."""
     from .export import export_onnx
     from .onnx_policy import OnnxPolicy
@@ -374,9 +377,18 @@ def export_and_evaluate(learner: Any, robot: RobotSpec, run_dir: str | Path) -> 
         policy_fn: PolicyFn = torch_policy_fn(policy)
         out['eval_policy'] = 'privileged actor in torch (not exported)'
     else:
-        onnx_path = export_onnx(policy, robot, Path(run_dir) / 'student.onnx',
-                                extra_metadata=extra_metadata, action_clip=cfg.env.clip_actions,
-                                obs_history=cfg.env.policy_history)
+        def export(module: Any, path: Path) -> Path:
+            return export_onnx(module, robot, path, extra_metadata=extra_metadata,
+                               action_clip=cfg.env.clip_actions,
+                               obs_history=cfg.env.policy_history)
+
+        if cfg.runner.selection.candidates:
+            # The best of the last students on the validation set, with its own counters.
+            from .selection import select_student
+            policy, picked, out['selection'] = select_student(learner, robot, run_dir, export)
+            extra_metadata.update(iteration=picked.iteration, total_steps=picked.total_steps,
+                                  final_iteration=learner.iteration)
+        onnx_path = export(policy, Path(run_dir) / 'student.onnx')
         out['student_onnx'] = str(onnx_path)
         policy_fn = OnnxPolicy(onnx_path, robot)
     episodes = cfg.runner.eval_episodes

@@ -15,6 +15,9 @@ from ..config import ConfigError
 from ..io import atomic_write_bytes
 
 CHECKPOINT_FORMAT = 1
+# The learner's checkpoints, and the student snapshots that compete at the end of a run.
+CHECKPOINTS = 'checkpoints'
+CANDIDATES = 'candidates'
 _NAME = re.compile(r'^model_(\d+)\.pt$')
 
 
@@ -69,22 +72,25 @@ def checkpoint_entry(path: str | Path, key: str, default: Any = None) -> Any:
     return payload.get(key, default)
 
 
-def checkpoint_path(run_dir: str | Path, iteration: int) -> Path:
-    return Path(run_dir) / 'checkpoints' / f'model_{iteration}.pt'
+def checkpoint_path(run_dir: str | Path, iteration: int, folder: str = CHECKPOINTS) -> Path:
+    return Path(run_dir) / folder / f'model_{iteration}.pt'
+
+
+def checkpoints_by_iteration(run_dir: str | Path,
+                             folder: str = CHECKPOINTS) -> list[tuple[int, Path]]:
+    """(iteration, path) of every ``run_dir/<folder>/model_<iteration>.pt``, oldest first."""
+    folder_path = Path(run_dir) / folder
+    return sorted((int(m.group(1)), p) for p in folder_path.glob('model_*.pt')
+                  if (m := _NAME.match(p.name))) if folder_path.is_dir() else []
 
 
 def latest_checkpoint(run_dir: str | Path) -> Path | None:
     """The checkpoint with the highest iteration in ``run_dir/checkpoints`` (None if none)."""
-    folder = Path(run_dir) / 'checkpoints'
-    found = [(int(m.group(1)), p) for p in folder.glob('model_*.pt')
-             if (m := _NAME.match(p.name))] if folder.is_dir() else []
-    return max(found)[1] if found else None
+    found = checkpoints_by_iteration(run_dir)
+    return found[-1][1] if found else None
 
 
-def prune_checkpoints(run_dir: str | Path, keep: int) -> None:
-    """Delete all but the ``keep`` newest checkpoints."""
-    folder = Path(run_dir) / 'checkpoints'
-    found = sorted((int(m.group(1)), p) for p in folder.glob('model_*.pt')
-                   if (m := _NAME.match(p.name)))
-    for _, path in found[:-keep]:
+def prune_checkpoints(run_dir: str | Path, keep: int, folder: str = CHECKPOINTS) -> None:
+    """Delete all but the ``keep`` newest checkpoints of ``run_dir/<folder>``."""
+    for _, path in checkpoints_by_iteration(run_dir, folder)[:-keep]:
         path.unlink()

@@ -34,6 +34,7 @@ from ..config import ConfigError, from_dict, to_dict
 from .networks import ActorCritic
 from .opd import alpha_at
 from .ppo import PPO
+from .run_artifacts import run_ended
 from .sac import SAC
 from .sac_networks import SACPolicy
 from .symmetry import build_obs_mirror
@@ -175,6 +176,7 @@ class Learner:
         self.total_steps = 0
         self.elapsed_s = 0.0
         self.episodes = EpisodeStats(reward_terms)
+        self._snapshot_slot = 0  # whole runner.selection.every_s periods snapshotted so far
 
     # ----------------------------------------------------------------------------- learn
     def update(self, last_obs: dict[str, torch.Tensor]) -> dict[str, float]:
@@ -237,6 +239,7 @@ class Learner:
         self.total_steps = payload['total_steps']
         self.elapsed_s = payload['elapsed_s']
         self.episodes.load_state_dict(payload['episodes'])
+        self._snapshot_slot = int(self.elapsed_s // self.cfg.runner.selection.every_s)
 
     def save(self, run_dir: str | Path, keep: int, extra: dict[str, Any] | None = None) -> Path:
         """An atomic checkpoint ``run_dir/checkpoints/model_<iteration>.pt`` (with the loop's
@@ -245,6 +248,29 @@ class Learner:
         path = ckpt.checkpoint_path(run_dir, self.iteration)
         ckpt.save_checkpoint(path, {**self.state_dict(), **(extra or {})})
         ckpt.prune_checkpoints(run_dir, keep)
+        return path
+
+    def save_candidate(self, run_dir: str | Path,
+                       extra: dict[str, Any] | None = None) -> Path | None:
+        """Once per ``runner.selection.every_s`` of training (when selection is on): the
+        student alone as ``run_dir/candidates/model_<iteration>.pt`` (config, sizes, weights,
+        counters and the loop's ``extra``: loadable by :func:`load_policy` and ``claw-rl
+        export``), keeping the ``selection.candidates`` newest; None when none is due or the
+        run has ended (its student competes as the final one)."""
+        sel = self.cfg.runner.selection
+        slot = int(self.elapsed_s // sel.every_s)
+        # The last iteration's student competes as the final one, not as a snapshot.
+        if not sel.candidates or slot <= self._snapshot_slot or \
+                run_ended(self.cfg.runner, self.iteration, self.elapsed_s):
+            return None
+        self._snapshot_slot = slot
+        path = ckpt.checkpoint_path(run_dir, self.iteration, ckpt.CANDIDATES)
+        ckpt.save_checkpoint(path, {
+            'config': to_dict(self.cfg), 'obs_dims': self.obs_dims,
+            'num_actions': self.num_actions, 'model': self.policy.state_dict(),
+            'iteration': self.iteration, 'policy_version': self.policy_version,
+            'total_steps': self.total_steps, 'elapsed_s': self.elapsed_s, **(extra or {})})
+        ckpt.prune_checkpoints(run_dir, sel.candidates, ckpt.CANDIDATES)
         return path
 
     def load(self, path: str | Path) -> dict[str, Any]:

@@ -116,6 +116,7 @@ class OnPolicyRunner:
                 on_iteration(self.iteration, metrics)
             if self.iteration % r.save_interval == 0:
                 self.save()
+            self.learner.save_candidate(self.run_dir, {'robot': self._robot_metadata()})
         if self.iteration != self._last_saved():
             self.save()
         return {'iterations': self.iteration - start_iteration,
@@ -132,9 +133,12 @@ class OnPolicyRunner:
         return {**self.learner.state_dict(), **self._extras()}
 
     def _extras(self) -> dict[str, Any]:
-        robot = getattr(self.env, 'robot', None)
         return {'env': self._env_state(), 'obs': {k: v.clone() for k, v in self.obs.items()},
-                'robot': robot.to_metadata() if robot is not None else None}
+                'robot': self._robot_metadata()}
+
+    def _robot_metadata(self) -> dict[str, Any] | None:
+        robot = getattr(self.env, 'robot', None)
+        return robot.to_metadata() if robot is not None else None
 
     def _env_state(self) -> Any:
         # Envs that cannot snapshot themselves (some Gymnasium envs) still get checkpoints;

@@ -181,6 +181,31 @@ class DistillationConfig:
 
 
 @dataclass
+class SelectionConfig:
+    """Deploy the best of the last students, not only the final one: every ``every_s`` of
+    training a snapshot of the student is kept (``candidates/model_<iteration>.pt``, the
+    ``candidates`` newest), and at the end of the run they and the final student are evaluated
+    on a validation set, the end-of-run evaluation's ground and command on a map of its own
+    (``terrain_seed``) with env seeds of its own (``env_seeds``); the winner becomes
+    ``student.onnx``. PPO's last iterations wander (the final student of a long terrain run
+    can be worse than one pushed four minutes earlier), and a validation evaluation that
+    neither trains nor tests is the usual cure (checkpoint selection)."""
+
+    candidates: int = param(0, 'earlier snapshots that compete with the final student (0: the '
+                               'final student is exported, nothing is evaluated twice)',
+                            ge=0, le=20)
+    every_s: float = param(240.0, 'training wall time between snapshots [s]', gt=0)
+    env_seeds: list[int] = param([5, 6], 'env seeds of the validation evaluation '
+                                         '(randomisation, noise, pushes), one evaluation each; '
+                                         'not runner.seed + 1, the end-of-run table\'s',
+                                 ge=0, le=2**31 - 1)
+    terrain_seed: int = param(1001, 'terrain map of the validation evaluation; neither '
+                                    'env.terrain.seed (training) nor 1000 (the evaluation map '
+                                    'of the end-of-run table, claw-rl eval and the bench)',
+                              ge=0, le=2**31 - 1)
+
+
+@dataclass
 class RunnerConfig:
     """The training loop: rollout length, budget, logging and checkpoints."""
 
@@ -197,6 +222,8 @@ class RunnerConfig:
     run_name: str = param('', 'run directory name (empty = time stamp)')
     log_interval: int = param(1, 'iterations between progress lines', ge=1)
     eval_episodes: int = param(20, 'episodes of the evaluation after training (0 = none)', ge=0)
+    selection: SelectionConfig = param(SelectionConfig(), 'which student is exported: the '
+                                       'final one, or the best of the last on validation')
 
 
 @dataclass
@@ -250,9 +277,37 @@ class TrainConfig:
                                   'no height scan; set env.terrain.enabled and '
                                   'env.terrain.height_scan.enabled to true, or drop the group')
         self.check_history_encoder()
+        self.check_selection()
         if self.policy.actor_obs_groups[0] not in (POLICY, POLICY_NOISE_FREE):
             raise ConfigError('', 'policy.actor_obs_groups', 'must start with policy (a '
                               'student) or policy_noise_free (a privileged teacher)')
+
+    def check_selection(self) -> None:
+        """Selection picks among exported students, judged on a set of its own."""
+        sel = self.runner.selection
+        if not sel.candidates:
+            return
+        from ..sim.sim_session import EVAL_TERRAIN_SEED
+        if self.gym_env or self.policy.actor_obs_groups != [POLICY]:
+            raise ConfigError('', 'runner.selection.candidates', f'{sel.candidates}, but it '
+                              'picks the exported student of the robot env and this actor reads '
+                              f'{self.policy.actor_obs_groups}' + (f' of {self.gym_env}'
+                                                                   if self.gym_env else '')
+                              + '; set it to 0')
+        if not sel.env_seeds or len(set(sel.env_seeds)) != len(sel.env_seeds):
+            raise ConfigError('', 'runner.selection.env_seeds', f'{sel.env_seeds}: give one or '
+                              'more distinct seeds, e.g. [5, 6]')
+        if self.runner.seed + 1 in sel.env_seeds:
+            raise ConfigError('', 'runner.selection.env_seeds', f'{sel.env_seeds} holds '
+                              f'{self.runner.seed + 1}, the env seed of the end-of-run table '
+                              '(runner.seed + 1): the pick would be judged on what picked it; '
+                              'use other seeds')
+        taken = {EVAL_TERRAIN_SEED: 'the evaluation map (claw-rl eval, the bench, the '
+                 'end-of-run table)', self.env.terrain.seed: 'the training map (env.terrain.seed)'}
+        if sel.terrain_seed in taken:
+            free = min(set(range(EVAL_TERRAIN_SEED + 1, EVAL_TERRAIN_SEED + 3)) - set(taken))
+            raise ConfigError('', 'runner.selection.terrain_seed', f'{sel.terrain_seed} is '
+                              f'{taken[sel.terrain_seed]}; give a map of its own, e.g. {free}')
 
     def check_history_encoder(self) -> None:
         """The encoder reads a window of policy frames: a PPO student on ``[policy]`` whose
