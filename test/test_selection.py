@@ -284,3 +284,39 @@ def test_the_live_trainer_keeps_snapshots_and_exports_the_pick(tmp_path, robot, 
     summary = trainer.finish(stopped=False)
     assert seen == [3, 4] and summary['selection']['picked_iteration'] == 3
     assert OnnxPolicy(trainer.run_dir / 'student.onnx').metadata['iteration'] == '3'
+
+
+@pytest.mark.parametrize('text, expected', [
+    ('{"selection": {"picked_iteration": 937, "final_iteration": 987}}', 937),
+    ('{"selection": {"picked_iteration": 987, "final_iteration": 987}}', None),
+    ('{"iterations": 987}', None),  # selection off
+    ('{"selection": null}', None),
+    ('{"selection": {"picked_iteration": "x", "final_iteration": 987}}', None),
+    ('{"selection": {"picked_iteration": [1], "final_iteration": 987}}', None),
+    ('{"selection": [937]}', None),
+    ('[1, 2]', None),
+    ('not json', None),
+    (None, None),  # no summary.json: the run did not finish
+])
+def test_the_picked_snapshot_is_read_from_the_summary_and_hostile_ones_are_none(
+        tmp_path, text, expected):
+    if text is not None:
+        (tmp_path / 'summary.json').write_text(text)
+    found = selection.picked_snapshot(tmp_path)
+    assert found == (None if expected is None else
+                     ckpt.checkpoint_path(tmp_path, expected, ckpt.CANDIDATES))
+
+
+def test_export_of_a_run_dir_says_when_student_onnx_is_another_iteration(tmp_path, capsys):
+    runner = OnPolicyRunner(tiny_config(), tmp_path / 'run')
+    runner.train_one_epoch()
+    runner.save()
+    runner.close()
+    argv = ['export', '--run-dir', str(tmp_path / 'run'), '--out', str(tmp_path / 'a.onnx')]
+    assert main(argv) == 0
+    assert 'note:' not in capsys.readouterr().out
+    (tmp_path / 'run' / 'summary.json').write_text(json.dumps(
+        {'selection': {'picked_iteration': 0, 'final_iteration': 1}}))
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert 'note: ' in out and 'candidates/model_0.pt' in out and 'model_1.pt' in out

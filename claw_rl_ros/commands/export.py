@@ -23,6 +23,12 @@ def _cmd_export(args: argparse.Namespace) -> int:
         if source is None:
             raise ConfigError(args.run_dir, '', 'no checkpoints/model_*.pt in this run '
                               'directory; give --checkpoint or another --run-dir')
+        from ..core.deploy.selection import picked_snapshot
+        picked = picked_snapshot(args.run_dir)
+        if picked is not None:
+            print(f'note: this run\'s student.onnx is the student runner.selection picked '
+                  f'({picked}); exporting the newest checkpoint, the final student '
+                  f'({source.name}). Give --checkpoint {picked} for the picked one.')
     try:
         path = export_checkpoint(source, args.out)
     except ConfigError:

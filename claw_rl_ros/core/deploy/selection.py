@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import asdict, dataclass
+import json
 import math
 from pathlib import Path
 import tempfile
@@ -139,3 +140,15 @@ def to_json(score: CandidateScore) -> dict[str, Any]:
     out = asdict(score)
     out['worst_vx_error'] = out['worst_vx_error'] if math.isfinite(score.worst_vx_error) else None
     return out
+
+
+def picked_snapshot(run_dir: str | Path) -> Path | None:
+    """The snapshot a finished run exported as ``student.onnx`` when selection picked one
+    other than the final student (``summary.json``'s ``selection``), else None (also for a
+    run without a readable summary)."""
+    try:
+        sel = json.loads((Path(run_dir) / 'summary.json').read_text()).get('selection') or {}
+        picked, final = int(sel['picked_iteration']), int(sel['final_iteration'])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    return ckpt.checkpoint_path(run_dir, picked, ckpt.CANDIDATES) if picked != final else None
