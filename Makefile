@@ -56,8 +56,9 @@ train: venv sysdeps
 # process, the fast path (config/train_rough_teacher.yaml); (2) the blind student trained live
 # over the ROS 2 graph like the main job, distilled online from that frozen teacher
 # (PPO + alpha * KL(teacher || student), config/train_rough.yaml: the student remembers its
-# last 10 observations and trains 2,280 s; 49 minutes for all of it, measured); then the student's
-# evaluation on the terrain tiles it has to walk on. The student trains overlapped (actors
+# last 10 observations and trains 2,280 s, then the best of its last students on a validation
+# set becomes student.onnx; 52 minutes for all of it, measured); then the student's evaluation
+# on the terrain tiles it has to walk on. The student trains overlapped (actors
 # collect while the trainer learns): the main job's synchronous default ran no more iterations
 # on this job (526 against 535 in 1,140 s, 2026-12-06; README results).
 ROUGH_DIR ?= runs/rough-$(RUN_STAMP)
