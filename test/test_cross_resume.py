@@ -16,7 +16,7 @@ from claw_rl_ros.core.learning import checkpoint as ckpt
 from claw_rl_ros.core.learning.runner import OnPolicyRunner
 from claw_rl_ros.core.live.live_trainer import LiveTrainer
 from ros_helpers import ros_env  # noqa: F401 - fixture
-from test_live_trainer import Actor, Clock, push
+from test_live_trainer import Actor, Clock, iterate_with_one_actor, push
 from test_training import params_of, tiny_config
 
 CLAW_RL = [sys.executable, '-m', 'claw_rl_ros.cli']
@@ -70,12 +70,7 @@ def test_a_live_checkpoint_resumes_in_the_offline_runner(tmp_path, robot):
     clock = Clock()
     live = LiveTrainer(tiny_config(**CONFIG), robot, tmp_path / 'run', clock=clock,
                        tensorboard=False)
-    actor = Actor(live)
-    for _ in range(2):
-        live.offer(actor.chunk(live, push(live)))
-        clock.now += 1.0
-        live.iterate()
-    actor.env.close()
+    iterate_with_one_actor(live, clock, 2)
     live.finish(stopped=True)
     saved = learner_state(live.learner)
     runner = OnPolicyRunner(tiny_config(**CONFIG), tmp_path / 'offline')

@@ -56,6 +56,17 @@ def push(trainer) -> str:
     return hashlib.sha256(trainer.export()).hexdigest()
 
 
+def iterate_with_one_actor(trainer, clock, iterations: int, step_s: float = 1.0) -> None:
+    """``iterations`` iterations, each on one chunk acted by the pushed student, the clock
+    moved ``step_s`` before each."""
+    actor = Actor(trainer)
+    for _ in range(iterations):
+        trainer.offer(actor.chunk(trainer, push(trainer)))
+        clock.now += step_s
+        trainer.iterate()
+    actor.env.close()
+
+
 def rows(run_dir):
     with open(run_dir / 'metrics.csv', newline='') as f:
         return list(csv.DictReader(f))

@@ -19,7 +19,7 @@ from claw_rl_ros.core.learning import checkpoint as ckpt
 from claw_rl_ros.core.learning.learner import load_policy
 from claw_rl_ros.core.learning.runner import OnPolicyRunner
 from claw_rl_ros.core.learning.train_config import load_train_config
-from test_live_trainer import Actor, Clock, make_trainer, push
+from test_live_trainer import Clock, iterate_with_one_actor, make_trainer
 from test_training import tiny_config
 
 # tiny_config's runner.seed is 5: the end-of-run table is at env seed 6.
@@ -264,12 +264,7 @@ def test_the_live_trainer_keeps_snapshots_and_exports_the_pick(tmp_path, robot, 
     trainer = make_trainer(tmp_path, robot, clock, cfg={'runner': {
         'max_iterations': 4, 'eval_episodes': 0,
         'selection': {'candidates': 1, 'every_s': 1.5, 'env_seeds': [8]}}})
-    actor = Actor(trainer)
-    for _ in range(4):
-        trainer.offer(actor.chunk(trainer, push(trainer)))
-        clock.now += 1.0
-        trainer.iterate()
-    actor.env.close()
+    iterate_with_one_actor(trainer, clock, 4)
     # Training time at the iterations' ends: 1, 2, 3, 4 s -> snapshots at 2 and 3 s, one kept.
     assert [it for it, _ in ckpt.checkpoints_by_iteration(trainer.run_dir, ckpt.CANDIDATES)] \
         == [3]
