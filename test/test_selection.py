@@ -75,6 +75,8 @@ def test_a_snapshot_is_kept_once_per_period_the_newest_ones_only(tmp_path):
     # A snapshot exports like a checkpoint (robot checked, its counters in the metadata).
     exported = OnnxPolicy(export_checkpoint(kept[0][1], tmp_path / 'snap.onnx'))
     assert exported.metadata['iteration'] == '4'
+    # A checkpoint with a non-finite training time is no crash.
+    learner.load_state_dict({**learner.state_dict(), 'elapsed_s': float('inf')}, 'test')
     # Resumed at 45 s of training, the next snapshot is due at 50 s, not at once.
     learner.load_state_dict({**learner.state_dict(), 'elapsed_s': 45.0}, 'test')
     learner.elapsed_s = 48.0
@@ -236,17 +238,20 @@ def test_the_validation_evaluation_is_the_selection_set_and_its_worst_row(
 
 
 def test_offline_train_exports_the_picked_student(tmp_path, capsys):
-    """claw-rl train with selection on, real validation evaluations (a snapshot every
-    iteration: every_s far below an iteration's time)."""
+    """claw-rl train with selection on, real validation evaluations (every_s 1 ms, below any
+    iteration's time: a snapshot after iterations 1-3, the last two kept)."""
     run_dir = tmp_path / 'run'
     assert main(['train', '--run-dir', str(run_dir), '--set', 'env.num_envs=16',
                  '--set', 'runner.max_iterations=4', '--set', 'runner.num_steps_per_env=8',
                  '--set', 'runner.eval_episodes=2', '--set', 'runner.selection.candidates=2',
-                 '--set', 'runner.selection.every_s=1e-6',
+                 '--set', 'runner.selection.every_s=0.001',
                  '--set', 'policy.actor_hidden_dims=[32,32]']) == 0
     summary = json.loads((run_dir / 'summary.json').read_text())
     sel = summary['selection']
-    assert [c['iteration'] for c in sel['candidates']] == [2, 3, 4]
+    # The last iteration's student competes as the final one, never as a snapshot.
+    kept = [it for it, _ in ckpt.checkpoints_by_iteration(run_dir, ckpt.CANDIDATES)]
+    assert kept and kept[-1] < 4 and len(kept) <= 2
+    assert [c['iteration'] for c in sel['candidates']] == kept + [4]
     assert all(c['episodes'] == 2 * 2 and c['worst_vx_error'] > 0 for c in sel['candidates'])
     picked = sel['picked_iteration']
     source = ckpt.checkpoint_path(run_dir, picked, ckpt.CANDIDATES) if picked < 4 else \

@@ -23,6 +23,7 @@ Checkpoint entries (``checkpoint.save_checkpoint`` adds ``format``):
 from __future__ import annotations
 
 from collections import deque
+import math
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -239,7 +240,7 @@ class Learner:
         self.total_steps = payload['total_steps']
         self.elapsed_s = payload['elapsed_s']
         self.episodes.load_state_dict(payload['episodes'])
-        self._snapshot_slot = int(self.elapsed_s // self.cfg.runner.selection.every_s)
+        self._snapshot_slot = self._slot()
 
     def save(self, run_dir: str | Path, keep: int, extra: dict[str, Any] | None = None) -> Path:
         """An atomic checkpoint ``run_dir/checkpoints/model_<iteration>.pt`` (with the loop's
@@ -258,7 +259,7 @@ class Learner:
         export``), keeping the ``selection.candidates`` newest; None when none is due or the
         run has ended (its student competes as the final one)."""
         sel = self.cfg.runner.selection
-        slot = int(self.elapsed_s // sel.every_s)
+        slot = self._slot()
         # The last iteration's student competes as the final one, not as a snapshot.
         if not sel.candidates or slot <= self._snapshot_slot or \
                 run_ended(self.cfg.runner, self.iteration, self.elapsed_s):
@@ -272,6 +273,11 @@ class Learner:
             'total_steps': self.total_steps, 'elapsed_s': self.elapsed_s, **(extra or {})})
         ckpt.prune_checkpoints(run_dir, sel.candidates, ckpt.CANDIDATES)
         return path
+
+    def _slot(self) -> int:
+        # Whole selection periods in the training time so far (0 for a non-finite time).
+        slot = self.elapsed_s // self.cfg.runner.selection.every_s
+        return int(slot) if math.isfinite(slot) else 0
 
     def load(self, path: str | Path) -> dict[str, Any]:
         """:meth:`load_state_dict` from a checkpoint file; returns the payload (its extras)."""

@@ -194,7 +194,7 @@ class SelectionConfig:
     candidates: int = param(0, 'earlier snapshots that compete with the final student (0: the '
                                'final student is exported, nothing is evaluated twice)',
                             ge=0, le=20)
-    every_s: float = param(240.0, 'training wall time between snapshots [s]', gt=0)
+    every_s: float = param(240.0, 'training wall time between snapshots [s]', ge=0.001)
     env_seeds: list[int] = param([5, 6], 'env seeds of the validation evaluation '
                                          '(randomisation, noise, pushes), one evaluation each; '
                                          'not runner.seed + 1, the end-of-run table\'s',
