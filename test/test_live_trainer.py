@@ -311,6 +311,7 @@ def test_a_chunk_carries_where_its_actor_spent_the_time_and_the_trainer_reports_
     metrics = trainer.iterate()
     assert metrics['chunk_age_s'] == pytest.approx(4.5)  # the slowest of the batch
     assert metrics['chunk_collect_s'] == 0.0
+    assert metrics['chunk_idle_s'] == pytest.approx(3.0)  # the second's; the first's was 0
     # The roster's message when a timed chunk ends a silence.
     roster = ActorRoster(batch_timeout_s=2.0, clock=mono)
     roster.accepted('/a0')

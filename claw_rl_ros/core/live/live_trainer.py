@@ -165,8 +165,10 @@ class LiveTrainer:
                        wall_time_s=self.learner.elapsed_s, **self.gate.counters.as_dict())
         metrics['actors'] = len({c.actor_id for c in chunks})
         metrics['actors_silent'] = len(self.roster.silent())
-        # The slowest chunk's collection and its age on acceptance (NaN: no chunk timed).
+        # The slowest chunk's collection, the longest idle before one (it holds the publish of
+        # the actor's chunk before) and the oldest on acceptance (NaN: no chunk timed).
         metrics['chunk_collect_s'] = max((t.collect_s for t in timings), default=float('nan'))
+        metrics['chunk_idle_s'] = max((t.idle_s for t in timings), default=float('nan'))
         metrics['chunk_age_s'] = max((t.age_s for t in timings), default=float('nan'))
         self.artifacts.log(self.learner.iteration, metrics, self.elapsed_s)
         self._save()
