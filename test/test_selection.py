@@ -27,7 +27,7 @@ SELECT = {'candidates': 3, 'every_s': 10.0, 'env_seeds': [8, 9]}
 
 
 def robot_extra(runner):
-    return {'robot': runner.env.robot.to_metadata()}
+    return lambda: {'robot': runner.env.robot.to_metadata()}
 
 
 @pytest.mark.parametrize('selection_cfg, field, match', [

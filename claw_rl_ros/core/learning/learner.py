@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections import deque
 import math
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 import torch
@@ -252,12 +252,13 @@ class Learner:
         return path
 
     def save_candidate(self, run_dir: str | Path,
-                       extra: dict[str, Any] | None = None) -> Path | None:
+                       extra: Callable[[], dict[str, Any]] | None = None) -> Path | None:
         """Once per ``runner.selection.every_s`` of training (when selection is on): the
         student alone as ``run_dir/candidates/model_<iteration>.pt`` (config, sizes, weights,
-        counters and the loop's ``extra``: loadable by :func:`load_policy` and ``claw-rl
-        export``), keeping the ``selection.candidates`` newest; None when none is due or the
-        run has ended (its student competes as the final one)."""
+        counters and the loop's ``extra()`` entries, asked for only when a snapshot is due:
+        loadable by :func:`load_policy` and ``claw-rl export``), keeping the
+        ``selection.candidates`` newest; None when none is due or the run has ended (its
+        student competes as the final one)."""
         sel = self.cfg.runner.selection
         slot = self._slot()
         # The last iteration's student competes as the final one, not as a snapshot.
@@ -270,7 +271,8 @@ class Learner:
             'config': to_dict(self.cfg), 'obs_dims': self.obs_dims,
             'num_actions': self.num_actions, 'model': self.policy.state_dict(),
             'iteration': self.iteration, 'policy_version': self.policy_version,
-            'total_steps': self.total_steps, 'elapsed_s': self.elapsed_s, **(extra or {})})
+            'total_steps': self.total_steps, 'elapsed_s': self.elapsed_s,
+            **(extra() if extra is not None else {})})
         ckpt.prune_checkpoints(run_dir, sel.candidates, ckpt.CANDIDATES)
         return path
 

@@ -116,7 +116,7 @@ class OnPolicyRunner:
                 on_iteration(self.iteration, metrics)
             if self.iteration % r.save_interval == 0:
                 self.save()
-            self.learner.save_candidate(self.run_dir, {'robot': self._robot_metadata()})
+            self.learner.save_candidate(self.run_dir, lambda: {'robot': self._robot_metadata()})
         if self.iteration != self._last_saved():
             self.save()
         return {'iterations': self.iteration - start_iteration,

@@ -305,7 +305,8 @@ class TrainConfig:
         taken = {EVAL_TERRAIN_SEED: 'the evaluation map (claw-rl eval, the bench, the '
                  'end-of-run table)', self.env.terrain.seed: 'the training map (env.terrain.seed)'}
         if sel.terrain_seed in taken:
-            free = min(set(range(EVAL_TERRAIN_SEED + 1, EVAL_TERRAIN_SEED + 3)) - set(taken))
+            free = next(seed for seed in (EVAL_TERRAIN_SEED + 1, EVAL_TERRAIN_SEED + 2)
+                        if seed not in taken)
             raise ConfigError('', 'runner.selection.terrain_seed', f'{sel.terrain_seed} is '
                               f'{taken[sel.terrain_seed]}; give a map of its own, e.g. {free}')
 

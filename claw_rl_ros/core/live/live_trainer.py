@@ -172,7 +172,7 @@ class LiveTrainer:
         metrics['chunk_age_s'] = max((t.age_s for t in timings), default=float('nan'))
         self.artifacts.log(self.learner.iteration, metrics, self.elapsed_s)
         self._save()
-        self.learner.save_candidate(self.run_dir, {'robot': self.robot.to_metadata()})
+        self.learner.save_candidate(self.run_dir, lambda: {'robot': self.robot.to_metadata()})
         return metrics
 
     def _save(self) -> None:
