@@ -11,7 +11,10 @@
 2. realtime 50 Hz for ``--seconds`` with ``--swaps`` hot swaps: joint_states -> command latency
    p50/p99 (measured by the sim node: state publish -> command arrival), missed ticks, and each
    swap's activation time (set_parameters request -> reply, and -> model_version message); then
-   the same latency with the main job's student network (the walker fixture, no swaps).
+   the same latency with the main job's student network (the walker fixture, no swaps) next
+   to its reference from the same run: the step's messages alone, a ping every 20 ms between
+   two idle processes (round trip p50/p99), and the policy's tick in process back to back and
+   after 20 ms idle. ``--realtime-only``: this last part alone.
 3. hot-swap transport: serialising the model as a ``uint8[]`` message field versus a
    BYTE_ARRAY parameter (the alternative design), in this process.
 4. with ``--student`` (default: the newest ``runs/*/student.onnx``, e.g. from ``make train``):
@@ -58,7 +61,7 @@ STUDENT = max((ROOT / 'runs').glob('*/student.onnx'), key=lambda p: p.stat().st_
 
 
 def ping_pong(role: str, seconds: float, executor: str, pipelined: bool,
-              loop_messages: bool = False, raw: bool = False) -> None:
+              loop_messages: bool = False, raw: bool = False, paced: float = 0.0) -> None:
     """Child process: bare rclpy JointState ping-pong (the reference loop) on ``executor``
     (single_threaded: rclpy's default; events: the one the control nodes spin on), spun as
     the nodes spin (``spin_until_future_complete`` in 0.1 s slices: a ``spin_once`` per
@@ -78,6 +81,9 @@ def ping_pong(role: str, seconds: float, executor: str, pipelined: bool,
     published a fresh ping on every warm-up iteration and so kept several in flight (up to the
     depth-5 queues): a throughput, not a round trip. ``raw``: the messages go as their bytes (raw
     subscriptions, bytes refilled in place: what the nodes do), no message objects converted.
+    ``paced``: a ping every ``paced`` seconds instead of one after each answer, as the
+    realtime loop sends its states; prints the round trip's p50 / p99 instead of a rate (both
+    ends idle between pings, as the nodes do at 50 Hz).
     """
     import rclpy
     from rclpy.executors import SingleThreadedExecutor
@@ -90,8 +96,8 @@ def ping_pong(role: str, seconds: float, executor: str, pipelined: bool,
         else SingleThreadedExecutor()
     if one_process:
         ping_pong_end('pong', spinner, loop_messages, raw, pipelined)
-    node, count, kick = ping_pong_end('ping' if one_process else role, spinner, loop_messages,
-                                      raw, pipelined)
+    node, count, kick, trips = ping_pong_end('ping' if one_process else role, spinner,
+                                             loop_messages, raw, pipelined, paced > 0)
     never = Future()
     if role == 'pong':
         try:
@@ -123,6 +129,16 @@ def ping_pong(role: str, seconds: float, executor: str, pipelined: bool,
                 never, max(1e-3, min(SPIN_SLICE_S, end - time.monotonic())))
     while node.count_subscribers('ping') == 0:
         spinner.spin_once(timeout_sec=0.05)
+    if paced:  # a ping every period, answered or not (a lost one is not timed)
+        steady_timer(node, paced, kick)
+        spin_for(2.0)
+        trips.clear()
+        spin_for(seconds)
+        ms = 1e3 * np.array(trips)
+        print(json.dumps({'round_trip_p50_ms': float(np.percentile(ms, 50)),
+                          'round_trip_p99_ms': float(np.percentile(ms, 99)),
+                          'round_trips': len(ms)}), flush=True)
+        return
     if pipelined:  # a fresh ping every 1 ms of the warm-up: several in flight
         warm = node.create_timer(0.001, kick)
         spin_for(2.0)
@@ -135,9 +151,11 @@ def ping_pong(role: str, seconds: float, executor: str, pipelined: bool,
     print(json.dumps({'round_trips_per_s': count[0] / (time.monotonic() - start)}), flush=True)
 
 
-def ping_pong_end(role: str, spinner, loop_messages: bool, raw: bool, pipelined: bool):
+def ping_pong_end(role: str, spinner, loop_messages: bool, raw: bool, pipelined: bool,
+                  paced: bool = False):
     """One end of :func:`ping_pong` as a node on ``spinner``: (node, [answers counted],
-    kick: sends a ping if none is in flight, always when ``pipelined``)."""
+    kick: sends a ping if none is in flight, always when ``pipelined`` or ``paced``, [round
+    trips in s: ``paced`` only])."""
     from rclpy.node import Node
     from rclpy.parameter import Parameter
     from rosgraph_msgs.msg import Clock
@@ -154,7 +172,7 @@ def ping_pong_end(role: str, spinner, loop_messages: bool, raw: bool, pipelined:
     names = [f'joint_{i}' for i in range(12)]
     msg = JointState(name=names, position=[0.0] * 12, velocity=[0.0] * 12, effort=[0.0] * 12)
     reply = Float64MultiArray(data=[0.0] * 12)
-    count, sent, last = [0], [0], [time.monotonic()]
+    count, sent, last, trips = [0], [0], [time.perf_counter()], []
     if raw:
         from claw_rl_ros.core.deploy.wire_format import (ClockWriter, Float64ArrayWriter,
                                                          header_stamp, ImuWriter,
@@ -179,6 +197,7 @@ def ping_pong_end(role: str, spinner, loop_messages: bool, raw: bool, pipelined:
         # Sim time moves one control period a ping, as in lockstep; the stamp numbers it.
         sent[0] += 1
         stamp = 0.02 * sent[0]
+        last[0] = time.perf_counter()  # (the paced round trip's start)
         if raw:  # (the nodes' way: bytes restamped in place)
             for m in (clock, imu, msg) if loop_messages else (msg,):
                 m.set_stamp(stamp)
@@ -202,15 +221,15 @@ def ping_pong_end(role: str, spinner, loop_messages: bool, raw: bool, pipelined:
         if not pipelined and abs(echoed(m) - 0.02 * sent[0]) > 1e-6:
             return  # the answer to an older ping
         count[0] += 1
-        last[0] = time.monotonic()
+        if paced:
+            return trips.append(time.perf_counter() - last[0])
         send_ping()
 
-    def kick():  # (re-)start the ball: always when pipelined, else when it was lost
-        if pipelined or time.monotonic() - last[0] > 0.1:
+    def kick():  # (re-)start the ball: always when pipelined or paced, else when it was lost
+        if pipelined or paced or time.perf_counter() - last[0] > 0.1:
             send_ping()
-            last[0] = time.monotonic()
     node.create_subscription(types[inp], inp, answer, qos, raw=raw)
-    return node, count, kick
+    return node, count, kick, trips
 
 
 def composed_lockstep(model: Path, seconds: float) -> None:
@@ -287,8 +306,10 @@ class Bench:
 
     def ping_pong(self, seconds: float, executor: str = 'single_threaded',
                   pipelined: bool = False, loop_messages: bool = False,
-                  raw: bool = False, one_process: bool = False) -> float:
-        shape = (['--loop-messages'] if loop_messages else []) + (['--raw'] if raw else [])
+                  raw: bool = False, one_process: bool = False, paced: float = 0.0):
+        """Round trips/s of :func:`ping_pong` (with ``paced``: its p50 / p99 dict)."""
+        shape = (['--loop-messages'] if loop_messages else []) + (['--raw'] if raw else []) \
+            + (['--paced', str(paced)] if paced else [])
         if one_process:  # ping and pong nodes in one child process (role both)
             out = subprocess.run([sys.executable, __file__, '--role', 'both',
                                   '--lockstep-seconds', str(seconds)] + shape, env=self.env,
@@ -307,7 +328,8 @@ class Bench:
         finally:
             pong.terminate()
             pong.wait()
-        return json.loads(out.strip().splitlines()[-1])['round_trips_per_s']
+        result = json.loads(out.strip().splitlines()[-1])
+        return result if paced else result['round_trips_per_s']
 
     def lockstep(self, model: Path, seconds: float) -> tuple[float, dict]:
         """Control steps/s of the lockstep loop, and the own work the nodes measured in it
@@ -400,9 +422,11 @@ def transport(model: Path) -> dict:
     return {'model_bytes': len(data), 'uint8_topic_ms': topic, 'byte_array_param_ms': param}
 
 
-def compute_per_step(model: Path, steps: int = 400) -> dict:
+def compute_per_step(model: Path, steps: int = 400, pause_s: float = 0.0) -> dict:
     """In-process CPU time of one control step's own work: the sim node's physics step and
-    readings, and the policy node's tick (checks, observation, ONNX, targets), in ms."""
+    readings, and the policy node's tick (checks, observation, ONNX, targets), in ms (medians).
+    ``pause_s``: the thread sleeps that long before each of the two, as each node idles
+    between two realtime ticks (the realtime latency's own work)."""
     from claw_rl_ros.core.deploy.policy_controller import PolicyController
     from claw_rl_ros.core.sim.env_config import EnvConfig
     from claw_rl_ros.core.sim.robot import load_robot
@@ -414,10 +438,14 @@ def compute_per_step(model: Path, steps: int = 400) -> dict:
     ctrl.load_path(model)
     names, sim_ms, policy_ms = list(robot.joint_names), [], []
     for k in range(steps):
+        time.sleep(pause_s)
         t0 = time.thread_time()
         sim.step(sim.active_targets(time.perf_counter()))
         r = sim.readings()
         t1 = time.thread_time()
+        if pause_s:
+            time.sleep(pause_s)
+            t1 = time.thread_time()
         ctrl.on_imu(r.time, (*r.imu_quat[1:], r.imu_quat[0]), r.imu_gyro, r.time)
         targets = ctrl.on_joint_state(r.time, names, r.joint_pos, r.joint_vel, r.time)
         t2 = time.thread_time()
@@ -481,6 +509,8 @@ def compare_walk(bench: Bench, robot, student: Path, episodes: int, seconds: flo
 
 def control_numbers(bench: Bench, models: list[Path], args) -> None:
     """Parts 1-3 of the module docstring, printed as they are measured."""
+    if args.realtime_only:
+        return student_latency(bench, args)
     moved = transport(models[0])
     pp = bench.ping_pong(args.lockstep_seconds)
     pp_events = bench.ping_pong(args.lockstep_seconds, 'events')
@@ -552,16 +582,34 @@ def control_numbers(bench: Bench, models: list[Path], args) -> None:
           f'{rt["missed_ticks"]}; swap active after request: max {max(reply):.1f} ms '
           f'(reply), max {max(version):.1f} ms (version topic), median '
           f'{np.median(version):.1f} ms; model {pol["model_version"]}', flush=True)
-    # The same loop with the network the main job trains (128x128x128: the walker fixture),
-    # next to the 256x256x256 models above (chosen for the hot-swap payload).
+    student_latency(bench, args)
+
+
+def student_latency(bench: Bench, args) -> None:
+    """The realtime loop with the network the main job trains (128x128x128: the walker
+    fixture; the swap models are 256x256x256, sized for the hot-swap payload), next to its
+    reference on this machine, measured in the same run: the step's messages alone paced at
+    50 Hz between two idle processes, and the policy's tick in process after an idle period."""
     student = ROOT / 'test' / 'fixtures' / 'walker.onnx'
     own = bench.realtime([student], args.seconds, 0)
     s2, p2 = own['sim'], own['policy']
+    p50, p99 = float(s2['command_latency_p50_ms']), float(s2['command_latency_p99_ms'])
     print(f'realtime {args.seconds:g} s at 50 Hz with the main job\'s student network '
-          f'({student.name}, 128x128x128): joint_states -> command latency p50 '
-          f'{s2["command_latency_p50_ms"]} ms, p99 {s2["command_latency_p99_ms"]} ms (policy '
-          f'compute p50 {p2["latency_p50_ms"]} ms, p99 {p2["latency_p99_ms"]} ms); missed '
-          f'ticks {own["missed_ticks"]}; target p50 <= 1 ms, p99 <= 3 ms', flush=True)
+          f'({student.name}, 128x128x128): joint_states -> command latency p50 {p50:.3f} ms, '
+          f'p99 {p99:.3f} ms (policy compute p50 {p2["latency_p50_ms"]} ms, p99 '
+          f'{p2["latency_p99_ms"]} ms); missed ticks {own["missed_ticks"]}; target p50 <= 1 ms, '
+          f'p99 <= 3 ms', flush=True)
+    trip = bench.ping_pong(args.lockstep_seconds, 'events', loop_messages=True, raw=True,
+                           paced=0.02)
+    warm, idle = compute_per_step(student), compute_per_step(student, 200, 0.02)
+    # What the loop adds to a bare paced round trip, next to the policy's tick as it runs then.
+    print(f'  its reference: the step\'s messages alone as bytes, a ping every 20 ms between '
+          f'two otherwise idle processes: round trip p50 {trip["round_trip_p50_ms"]:.3f} ms, '
+          f'p99 {trip["round_trip_p99_ms"]:.3f} ms (the loop p50 '
+          f'{p50 - trip["round_trip_p50_ms"]:+.3f} ms on it); the policy\'s tick (imu + joint '
+          f'state) in process {warm["policy_ms"]:.3f} ms back to back, {idle["policy_ms"]:.3f} '
+          f'ms after 20 ms idle ({idle["policy_ms"] / warm["policy_ms"]:.1f}x: how much of the '
+          f'caches an idle period leaves is the machine\'s)', flush=True)
 
 
 # (sim_node state_qos = publisher, policy_node state_qos = subscriber) settings compared.
@@ -649,6 +697,7 @@ def main() -> None:
     parser.add_argument('--pipelined', action='store_true')
     parser.add_argument('--loop-messages', action='store_true')
     parser.add_argument('--raw', action='store_true')
+    parser.add_argument('--paced', type=float, default=0.0, help='ping period [s] (a role)')
     parser.add_argument('--seconds', type=float, default=60.0)
     parser.add_argument('--lockstep-seconds', type=float, default=10.0)
     parser.add_argument('--swaps', type=int, default=10)
@@ -660,6 +709,8 @@ def main() -> None:
     parser.add_argument('--only-walk', action='store_true', help='skip parts 1-3')
     parser.add_argument('--lockstep-only', action='store_true',
                         help='part 1 only (no realtime, swaps or walk)')
+    parser.add_argument('--realtime-only', action='store_true',
+                        help='part 2\'s student latency and its reference only')
     parser.add_argument('--qos-compare', action='store_true', help='part 5 only')
     parser.add_argument('--rounds', type=int, default=2)
     parser.add_argument('--load', type=int, default=0, help='busy processes (part 5)')
@@ -673,7 +724,8 @@ def main() -> None:
         return composed_lockstep(args.model, args.lockstep_seconds)
     if args.role:
         return ping_pong(args.role, 0 if args.role == 'pong' else args.lockstep_seconds,
-                         args.executor, args.pipelined, args.loop_messages, args.raw)
+                         args.executor, args.pipelined, args.loop_messages, args.raw,
+                         args.paced)
     from control_models import good_model
     from claw_rl_ros.core.sim.robot import load_robot
     robot = load_robot()
@@ -690,7 +742,7 @@ def main() -> None:
             qos_compare(bench, models, args)
         elif not args.only_walk:
             control_numbers(bench, models, args)
-        if args.qos_compare or args.verify_gate or args.lockstep_only:
+        if args.qos_compare or args.verify_gate or args.lockstep_only or args.realtime_only:
             pass
         elif args.student is not None and args.student.is_file():
             for mode in args.walk_modes:
