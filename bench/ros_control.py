@@ -232,6 +232,47 @@ def ping_pong_end(role: str, spinner, loop_messages: bool, raw: bool, pipelined:
     return node, count, kick, trips
 
 
+def timer_cost(seconds: float, rounds: int = 3) -> None:
+    """Child process: the executor thread's CPU time per firing of a 5 ms steady timer running
+    the policy controller's watchdog (as policy_node does, 4 times a control period), on the
+    EventsExecutor, with a bound method as the callback (rclpy inspects its signature at each
+    firing) and with the nodes' presigned one, in alternating rounds; prints both as JSON."""
+    import rclpy
+    from rclpy.clock import Clock, ClockType
+    from rclpy.experimental import EventsExecutor
+    from rclpy.task import Future
+    from claw_rl_ros.core.deploy.policy_controller import PolicyController
+    from claw_rl_ros.core.sim.robot import load_robot
+    from claw_rl_ros.nodes.ros_io import presigned
+    rclpy.init()
+    ctrl = PolicyController(load_robot('claw_quadruped'))
+
+    class Watchdog:
+        fired = 0
+
+        def on_watchdog(self) -> None:
+            self.fired += 1
+            ctrl.watchdog(0.0)
+
+    def cpu_per_firing(wrap) -> float:
+        node, w = rclpy.create_node('timer_cost'), Watchdog()
+        node.create_timer(0.005, wrap(w.on_watchdog),
+                          clock=Clock(clock_type=ClockType.STEADY_TIME))
+        spinner = EventsExecutor()
+        spinner.add_node(node)
+        start = time.thread_time()
+        spinner.spin_until_future_complete(Future(), seconds)
+        cpu = time.thread_time() - start
+        spinner.shutdown()
+        node.destroy_node()
+        return 1e3 * cpu / w.fired
+    out = {'inspected_ms': [], 'presigned_ms': []}
+    for _ in range(rounds):
+        out['inspected_ms'].append(cpu_per_firing(lambda f: f))
+        out['presigned_ms'].append(cpu_per_firing(presigned))
+    print(json.dumps(out), flush=True)
+
+
 def composed_lockstep(model: Path, seconds: float) -> None:
     """Child process: the lockstep loop with sim_node and policy_node in this one process on one
     EventsExecutor (the nodes' code unchanged, still talking over DDS: Fast DDS delivers
@@ -610,6 +651,14 @@ def student_latency(bench: Bench, args) -> None:
           f'state) in process {warm["policy_ms"]:.3f} ms back to back, {idle["policy_ms"]:.3f} '
           f'ms after 20 ms idle ({idle["policy_ms"] / warm["policy_ms"]:.1f}x: how much of the '
           f'caches an idle period leaves is the machine\'s)', flush=True)
+    out = subprocess.run([sys.executable, __file__, '--role', 'timers', '--lockstep-seconds',
+                          str(args.lockstep_seconds)], env=bench.env, capture_output=True,
+                         text=True, timeout=args.lockstep_seconds * 5 + 60, check=True).stdout
+    cost = json.loads(out.strip().splitlines()[-1])
+    inspected, signed = np.median(cost['inspected_ms']), np.median(cost['presigned_ms'])
+    print(f'  the watchdog\'s 5 ms timer, executor thread CPU per firing (3 alternating rounds, '
+          f'median): callback inspected at each firing {inspected:.3f} ms, presigned (the '
+          f'nodes\' timers) {signed:.3f} ms ({inspected / signed:.2f}x)', flush=True)
 
 
 # (sim_node state_qos = publisher, policy_node state_qos = subscriber) settings compared.
@@ -690,7 +739,7 @@ def verify_gate(bench: Bench, args) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument('--role', choices=['ping', 'pong', 'both', 'composed'])
+    parser.add_argument('--role', choices=['ping', 'pong', 'both', 'composed', 'timers'])
     parser.add_argument('--model', type=Path, help='the composed role\'s model')
     parser.add_argument('--executor', default='single_threaded',
                         choices=['single_threaded', 'events'])
@@ -722,6 +771,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.role == 'composed':
         return composed_lockstep(args.model, args.lockstep_seconds)
+    if args.role == 'timers':
+        return timer_cost(args.lockstep_seconds / 2)
     if args.role:
         return ping_pong(args.role, 0 if args.role == 'pong' else args.lockstep_seconds,
                          args.executor, args.pipelined, args.loop_messages, args.raw,

@@ -37,7 +37,7 @@ from ..core.live.chunk_encoding import encode
 from ..core.sim.env import VecLocomotionEnv
 from ..core.deploy.node_config import ActorParams
 from .node_params import declare
-from .ros_io import COMMAND_QOS, exit_without_teardown, spin, STATE_QOS
+from .ros_io import COMMAND_QOS, exit_without_teardown, presigned, spin, STATE_QOS
 
 
 class ActorNode(Node):
@@ -68,7 +68,7 @@ class ActorNode(Node):
         self.create_subscription(UInt8MultiArray, 'policy/model', self.on_model, STATE_QOS)
         self.add_on_set_parameters_callback(self.on_set_parameters)
         self.told_no_subscriber = False
-        self.create_timer(0.005, self.on_tick)
+        self.create_timer(0.005, presigned(self.on_tick))
         self.pub_version.publish(String(data='none'))  # tells the trainer: no model yet
         self.get_logger().info(f'{self.env.num_envs} worlds x {self.actor.num_steps} steps per '
                                f'chunk on {p.chunk_topic} ({p.chunk_encoding}); waiting for a '

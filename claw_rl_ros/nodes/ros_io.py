@@ -5,6 +5,7 @@ from __future__ import annotations
 import array
 import faulthandler
 import gc
+import inspect
 import signal
 import sys
 from typing import Callable, Mapping, Sequence
@@ -49,6 +50,8 @@ LATCHED_QOS = STATE_QOS  # the older name, kept for importers
 SPIN_SLICE_S = 0.1
 # The clock of every /diagnostics stamp (see diagnostics()).
 WALL_CLOCK = Clock(clock_type=ClockType.SYSTEM_TIME)
+# The signature of every timer callback (presigned): no arguments, so no TimerInfo.
+NO_ARGUMENTS = inspect.Signature()
 LEVELS = {'ok': DiagnosticStatus.OK, 'warn': DiagnosticStatus.WARN,
           'error': DiagnosticStatus.ERROR}
 
@@ -93,9 +96,25 @@ def take_queued(subscription) -> list:
     return out
 
 
+def presigned(callback: Callable[[], None]) -> Callable[[], None]:
+    """``callback`` as a timer's callback whose signature is known in advance.
+
+    rclpy's executors (the EventsExecutor and the Python ones) call ``inspect.signature`` on a
+    timer's callback at every firing, to hand a ``TimerInfo`` to a callback that asks for one.
+    For a bound method that takes ~8 us back to back and ~0.16 ms after 5 ms idle (the policy
+    node's watchdog runs 4 times a control period, and its own work after idle is ~0.03 ms);
+    a callable that carries ``__signature__`` is answered in ~1 us.
+    """
+    def call() -> None:
+        callback()
+    call.__signature__ = NO_ARGUMENTS
+    return call
+
+
 def steady_timer(node: Node, period: float, callback: Callable[[], None]):
     """A timer on the monotonic clock: wall-paced even under use_sim_time."""
-    return node.create_timer(period, callback, clock=Clock(clock_type=ClockType.STEADY_TIME))
+    return node.create_timer(period, presigned(callback),
+                             clock=Clock(clock_type=ClockType.STEADY_TIME))
 
 
 def diagnostics(node: Node, name: str, level: str, message: str,

@@ -40,8 +40,8 @@ from ..core.live.live_trainer import LiveTrainer
 from ..core.sim.robot import load_robot
 from ..core.deploy.node_config import TrainerParams
 from .node_params import declare
-from .ros_io import (COMMAND_QOS, diagnostics, exit_without_teardown, log_events, spin,
-                     STATE_QOS, steady_timer)
+from .ros_io import (COMMAND_QOS, diagnostics, exit_without_teardown, log_events, presigned,
+                     spin, STATE_QOS, steady_timer)
 
 
 # A target that has not answered an activation within this time (e.g. killed mid-call) is
@@ -100,7 +100,7 @@ class TrainerNode(Node):
                                      self.on_version(m.data, target=n), STATE_QOS)
         for topic in filter(None, (p.chunk_topic, p.loop_chunk_topic)):
             self.create_subscription(UInt8MultiArray, topic, self.on_chunk, COMMAND_QOS)
-        self.create_timer(0.5, self.on_timer)
+        self.create_timer(0.5, presigned(self.on_timer))
         # Imported now rather than for the curve at Ctrl-C (seconds on a loaded machine, inside
         # the launcher's grace period).
         import matplotlib
