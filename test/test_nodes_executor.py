@@ -3,7 +3,9 @@ default) and the SingleThreadedExecutor fallback both run the lockstep loop and 
 SIGINT; an unknown executor is refused by name; neither re-inspects the nodes' timer callbacks
 at each firing."""
 
+import ast
 import inspect
+from pathlib import Path
 
 import pytest
 import rclpy
@@ -83,3 +85,15 @@ def test_timer_callbacks_carry_their_signature(executor, ros_env, monkeypatch): 
     assert watchdog.fired >= 20
     assert asked, 'rclpy no longer inspects timer callbacks: ros_io.presigned can go'
     assert all(sig is NO_ARGUMENTS for sig in asked)
+
+
+def test_every_timer_of_the_package_is_presigned():
+    package = Path(__file__).resolve().parents[1] / 'claw_rl_ros'
+    timers = [(path.name, call) for path in package.rglob('*.py')
+              for call in ast.walk(ast.parse(path.read_text()))
+              if isinstance(call, ast.Call) and getattr(call.func, 'attr', '') == 'create_timer']
+    assert len(timers) >= 4  # steady_timer, the actor, the trainer, the verify driver
+    for name, call in timers:
+        callback = call.args[1]
+        assert isinstance(callback, ast.Call) and getattr(callback.func, 'id', '') == \
+            'presigned', f'{name}:{call.lineno}: a timer callback not wrapped in presigned()'
