@@ -14,7 +14,8 @@
    the same latency with the main job's student network (the walker fixture, no swaps) next
    to its reference from the same run: the step's messages alone, a ping every 20 ms between
    two idle processes (round trip p50/p99), and the policy's tick in process back to back and
-   after 20 ms idle. ``--realtime-only``: this last part alone.
+   after 20 ms idle; and the executor's CPU per firing of the watchdog's timer with its callback
+   inspected at each firing and presigned (ros_io). ``--realtime-only``: this last part alone.
 3. hot-swap transport: serialising the model as a ``uint8[]`` message field versus a
    BYTE_ARRAY parameter (the alternative design), in this process.
 4. with ``--student`` (default: the newest ``runs/*/student.onnx``, e.g. from ``make train``):
