@@ -92,7 +92,7 @@ def test_every_timer_of_the_package_is_presigned():
     timers = [(path.name, call) for path in package.rglob('*.py')
               for call in ast.walk(ast.parse(path.read_text()))
               if isinstance(call, ast.Call) and getattr(call.func, 'attr', '') == 'create_timer']
-    assert len(timers) >= 4  # steady_timer, the actor, the trainer, the verify driver
+    assert len(timers) >= 3  # steady_timer (the verify driver's too), the actor, the trainer
     for name, call in timers:
         callback = call.args[1]
         assert isinstance(callback, ast.Call) and getattr(callback.func, 'id', '') == \

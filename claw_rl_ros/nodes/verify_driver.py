@@ -20,7 +20,6 @@ from typing import Callable
 from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import Twist
 import rclpy
-from rclpy.clock import Clock, ClockType
 from rclpy.context import Context
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
@@ -34,7 +33,7 @@ from ..core.deploy.status_board import GraphGone, StatusBoard
 from ..core.deploy.verify import (Episode, episode_end, episode_of, latency_of,
                                   measured_latency)
 from ..core.sim.robot import RobotSpec
-from .ros_io import presigned, STATE_QOS
+from .ros_io import STATE_QOS, steady_timer
 from .sim_state_io import episode_layout
 
 
@@ -72,8 +71,7 @@ class VerifyDriver:
         # Re-sent at 10 Hz (wall), as a teleop does: the policy node zeroes a cmd_vel older
         # than its cmd_vel_timeout_s.
         self.cmd: Twist | None = None
-        n.create_timer(CMD_VEL_PERIOD_S, presigned(self._resend_command),
-                       clock=Clock(clock_type=ClockType.STEADY_TIME))
+        steady_timer(n, CMD_VEL_PERIOD_S, self._resend_command)
         self.executor = SingleThreadedExecutor(context=self.context)
         self.executor.add_node(n)
         self.thread = threading.Thread(target=self._spin, daemon=True)
