@@ -294,6 +294,8 @@ def test_the_live_trainer_keeps_snapshots_and_exports_the_pick(tmp_path, robot, 
     ('{"selection": {"picked_iteration": "x", "final_iteration": 987}}', None),
     ('{"selection": {"picked_iteration": [1], "final_iteration": 987}}', None),
     ('{"selection": [937]}', None),
+    ('{"selection": {"picked_iteration": 1e400, "final_iteration": 987}}', None),  # inf
+    ('{"selection": {"picked_iteration": -5, "final_iteration": 987}}', None),
     ('[1, 2]', None),
     ('not json', None),
     (None, None),  # no summary.json: the run did not finish

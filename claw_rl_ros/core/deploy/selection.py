@@ -149,6 +149,8 @@ def picked_snapshot(run_dir: str | Path) -> Path | None:
     try:
         sel = json.loads((Path(run_dir) / 'summary.json').read_text()).get('selection') or {}
         picked, final = int(sel['picked_iteration']), int(sel['final_iteration'])
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, OverflowError):
+        return None  # (OverflowError: an infinite iteration)
+    if picked < 0 or picked == final:
         return None
-    return ckpt.checkpoint_path(run_dir, picked, ckpt.CANDIDATES) if picked != final else None
+    return ckpt.checkpoint_path(run_dir, picked, ckpt.CANDIDATES)
