@@ -32,7 +32,7 @@ runner: {num_steps_per_env: 24, seed: 1}
 
 def in_process(cfg, robot, model: bytes, steps: int, training: bool) -> float:
     """Control steps/s of the loop without ROS (deploy: SimSession, training: the actor)."""
-    from claw_rl_ros.core.deploy.policy_controller import PolicyController
+    from claw_rl_ros.core.control.policy_controller import PolicyController
     from claw_rl_ros.core.live.loop_actor import ControlLoopActor
     from claw_rl_ros.core.sim.sim_session import SimSession
     from claw_rl_ros.core.sim.training_session import TrainingSession

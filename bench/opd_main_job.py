@@ -99,7 +99,7 @@ def evaluate_run(run: Path, episodes: int, grid_s: float = 0.0) -> list[dict]:
     """The checkpoints of a run (every ``grid_s`` seconds of training, or all), evaluated at
     0.5 m/s in both conditions."""
     from claw_rl_ros.core.config import from_dict, merge, to_dict
-    from claw_rl_ros.core.deploy.evaluate import evaluate, torch_policy_fn
+    from claw_rl_ros.core.evaluation.evaluator import evaluate, torch_policy_fn
     from claw_rl_ros.core.learning.learner import load_policy
     from claw_rl_ros.core.sim.robot import load_robot
     with open(run / 'metrics.csv', newline='') as f:

@@ -22,7 +22,7 @@ import time
 
 from claw_rl_ros.core.learning import checkpoint as ckpt
 from claw_rl_ros.core.config import from_dict, merge, to_dict
-from claw_rl_ros.core.deploy.evaluate import evaluate, torch_policy_fn
+from claw_rl_ros.core.evaluation.evaluator import evaluate, torch_policy_fn
 from claw_rl_ros.core.learning.learner import load_policy
 from claw_rl_ros.core.learning.runner import OnPolicyRunner
 from claw_rl_ros.core.learning.train_config import load_train_config, TrainConfig

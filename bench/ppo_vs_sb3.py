@@ -41,7 +41,7 @@ import torch
 from claw_rl_ros.core.config import from_dict, to_dict
 from claw_rl_ros.core.sim.env import VecLocomotionEnv
 from claw_rl_ros.core.sim.env_config import EnvConfig
-from claw_rl_ros.core.deploy.evaluate import evaluate as evaluate_claw, torch_policy_fn
+from claw_rl_ros.core.evaluation.evaluator import evaluate as evaluate_claw, torch_policy_fn
 from claw_rl_ros.core.sim.gym_env import ENV_ID as CLAW_ENV_ID, register as register_claw
 from claw_rl_ros.core.sim.gym_vec import GymVecEnv
 from claw_rl_ros.core.sim.robot import load_robot

@@ -175,9 +175,9 @@ def ping_pong_end(role: str, spinner, loop_messages: bool, raw: bool, pipelined:
     reply = Float64MultiArray(data=[0.0] * 12)
     count, sent, last, trips = [0], [0], [time.perf_counter()], []
     if raw:
-        from claw_rl_ros.core.deploy.wire_format import (ClockWriter, Float64ArrayWriter,
-                                                         header_stamp, ImuWriter,
-                                                         JointStateWriter, read_float64_array)
+        from claw_rl_ros.core.wire_format import (ClockWriter, Float64ArrayWriter,
+                                                  header_stamp, ImuWriter,
+                                                  JointStateWriter, read_float64_array)
         msg, reply = JointStateWriter(names), Float64ArrayWriter(12)
 
     def echoed(m) -> float:
@@ -242,7 +242,7 @@ def timer_cost(seconds: float, rounds: int = 3) -> None:
     from rclpy.clock import Clock, ClockType
     from rclpy.experimental import EventsExecutor
     from rclpy.task import Future
-    from claw_rl_ros.core.deploy.policy_controller import PolicyController
+    from claw_rl_ros.core.control.policy_controller import PolicyController
     from claw_rl_ros.core.sim.robot import load_robot
     from claw_rl_ros.nodes.ros_io import presigned
     rclpy.init()
@@ -469,7 +469,7 @@ def compute_per_step(model: Path, steps: int = 400, pause_s: float = 0.0) -> dic
     readings, and the policy node's tick (checks, observation, ONNX, targets), in ms (medians).
     ``pause_s``: the thread sleeps that long before each of the two, as each node idles
     between two realtime ticks (the realtime latency's own work)."""
-    from claw_rl_ros.core.deploy.policy_controller import PolicyController
+    from claw_rl_ros.core.control.policy_controller import PolicyController
     from claw_rl_ros.core.sim.env_config import EnvConfig
     from claw_rl_ros.core.sim.robot import load_robot
     from claw_rl_ros.core.sim.sim_session import SimSession
@@ -504,8 +504,8 @@ def compare_walk(bench: Bench, robot, student: Path, episodes: int, seconds: flo
     from nav_msgs.msg import Odometry
     from std_srvs.srv import Trigger
     from claw_rl_ros.core.config import from_dict
-    from claw_rl_ros.core.deploy.evaluate import evaluate
-    from claw_rl_ros.core.deploy.onnx_policy import OnnxPolicy
+    from claw_rl_ros.core.evaluation.evaluator import evaluate
+    from claw_rl_ros.core.export.onnx_policy import OnnxPolicy
     from claw_rl_ros.core.sim.env_config import EnvConfig
     from claw_rl_ros.nodes.ros_io import SENSOR_QOS, to_sec
     cfg = from_dict(EnvConfig, {'episode_length_s': seconds, 'randomization': {'enabled': False},
@@ -690,7 +690,7 @@ def qos_compare(bench: Bench, models: list[Path], args) -> None:
 def verify_gate(bench: Bench, args) -> None:
     """Part 6: the gate's wall rate against lockstep on the same model, rounds interleaved."""
     from claw_rl_ros.core.sim.robot import load_robot
-    from claw_rl_ros.core.deploy.verify import VerifyConfig
+    from claw_rl_ros.core.verify.gate_scoring import VerifyConfig
     from claw_rl_ros.core.config import load_config
     from claw_rl_ros.core import paths
     cfg = load_config(VerifyConfig, paths.config_path('verify.yaml'), 'verify')

@@ -13,7 +13,7 @@ faster at >= equal return).
 
 ``claw`` section: SAC (``config/train_sac.yaml``) vs PPO (``config/train_ppo.yaml``) on the claw
 quadruped at equal wall-clock: each trains for ``--claw-seconds`` of training time (the runner's
-``time_budget_s``), then walks 0.5 m/s forward in ``core/deploy/evaluate.py`` (vx tracking
+``time_budget_s``), then walks 0.5 m/s forward in ``core/evaluation/evaluator.py`` (vx tracking
 error, falls); both learning curves (mean episode return and vx tracking error against
 training seconds) go into one PNG.
 
@@ -39,7 +39,7 @@ import numpy as np
 import torch
 
 from claw_rl_ros.core.config import from_dict
-from claw_rl_ros.core.deploy.evaluate import evaluate as evaluate_claw, torch_policy_fn
+from claw_rl_ros.core.evaluation.evaluator import evaluate as evaluate_claw, torch_policy_fn
 from claw_rl_ros.core.learning.runner import OnPolicyRunner
 from claw_rl_ros.core.learning.train_config import load_train_config, TrainConfig
 from claw_rl_ros.core.sim.robot import load_robot

@@ -36,8 +36,8 @@ import re
 import sys
 
 from claw_rl_ros.core.config import ConfigError, from_dict, merge, to_dict
-from claw_rl_ros.core.deploy.evaluate import evaluate_terrains, side_by_side, torch_policy_fn
-from claw_rl_ros.core.deploy.onnx_policy import OnnxPolicy
+from claw_rl_ros.core.evaluation.evaluator import evaluate_terrains, side_by_side, torch_policy_fn
+from claw_rl_ros.core.export.onnx_policy import OnnxPolicy
 from claw_rl_ros.core.learning.learner import load_policy
 from claw_rl_ros.core.learning.train_config import load_train_config, TrainConfig
 from claw_rl_ros.core.sim.robot import load_robot

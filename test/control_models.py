@@ -11,9 +11,9 @@ import onnx
 from onnx import helper, TensorProto
 import torch
 
-from claw_rl_ros.core.deploy.export import export_onnx
+from claw_rl_ros.core.export.onnx_export import export_onnx
 from claw_rl_ros.core.learning.networks import ActorCritic
-from claw_rl_ros.core.sim.robot import METADATA_KEY, RobotSpec
+from claw_rl_ros.core.sim.robot_spec import METADATA_KEY, RobotSpec
 
 
 def good_model(robot: RobotSpec, path: Path, seed: int = 0, hidden=(64, 64)) -> Path:

@@ -1,4 +1,4 @@
-"""A local OpenAI-compatible chat-completions server and fixtures for the gateway tests.
+"""A local OpenAI-compatible chat-completions server and helpers for the gateway tests.
 
 The server listens on 127.0.0.1 (port 0), records every request (path, headers, JSON body) and
 answers like a real gateway: 401 for a wrong key (echoing the key it got, so masking is tested),
@@ -6,6 +6,7 @@ answers like a real gateway: 401 for a wrong key (echoing the key it got, so mas
 replies (429, 5xx, non-JSON, stalls, dripped or cut bodies, raw header lines, ...) per model.
 It also answers requests sent to it as an HTTP proxy (absolute URLs), for hosts other than
 127.0.0.1 without leaving the loopback interface. :func:`assert_no_key` is the leak oracle.
+Its fixtures (``gateway``, ``clean_env``) are in conftest.py.
 """
 
 from __future__ import annotations
@@ -21,8 +22,6 @@ import struct
 import threading
 from typing import Any, Optional
 from urllib.parse import unquote_plus, urlsplit
-
-import pytest
 
 # A recognisable fake key: no test output may ever contain it.
 KEY = 'sk-gwtest-RAWKEY-0123456789abcdef'
@@ -250,21 +249,3 @@ def server_config(folder: Path, gateway: FakeGateway, fmt: str = 'json', **overr
               'student_model': STUDENT, 'timeout': 5, 'retry_backoff': 0.01}
     fields.update(overrides)
     return write_config(folder, fmt, **fields)
-
-
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
-    """No key, config or proxy variables from the developer's shell; CWD and HOME in tmp."""
-    for name in ENV_VARS:
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv('HOME', str(tmp_path))
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
-
-
-@pytest.fixture
-def gateway() -> FakeGateway:
-    """A running FakeGateway, stopped after the test."""
-    server = FakeGateway().start()
-    yield server
-    server.stop()

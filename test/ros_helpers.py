@@ -1,19 +1,15 @@
-"""Shared fixtures for tests with real ROS 2 processes on loopback DDS.
+"""Helpers for tests with real ROS 2 processes on loopback DDS (their fixtures ``ros_env`` and
+``probe`` are in conftest.py).
 
-* :func:`ros_env` (module fixture): a random ``ROS_DOMAIN_ID`` (1-100),
-  ``ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST`` and a temp ``ROS_HOME``/``ROS_LOG_DIR``, applied
-  to this process (for the probe) and returned as the environment for child processes.
 * :class:`NodeProcess`: ``python -m claw_rl_ros.nodes.<node> --ros-args -p k:=v ...``; stopped
   with SIGINT, then SIGTERM, then SIGKILL; its output is kept in a log file.
-* :class:`Probe` (fixture :func:`probe`): an rclpy node of the test, spun in a thread, that
+* :class:`Probe` (the module fixture ``probe``): an rclpy node of the test, spun in a thread, that
   records messages per topic and waits on them (or service replies) with timeouts.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
-import random
 import signal
 import subprocess
 import sys
@@ -31,28 +27,8 @@ from rclpy.parameter import Parameter
 from rcl_interfaces.srv import SetParameters
 
 ROOT = Path(__file__).resolve().parents[1]
+# Every NodeProcess not stopped yet: the ros_env fixture stops them at the end of a module.
 _STARTED: list['NodeProcess'] = []
-
-
-@pytest.fixture(scope='module')
-def ros_env(tmp_path_factory):
-    """Environment of an isolated ROS graph for one test module (also set in os.environ)."""
-    home = tmp_path_factory.mktemp('ros_home')
-    env = {'ROS_DOMAIN_ID': str(random.SystemRandom().randint(1, 100)),
-           'ROS_AUTOMATIC_DISCOVERY_RANGE': 'LOCALHOST', 'ROS_HOME': str(home),
-           'ROS_LOG_DIR': str(home / 'log'), 'RMW_IMPLEMENTATION': 'rmw_fastrtps_cpp',
-           'PYTHONUNBUFFERED': '1'}
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    yield dict(os.environ)
-    # Safety net: no node of this module outlives it, even when a test or fixture failed.
-    for proc in list(_STARTED):
-        proc.stop()
-    for key, value in saved.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
 
 
 def ros_value(value: Any) -> str:
@@ -247,13 +223,6 @@ class Probe:
         self.context.try_shutdown()
         self._thread.join(timeout=5)
         self.node.destroy_node()
-
-
-@pytest.fixture(scope='module')
-def probe(ros_env):
-    p = Probe()
-    yield p
-    p.close()
 
 
 def publish_state(probe: 'Probe', joint_names, stamp: float, position, velocity,

@@ -138,7 +138,7 @@ def test_actor_without_critic_gets_values_from_the_learner():
 
 
 def test_onnx_actor_acts_with_the_exported_student(tmp_path):
-    from claw_rl_ros.core.deploy.model_swap import validate_model
+    from claw_rl_ros.core.control.model_swap import validate_model
     from claw_rl_ros.core.live.batched_actor import OnnxBehaviour
     live = LocalActorLearner(tiny_config(**SHORT))
     live.iteration()

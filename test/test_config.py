@@ -6,7 +6,7 @@ import pytest
 
 from claw_rl_ros.core.config import ConfigError, from_dict, load_config
 from claw_rl_ros.core.sim.env_config import DEFAULT_REWARD_SCALES, EnvConfig
-from claw_rl_ros.core.sim.robot import RobotConfig
+from claw_rl_ros.core.sim.robot_spec import RobotConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 

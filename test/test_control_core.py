@@ -4,14 +4,14 @@ controller's safety contract, hot-swap validation and timing statistics."""
 import numpy as np
 import pytest
 
-from claw_rl_ros.core.deploy.control_stats import (Counters, LatencyStats, RateMeter,
-                                                   StallDeadline, TickMonitor)
-from claw_rl_ros.core.deploy.model_swap import (ModelCache, ModelRejected, read_model_file,
-                                                validate_model)
-from claw_rl_ros.core.deploy.onnx_policy import OnnxPolicy
-from claw_rl_ros.core.deploy.policy_controller import PolicyController
-from claw_rl_ros.core.deploy.state_input import (BadInput, check_fresh, command_array,
-                                                 imu_arrays, JointOrder, ObservationAssembler)
+from claw_rl_ros.core.control.control_stats import (Counters, LatencyStats, RateMeter,
+                                                    StallDeadline, TickMonitor)
+from claw_rl_ros.core.control.model_swap import (ModelCache, ModelRejected, read_model_file,
+                                                 validate_model)
+from claw_rl_ros.core.export.onnx_policy import OnnxPolicy
+from claw_rl_ros.core.control.policy_controller import PolicyController
+from claw_rl_ros.core.control.state_input import (BadInput, check_fresh, command_array,
+                                                  imu_arrays, JointOrder, ObservationAssembler)
 from control_models import (corrupted_model, good_model, nan_model, wrong_shape_model,
                             wrong_spec_model)
 

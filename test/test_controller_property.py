@@ -12,9 +12,9 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 import numpy as np
 import pytest
 
-from claw_rl_ros.core.deploy.onnx_policy import OnnxPolicy
-from claw_rl_ros.core.deploy.policy_controller import PolicyController
-from claw_rl_ros.core.deploy.safety import PASSIVE, REQUESTS, RL, SafetyConfig, STAND_UP
+from claw_rl_ros.core.export.onnx_policy import OnnxPolicy
+from claw_rl_ros.core.control.policy_controller import PolicyController
+from claw_rl_ros.core.control.safety import PASSIVE, REQUESTS, RL, SafetyConfig, STAND_UP
 from control_models import good_model
 
 DT = 0.02

@@ -15,7 +15,6 @@ import yaml
 from claw_rl_ros.core.learning import checkpoint as ckpt
 from claw_rl_ros.core.learning.runner import OnPolicyRunner
 from claw_rl_ros.core.live.live_trainer import LiveTrainer
-from ros_helpers import ros_env  # noqa: F401 - fixture
 from test_live_trainer import Actor, Clock, iterate_with_one_actor, push
 from test_training import params_of, tiny_config
 
@@ -117,7 +116,7 @@ def iterations(run_dir: Path) -> list[int]:
         return [int(r['iteration']) for r in csv.DictReader(f)]
 
 
-def test_claw_rl_train_and_the_train_graph_resume_each_other(ros_env, tmp_path):  # noqa: F811
+def test_claw_rl_train_and_the_train_graph_resume_each_other(ros_env, tmp_path):
     """claw-rl train (2 iterations) -> claw-rl up train --resume true (to 4) -> claw-rl train
     --resume (to 5): one run directory, one curve, the counters carried through both."""
     from test_graph_runner import gone, up

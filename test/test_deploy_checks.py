@@ -9,10 +9,10 @@ import pytest
 import yaml
 
 from claw_rl_ros.core import paths
-from claw_rl_ros.core.deploy.policy_controller import PolicyController
-from claw_rl_ros.core.deploy.safety import PASSIVE, RL, SafetyConfig
-from claw_rl_ros.core.deploy.self_check import controller_joints, self_check
-from claw_rl_ros.core.deploy.verification import (verification_blocker, verification_path)
+from claw_rl_ros.core.control.policy_controller import PolicyController
+from claw_rl_ros.core.control.safety import PASSIVE, RL, SafetyConfig
+from claw_rl_ros.core.control.self_check import controller_joints, self_check
+from claw_rl_ros.core.export.verification_record import (verification_blocker, verification_path)
 from claw_rl_ros.core.sim.robot import load_robot
 from control_models import good_model
 from test_safety import DT, Robot

@@ -8,11 +8,11 @@ import os
 import numpy as np
 import pytest
 
-from claw_rl_ros.core.deploy.model_swap import ModelRejected, validate_model
-from claw_rl_ros.core.deploy.policy_controller import PolicyController
-from claw_rl_ros.core.deploy.run_marker import RunMarker
-from claw_rl_ros.core.deploy.safety import PASSIVE, RL, SafetyConfig
-from control_models import clip_model, good_model, wrong_spec_model
+from claw_rl_ros.core.control.model_swap import ModelRejected, validate_model
+from claw_rl_ros.core.control.policy_controller import PolicyController
+from claw_rl_ros.core.control.run_marker import RunMarker
+from claw_rl_ros.core.control.safety import PASSIVE, RL, SafetyConfig
+from control_models import clip_model, wrong_spec_model
 
 DT = 0.02
 
@@ -33,11 +33,6 @@ class Feed:
         r = self.robot
         return self.ctrl.on_joint_state(stamp, r.joint_names, r.default_joint_pos,
                                         np.zeros(12) if vel is None else vel, self.t)
-
-
-@pytest.fixture(scope='module')
-def model(robot, tmp_path_factory):
-    return good_model(robot, tmp_path_factory.mktemp('m') / 'a.onnx')
 
 
 def autostart(robot, model, **kw):

@@ -31,8 +31,8 @@ def test_the_cli_and_the_verify_gate_load_without_torch():
     assert loaded_after('from claw_rl_ros.cli import build_parser\n'
                         'build_parser()\n'
                         'import claw_rl_ros.commands.verify, claw_rl_ros.nodes.verify_driver\n'
-                        'import claw_rl_ros.core.deploy.verify, '
-                        'claw_rl_ros.core.deploy.policy_card', HEAVY) == []
+                        'import claw_rl_ros.core.verify.gate_scoring, '
+                        'claw_rl_ros.core.export.policy_card', HEAVY) == []
 
 
 def test_the_policy_node_does_not_load_the_training_env():

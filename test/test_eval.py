@@ -16,17 +16,17 @@ import torch
 import yaml
 
 from claw_rl_ros import cli
-from claw_rl_ros.core.deploy import render
+from claw_rl_ros.core.evaluation import render
 from claw_rl_ros.core.config import ConfigError, from_dict
 from claw_rl_ros.core.sim.env import VecLocomotionEnv
 from claw_rl_ros.core.sim.env_config import EnvConfig
 from claw_rl_ros.core.sim.terrain import base_yaw
-from claw_rl_ros.core.deploy.evaluate import (eval_env_config, evaluate, evaluate_terrains,
-                                              evaluation_tiles, side_by_side,
-                                              TerrainEvaluation, torch_policy_fn)
-from claw_rl_ros.core.deploy.export import export_onnx
+from claw_rl_ros.core.evaluation.evaluator import (eval_env_config, evaluate, evaluate_terrains,
+                                                   evaluation_tiles, side_by_side,
+                                                   TerrainEvaluation, torch_policy_fn)
+from claw_rl_ros.core.export.onnx_export import export_onnx
 from claw_rl_ros.core.learning.networks import ActorCritic
-from claw_rl_ros.core.deploy.onnx_policy import OnnxPolicy
+from claw_rl_ros.core.export.onnx_policy import OnnxPolicy
 from claw_rl_ros.core.learning.runner import OnPolicyRunner
 from claw_rl_ros.core.learning.train_config import TrainConfig
 
@@ -119,7 +119,7 @@ def test_evaluate_rejects_zero_episodes(robot):
 RENDER_SCRIPT = '''
 import sys
 import numpy as np
-from claw_rl_ros.core.deploy.render import render_gait
+from claw_rl_ros.core.evaluation.render import render_gait
 from claw_rl_ros.core.sim.robot import load_robot
 rng = np.random.default_rng(0)
 robot = load_robot('claw_quadruped')
@@ -319,7 +319,7 @@ def test_a_privileged_actor_is_evaluated_on_its_groups_with_the_scan_on(robot):
     """A teacher reads the scan: evaluate hands it the groups, on every tile (flat too, as a
     flat heightfield), and its torch policy function acts on them."""
     groups = ['policy_noise_free', 'privileged', 'height_scan']
-    from claw_rl_ros.core.sim.observations import observation_dims
+    from claw_rl_ros.core.sim.env_config import observation_dims
     dims = observation_dims(robot, env_cfg(terrain={'enabled': True,
                                                     'height_scan': {'enabled': True}}))
     width = sum(dims[g] for g in groups)
@@ -388,7 +388,8 @@ TERRAIN_RENDER_SCRIPT = '''
 import json, sys
 import mujoco
 import numpy as np
-from claw_rl_ros.core.deploy.render import open_renderer, render_env, render_gait, tracking_camera
+from claw_rl_ros.core.evaluation.render import (open_renderer, render_env, render_gait,
+                                               tracking_camera)
 from claw_rl_ros.core.sim.robot import load_robot
 from claw_rl_ros.core.sim.sim_session import terrain_tile
 from claw_rl_ros.core.sim.terrain import TerrainConfig

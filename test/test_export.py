@@ -11,14 +11,15 @@ import pytest
 import torch
 
 from claw_rl_ros import cli
-from claw_rl_ros.core.deploy import export as export_module
+from claw_rl_ros.core.export import onnx_export as export_module
 from claw_rl_ros.core.learning.checkpoint import save_checkpoint
 from claw_rl_ros.core.config import ConfigError, from_dict, to_dict
-from claw_rl_ros.core.deploy.export import export_checkpoint, export_onnx, ExportError, verify_onnx
+from claw_rl_ros.core.export.onnx_export import (export_checkpoint, export_onnx, ExportError,
+                                                 verify_onnx)
 from claw_rl_ros.core.learning.networks import ActorCritic
 from claw_rl_ros.core.sim.observations import ObservationLayout
-from claw_rl_ros.core.deploy.onnx_policy import ModelError, OnnxPolicy, SpecMismatchError
-from claw_rl_ros.core.sim.robot import METADATA_KEY
+from claw_rl_ros.core.export.onnx_policy import ModelError, OnnxPolicy, SpecMismatchError
+from claw_rl_ros.core.sim.robot_spec import METADATA_KEY
 from claw_rl_ros.core.learning.learner import build_policy
 from claw_rl_ros.core.learning.train_config import TrainConfig
 

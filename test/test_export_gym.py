@@ -9,12 +9,12 @@ import pytest
 import torch
 
 from claw_rl_ros.cli import main
-from claw_rl_ros.core.deploy import export as E
-from claw_rl_ros.core.deploy.onnx_policy import OnnxPolicy, SpecMismatchError
+from claw_rl_ros.core.export import onnx_export as E
+from claw_rl_ros.core.export.onnx_policy import OnnxPolicy, SpecMismatchError
 from claw_rl_ros.core.learning.networks import ActorCritic
 from claw_rl_ros.core.learning.sac_networks import SACPolicy
 from claw_rl_ros.core.sim.gym_spec import gym_task_spec, GymTaskSpec
-from claw_rl_ros.core.sim.robot import METADATA_KEY
+from claw_rl_ros.core.sim.robot_spec import METADATA_KEY
 
 
 def task(low=(-2.0, 0.0), high=(1.0, 3.0), obs_dim=5):

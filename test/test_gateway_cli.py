@@ -11,11 +11,15 @@ import subprocess
 import sys
 
 from claw_rl_ros.cli import main
-from claw_rl_ros.core.sim.robot import load_robot, METADATA_KEY
-from gateway_server import (  # noqa: F401
-    assert_no_key, clean_env, closed_port, completion, FakeGateway, gateway, KEY, KEY_MASKED,
-    Reply, server_config, STUDENT, TEACHER)
+from claw_rl_ros.core.sim.robot import load_robot
+from claw_rl_ros.core.sim.robot_spec import METADATA_KEY
+from gateway_server import (
+    assert_no_key, closed_port, completion, FakeGateway, KEY, KEY_MASKED, Reply, server_config,
+    STUDENT, TEACHER)
 import pytest
+
+# Every test without the developer's key, config or proxy variables, in a tmp CWD and HOME.
+pytestmark = pytest.mark.usefixtures('clean_env')
 
 
 def check(capsys, *argv: str) -> tuple[int, str, str]:

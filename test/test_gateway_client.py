@@ -11,10 +11,12 @@ from claw_rl_ros.gateway.errors import (
     GatewayAuthError, GatewayConnectionError, GatewayError, GatewayHTTPError, GatewayModelError,
     GatewayProxyError, GatewayRateLimitError, GatewayResponseError, GatewayServerError,
     GatewayTimeoutError)
-from gateway_server import (  # noqa: F401
-    CHAT_PATH, clean_env, closed_port, completion, gateway, KEY, KEY_MASKED, Reply, STUDENT,
-    TEACHER)
+from gateway_server import (
+    CHAT_PATH, closed_port, completion, KEY, KEY_MASKED, Reply, STUDENT, TEACHER)
 import pytest
+
+# Every test without the developer's key, config or proxy variables, in a tmp CWD and HOME.
+pytestmark = pytest.mark.usefixtures('clean_env')
 
 
 def make_client(base_url: str, key: str = KEY, sleeps: list | None = None, **options):

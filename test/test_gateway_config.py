@@ -9,8 +9,11 @@ from claw_rl_ros.gateway.config import (
     candidate_paths, chat_completions_url, config_from_mapping, DEFAULT_TIMEOUT, find_config_file,
     GatewayConfig, load_gateway_config, make_config, normalize_base_url)
 from claw_rl_ros.gateway.errors import GatewayConfigError, GatewayError, mask_key, redact
-from gateway_server import clean_env, KEY, KEY_MASKED, write_config  # noqa: F401
+from gateway_server import KEY, KEY_MASKED, write_config
 import pytest
+
+# Every test without the developer's key, config or proxy variables, in a tmp CWD and HOME.
+pytestmark = pytest.mark.usefixtures('clean_env')
 
 REPO = Path(__file__).resolve().parents[1]
 BASE = {'base_url': 'https://gw.test/v1', 'teacher_model': 'big-1', 'student_model': 'small-1'}

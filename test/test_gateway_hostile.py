@@ -21,9 +21,12 @@ from urllib.parse import quote
 import zlib
 
 from claw_rl_ros.cli import main
-from gateway_server import (  # noqa: F401
-    assert_no_key, clean_env, completion, FakeGateway, Reply, server_config, STUDENT, TEACHER)
+from gateway_server import (
+    assert_no_key, completion, FakeGateway, Reply, server_config, STUDENT, TEACHER)
 import pytest
+
+# Every test without the developer's key, config or proxy variables, in a tmp CWD and HOME.
+pytestmark = pytest.mark.usefixtures('clean_env')
 
 KEY = 'sk-gw+test/RAW=KEY&0123456789abcdef'
 KEY_MASKED = 'sk-...cdef'
@@ -31,6 +34,7 @@ KEY_MASKED = 'sk-...cdef'
 
 @pytest.fixture
 def gateway() -> FakeGateway:
+    """conftest.py's ``gateway``, with this module's URL-special key."""
     server = FakeGateway(key=KEY).start()
     yield server
     server.stop()

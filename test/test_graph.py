@@ -19,7 +19,6 @@ from claw_rl_ros.core.sim.sim_session import env_section
 from claw_rl_ros.launch_graph import EXECUTABLES, Graph, GRAPHS, NodeEntry, resolve, ros_command
 from claw_rl_ros.launch_graph.description import (Argument, composed, inline_params_yaml,
                                                   node_pattern_matches, normalize_namespace)
-from ros_helpers import ros_env  # noqa: F401 - fixture
 
 CONFIG = paths.share_dir() / 'config'
 
@@ -29,7 +28,8 @@ def by_name(nodes):
 
 
 @pytest.fixture
-def model(tmp_path):
+def placeholder_model(tmp_path):
+    """A ``student.onnx`` that is no model: the graph description does not read it."""
     path = tmp_path / 'student.onnx'
     path.write_bytes(b'not checked here: the policy node validates models')
     return path
@@ -77,7 +77,7 @@ def test_control_defaults_resolve_to_sim_and_policy_nodes():
     assert policy.module == 'claw_rl_ros.nodes.policy_node'
 
 
-def test_every_argument_reaches_the_nodes(model, tmp_path, monkeypatch):
+def test_every_argument_reaches_the_nodes(placeholder_model, tmp_path, monkeypatch):
     robot_yaml = tmp_path / 'my_robot.yaml'
     robot_yaml.write_text('robot: {}\n')
     monkeypatch.chdir(tmp_path)
@@ -86,7 +86,7 @@ def test_every_argument_reaches_the_nodes(model, tmp_path, monkeypatch):
         'use_sim_time': 'false', 'robot': 'my_robot.yaml'}))
     sim, policy = nodes['sim_node'], nodes['policy_node']
     # A relative model or robot path is made absolute: every process finds the same file.
-    assert policy.parameters['model_path'] == str(model)
+    assert policy.parameters['model_path'] == str(placeholder_model)
     assert sim.parameters['robot'] == policy.parameters['robot'] == str(robot_yaml)
     assert sim.parameters['mode'] == 'lockstep'
     assert sim.parameters['publish_clock'] is False
@@ -99,12 +99,13 @@ def test_every_argument_reaches_the_nodes(model, tmp_path, monkeypatch):
     assert policy.parameters['use_sim_time'] is False
 
 
-def test_sim_and_policy_graphs_hold_one_node_each(model):
+def test_sim_and_policy_graphs_hold_one_node_each(placeholder_model):
     sim, = resolve(GRAPHS['sim'], {'mode': 'lockstep'})
     assert (sim.name, sim.parameters['mode'], sim.parameters['publish_clock']) == (
         'sim_node', 'lockstep', True)
-    policy, = resolve(GRAPHS['policy'], {'model': str(model)})
-    assert (policy.name, policy.parameters['model_path']) == ('policy_node', str(model))
+    policy, = resolve(GRAPHS['policy'], {'model': str(placeholder_model)})
+    assert (policy.name, policy.parameters['model_path']) == ('policy_node',
+                                                              str(placeholder_model))
 
 
 def test_stand_is_a_one_shot_claw_rl_command():
@@ -138,8 +139,8 @@ def test_namespace_normalisation():
     assert normalize_namespace('/robot1/front/') == '/robot1/front'
 
 
-def test_ros_command_is_launch_ros_order(model):
-    sim, policy = resolve(GRAPHS['control'], {'model': str(model), 'namespace': 'r1'})
+def test_ros_command_is_launch_ros_order(placeholder_model):
+    sim, policy = resolve(GRAPHS['control'], {'model': str(placeholder_model), 'namespace': 'r1'})
     cmd = ros_command(policy, '/tmp/inline.yaml')
     assert cmd == ['--ros-args', '-r', '__node:=policy_node', '-r', '__ns:=/r1',
                    '--params-file', policy.param_files[0], '--params-file', '/tmp/inline.yaml']
@@ -153,10 +154,10 @@ def test_ros_command_is_launch_ros_order(model):
         ros_command(sim, None)  # inline parameters need their file
 
 
-def test_a_composed_control_loop_is_one_container_hosting_both_nodes_unrenamed(model):
-    sim, policy = resolve(GRAPHS['control'], {'model': str(model), 'namespace': 'r1',
+def test_a_composed_control_loop_is_one_container_hosting_both_nodes_unrenamed(placeholder_model):
+    sim, policy = resolve(GRAPHS['control'], {'model': str(placeholder_model), 'namespace': 'r1',
                                               'mode': 'lockstep'})
-    container, = resolve(GRAPHS['control'], {'model': str(model), 'namespace': 'r1',
+    container, = resolve(GRAPHS['control'], {'model': str(placeholder_model), 'namespace': 'r1',
                                              'mode': 'lockstep', 'composed': 'true'})
     assert (container.executable, container.name) == ('node_container', 'control_container')
     assert container.hosts == ('/r1/sim_node', '/r1/policy_node')
@@ -436,14 +437,14 @@ def test_train_graph_control_actor_makes_the_loop_an_actor():
         assert not node.parameters.get('training', False)
 
 
-def test_deploy_graph_is_the_policy_node_on_the_robots_controllers(model, tmp_path):
-    policy, = resolve(GRAPHS['deploy'], {'model': str(model)})
+def test_deploy_graph_is_the_policy_node_on_the_robots_controllers(placeholder_model, tmp_path):
+    policy, = resolve(GRAPHS['deploy'], {'model': str(placeholder_model)})
     assert (policy.executable, policy.fqn) == ('policy_node', '/policy_node')
     assert policy.param_files == (str((CONFIG / 'policy_node.yaml').resolve()),
                                   str((CONFIG / 'deploy.yaml').resolve()))
     example = str((CONFIG / 'ros2_control_claw_quadruped.yaml').resolve())
     assert dict(policy.parameters) == {
-        'robot': 'claw_quadruped', 'model_path': str(model), 'use_sim_time': False,
+        'robot': 'claw_quadruped', 'model_path': str(placeholder_model), 'use_sim_time': False,
         'autostart': False, 'require_verification': True, 'publish_gains': False,
         'state_qos': 'sensor_data', 'controllers_file': example,
         'command_controller': 'forward_position_controller'}

@@ -17,8 +17,7 @@ import pytest
 from rcl_interfaces.srv import GetParameters
 from std_msgs.msg import Float64MultiArray
 
-from claw_rl_ros.core.deploy.export import export_onnx
-from ros_helpers import probe, ros_env  # noqa: F401 - fixtures
+from claw_rl_ros.core.export.onnx_export import export_onnx
 from test_export import make_policy
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -96,7 +95,8 @@ def up(*args, env, cwd) -> Runner:
 
 
 @pytest.fixture(scope='module')
-def model(robot, tmp_path_factory):
+def exported_student(robot, tmp_path_factory):
+    """test_export's policy (its observation normaliser fitted) exported to student.onnx."""
     path = tmp_path_factory.mktemp('model') / 'student.onnx'
     return export_onnx(make_policy(robot), robot, path)
 
@@ -110,9 +110,10 @@ def test_one_shot_graph_output_is_prefixed(ros_env, tmp_path):
     assert lines[-1] == '[up] stand finished'
 
 
-def test_control_graph_runs_the_nodes_and_stops_on_sigint(ros_env, probe, model, tmp_path):
+def test_control_graph_runs_the_nodes_and_stops_on_sigint(ros_env, probe, exported_student,
+                                                          tmp_path):
     probe.subscribe('joint_commands', Float64MultiArray, 10)
-    runner = up('control', '--model', str(model), env=ros_env, cwd=tmp_path)
+    runner = up('control', '--model', str(exported_student), env=ros_env, cwd=tmp_path)
     try:
         probe.wait_for('joint_commands', timeout=60)  # sim -> policy -> commands: both are up
         pids = runner.pids()
@@ -120,7 +121,7 @@ def test_control_graph_runs_the_nodes_and_stops_on_sigint(ros_env, probe, model,
         # The graph's parameters reached the nodes (real parameter services).
         reply = probe.call(GetParameters, '/policy_node/get_parameters', GetParameters.Request(
             names=['model_path', 'use_sim_time']))
-        assert [v.string_value for v in reply.values[:1]] == [str(model)]
+        assert [v.string_value for v in reply.values[:1]] == [str(exported_student)]
         assert reply.values[1].bool_value is True
         reply = probe.call(GetParameters, '/sim_node/get_parameters', GetParameters.Request(
             names=['mode', 'publish_clock']))
@@ -293,14 +294,14 @@ def test_no_restart_once_the_graph_is_shutting_down(ros_env, tmp_path):
     assert runner.text.count('[up] started crasher') == 1, runner.text
 
 
-def test_deploy_graph_restarts_a_killed_policy_node(ros_env, probe, model, tmp_path):
+def test_deploy_graph_restarts_a_killed_policy_node(ros_env, probe, exported_student, tmp_path):
     """``claw-rl up deploy``: the policy node SIGKILLed comes back as a new process whose
     topics and services answer; Ctrl-C then stops the graph cleanly."""
     from rcl_interfaces.srv import GetParameters
     from std_msgs.msg import String
     from claw_rl_ros.nodes.ros_io import STATE_QOS
     probe.subscribe('/policy/model_version', String, STATE_QOS)
-    runner = up('deploy', '--model', str(model), env=ros_env, cwd=tmp_path)
+    runner = up('deploy', '--model', str(exported_student), env=ros_env, cwd=tmp_path)
     try:
         probe.wait_for('/policy/model_version', timeout=60)
         old = runner.pids()['policy_node']
@@ -313,7 +314,7 @@ def test_deploy_graph_restarts_a_killed_policy_node(ros_env, probe, model, tmp_p
         probe.wait_for('/policy/model_version', timeout=60, start=mark)  # the new one's
         reply = probe.call(GetParameters, '/policy_node/get_parameters',
                            GetParameters.Request(names=['model_path']), timeout=30)
-        assert reply.values[0].string_value == str(model)
+        assert reply.values[0].string_value == str(exported_student)
         assert gone(old) and not gone(new)
         runner.proc.send_signal(signal.SIGINT)
         code = runner.finish(timeout=60)
@@ -324,7 +325,7 @@ def test_deploy_graph_restarts_a_killed_policy_node(ros_env, probe, model, tmp_p
     assert gone(new)
 
 
-def test_log_level_reaches_each_nodes_own_logger_only(ros_env, tmp_path):  # noqa: F811
+def test_log_level_reaches_each_nodes_own_logger_only(ros_env, tmp_path):
     """``claw-rl up --log-level debug``: the level each node's own logger gets, asked of real
     rclpy nodes of the same names in a namespace; rcl's logger keeps its default (its debug
     output would bury the nodes'). Without the option the command line is launch's."""

@@ -8,9 +8,9 @@ import torch
 from torch import nn
 
 from claw_rl_ros.core.config import ConfigError, merge
-from claw_rl_ros.core.deploy.evaluate import export_and_evaluate
-from claw_rl_ros.core.deploy.export import activation_scale, export_checkpoint, export_onnx
-from claw_rl_ros.core.deploy.onnx_policy import OnnxPolicy
+from claw_rl_ros.core.evaluation.final_student import export_and_evaluate
+from claw_rl_ros.core.export.onnx_export import activation_scale, export_checkpoint, export_onnx
+from claw_rl_ros.core.export.onnx_policy import OnnxPolicy
 from claw_rl_ros.core.learning import checkpoint as ckpt
 from claw_rl_ros.core.learning.learner import load_policy
 from claw_rl_ros.core.learning.networks import ActorCritic, HistoryActor

@@ -19,7 +19,6 @@ from diagnostic_msgs.msg import DiagnosticArray
 import pytest
 
 from claw_rl_ros.launch_graph import EXECUTABLES, GRAPHS
-from ros_helpers import probe, ros_env  # noqa: F401 - fixtures
 
 ROOT = Path(__file__).resolve().parents[1]
 SKIP = shutil.ignore_patterns('.venv', '.git', 'build', 'install', 'log', 'runs', '*.egg-info',

@@ -1,9 +1,15 @@
 """The import map of ``claw_rl_ros`` read from the source (``ast``; nothing is imported, no ROS).
 
-``core/`` is layered, low to high: its own modules (config, paths, math_utils, io) <- sim <-
-learning <- deploy <- live. A core package imports only lower layers (and its own modules),
-never rclpy or a ROS message package, and never nodes/, commands/, launch_graph/, gateway/ or
-the CLI, which import core freely. No module imports another module's private (``_x``) name.
+``core/`` is layered, low to high: its own modules (config, paths, math_utils, io,
+wire_format) <- sim <- learning <- export <- evaluation | control <- verify | replay <- params
+<- live (packages of one layer do not import each other). A core package imports only lower
+layers (and its own modules), never rclpy or a ROS message package, and never nodes/,
+commands/, launch_graph/, gateway/ or the CLI, which import core freely. No module imports
+another module's private (``_x``) name. No package has an import cycle among its modules, and
+the packages have none among themselves; in ``core/`` and ``nodes/`` every import of the
+package's own modules is at module level (a circle held apart by an import inside a function
+is still a circle). The CLI's lazy dispatch to its sub-commands (``cli.py``, ``commands/``)
+keeps ``claw-rl --help`` fast and may import inside functions.
 """
 
 from __future__ import annotations
@@ -17,9 +23,12 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = 'claw_rl_ros'
 # Layer of each core package ('' = the modules directly in core/): imports go to lower ones.
-LAYERS = {'': 0, 'sim': 1, 'learning': 2, 'deploy': 3, 'live': 4}
+LAYERS = {'': 0, 'sim': 1, 'learning': 2, 'export': 3, 'evaluation': 4, 'control': 4,
+          'verify': 5, 'replay': 5, 'params': 6, 'live': 7}
 # claw_rl_ros packages above core: they may import core, core may not import them.
 ABOVE_CORE = ('nodes', 'commands', 'launch_graph', 'gateway', 'cli')
+# Folders whose modules import the package's own modules at module level only.
+NO_LAZY_IMPORTS = ('core', 'nodes')
 # ROS client libraries, launch and ROS interface packages (std_msgs, rcl_interfaces, ...).
 ROS_NAMES = re.compile(r'^(rclpy|rcl\w*|rosidl\w*|launch|launch_ros|launch_testing\w*|'
                        r'message_filters|tf2\w*|rosbag2\w*|\w+_(msgs|srvs|actions|interfaces))$')
@@ -180,10 +189,79 @@ def _private_attributes(path: Path, name: str, known: dict[str, Path]) -> list[s
             and node.value.id in aliases and _private(node.attr)]
 
 
+def package_of(name: str, known: dict[str, Path]) -> str:
+    """The package a module sits in (a package's ``__init__`` sits in that package)."""
+    return name if known[name].name == '__init__.py' else name.rpartition('.')[0]
+
+
+def module_edges(root: Path = ROOT) -> list[tuple[str, str]]:
+    """(importer, imported) for every import of one of the package's modules by another."""
+    known = modules(root)
+    return sorted({(name, target) for name, path in known.items()
+                   for target, _, _ in imports(path, name, known)
+                   if target in known and target != name})
+
+
+def package_cycles(root: Path = ROOT) -> list[str]:
+    """A cycle among the modules of each package, and one among the packages (an arrow from
+    package A to package B for each import of a module of B by a module of A, a package's
+    ``__init__`` counted in it; a sub-package's arrows to its parent are arrows too)."""
+    known = modules(root)
+    edges = module_edges(root)
+    out = []
+    for package in sorted({package_of(n, known) for n in known}):
+        inside = [(a, b) for a, b in edges
+                  if package_of(a, known) == package == package_of(b, known)]
+        if cycle := find_cycle(inside):
+            out.append(f'inside {package}: {" -> ".join(cycle)}')
+    between = sorted({(package_of(a, known), package_of(b, known)) for a, b in edges
+                      if package_of(a, known) != package_of(b, known)
+                      and not package_of(a, known).startswith(package_of(b, known) + '.')
+                      and not package_of(b, known).startswith(package_of(a, known) + '.')})
+    if cycle := find_cycle(between):
+        out.append(f'between packages: {" -> ".join(cycle)}')
+    return out
+
+
+def lazy_imports(root: Path = ROOT, folders=NO_LAZY_IMPORTS) -> list[str]:
+    """Every import of one of the package's modules inside a function (or a method) in
+    ``folders`` (relative to the package)."""
+    known = modules(root)
+    out = []
+    for folder in folders:
+        for path in sorted((root / PACKAGE / folder).rglob('*.py')):
+            name = module_name(path, root)
+            tree = ast.parse(path.read_text(), str(path))
+            for func in ast.walk(tree):
+                if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                    continue
+                for node in ast.walk(func):
+                    if isinstance(node, (ast.Import, ast.ImportFrom)):
+                        own = [t for t, _, _ in imports_of(node, path, name, known)
+                               if t.split('.')[0] == PACKAGE]
+                        out += [f'{name} L{node.lineno} imports {t} inside a function'
+                                for t in own]
+    return sorted(set(out))
+
+
+def imports_of(node: ast.AST, path: Path, name: str,
+               known: dict[str, Path]) -> list[tuple[str, list[str], int]]:
+    """:func:`imports` of one import statement."""
+    package = name if path.name == '__init__.py' else name.rpartition('.')[0]
+    if isinstance(node, ast.Import):
+        return [(alias.name, [], node.lineno) for alias in node.names]
+    base = node.module or ''
+    if node.level:
+        parent = package.split('.')[:len(package.split('.')) - (node.level - 1)]
+        base = '.'.join(parent + ([node.module] if node.module else []))
+    return [(f'{base}.{a.name}', [], node.lineno) if f'{base}.{a.name}' in known
+            else (base, [a.name], node.lineno) for a in node.names]
+
+
 def test_the_parser_sees_the_arrows_it_checks():
     # A parser that found nothing would pass every test below.
     arrows = core_arrows()
-    assert ('live', 'learning') in arrows and ('deploy', 'sim') in arrows
+    assert ('live', 'learning') in arrows and ('control', 'sim') in arrows
     assert ('learning', '') in arrows  # learning -> checkpoint -> core.config / core.io
     assert set(p for arrow in arrows for p in arrow) == set(LAYERS)
 
@@ -201,6 +279,22 @@ def test_no_import_cycle_between_core_packages():
     assert find_cycle(list(core_arrows())) is None
 
 
+def test_no_import_cycle_inside_or_between_any_packages():
+    assert package_cycles() == []
+
+
+def test_no_import_of_own_modules_inside_functions_in_core_and_nodes():
+    assert lazy_imports() == []
+
+
+def test_the_graph_checks_see_imports():
+    # Parsers that found nothing would pass the two tests above.
+    edges = module_edges()
+    assert ('claw_rl_ros.core.sim.robot', 'claw_rl_ros.core.sim.scene') in edges
+    assert ('claw_rl_ros.nodes.policy_node', 'claw_rl_ros.nodes.ros_io') in edges
+    assert lazy_imports(folders=('commands',)), 'the CLI\'s lazy dispatch is not seen'
+
+
 def test_no_private_name_imported_across_modules():
     assert private_imports() == []
 
@@ -214,9 +308,13 @@ def test_find_cycle_names_the_cycle():
     ('learning', 'ppo', 'from ..live import rollout_chunk', layer_violations,
      'learning -> live runs back: claw_rl_ros.core.learning.ppo -> '
      'claw_rl_ros.core.live.rollout_chunk'),
-    ('sim', 'env', 'from ..deploy.export import export_onnx', layer_violations,
-     'sim -> deploy runs back: claw_rl_ros.core.sim.env -> claw_rl_ros.core.deploy.export'),
-    ('deploy', 'safety', '    import rclpy', ros_imports, 'claw_rl_ros.core.deploy.safety L'),
+    ('sim', 'env', 'from ..export.onnx_export import export_onnx', layer_violations,
+     'sim -> export runs back: claw_rl_ros.core.sim.env -> claw_rl_ros.core.export.onnx_export'),
+    ('control', 'safety', 'from ..evaluation import evaluator', layer_violations,
+     'control -> evaluation runs back'),
+    ('control', 'safety', '    import rclpy', ros_imports, 'claw_rl_ros.core.control.safety L'),
+    ('sim', 'terrain', 'from .robot import load_robot', lazy_imports,
+     'claw_rl_ros.core.sim.terrain L'),
     ('sim', 'robot', 'from std_msgs.msg import String', ros_imports, 'imports std_msgs.msg'),
     ('learning', 'ppo', 'from ...nodes import ros_io', ros_imports,
      'imports claw_rl_ros.nodes.ros_io'),
@@ -239,6 +337,30 @@ def test_each_check_fails_on_a_planted_import(tmp_path, package, module, line, c
         (tmp_path / folder).mkdir()
     found = check(tmp_path)
     assert any(expected in f for f in found), found
+
+
+@pytest.mark.parametrize('files, expected', [
+    # A circle inside a package, held apart by an import inside a function.
+    ({'core/sim/robot.py': 'def load():\n    from .scene import build\n',
+      'core/sim/scene.py': 'from .robot import load\n'},
+     'inside claw_rl_ros.core.sim: claw_rl_ros.core.sim.'),
+    # A circle inside nodes/.
+    ({'nodes/a_io.py': 'from . import b_io\n', 'nodes/b_io.py': 'from .a_io import x\n'},
+     'inside claw_rl_ros.nodes: claw_rl_ros.nodes.'),
+    # A circle between packages outside core (core's layers are checked above).
+    ({'nodes/a_io.py': 'from ..launch_graph import graphs\n',
+      'launch_graph/graphs.py': 'from ..nodes import a_io\n'},
+     'between packages: claw_rl_ros.'),
+])
+def test_a_planted_cycle_is_found(tmp_path, files, expected):
+    copy = tmp_path / PACKAGE
+    for name, body in {'__init__.py': '', 'core/__init__.py': '', 'core/sim/__init__.py': '',
+                       'nodes/__init__.py': '', 'launch_graph/__init__.py': '',
+                       **files}.items():
+        (copy / name).parent.mkdir(parents=True, exist_ok=True)
+        (copy / name).write_text(body)
+    found = package_cycles(tmp_path)
+    assert any(f.startswith(expected) for f in found), found
 
 
 def test_a_new_core_package_must_be_given_a_layer(tmp_path):

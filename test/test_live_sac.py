@@ -11,8 +11,8 @@ import onnx
 import pytest
 import torch
 
-from claw_rl_ros.core.deploy.loop_record import GaussianSampler
-from claw_rl_ros.core.deploy.onnx_policy import OnnxPolicy
+from claw_rl_ros.core.control.loop_record import GaussianSampler
+from claw_rl_ros.core.export.onnx_policy import OnnxPolicy
 from claw_rl_ros.core.learning.ppo import PPO
 from claw_rl_ros.core.learning.sac import SAC
 from claw_rl_ros.core.live.batched_actor import BatchedActor, OnnxBehaviour

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from claw_rl_ros.core.deploy.loop_record import pack_record, PolicyRecord, unpack_record
-from claw_rl_ros.core.deploy.policy_controller import PolicyController
+from claw_rl_ros.core.control.loop_record import pack_record, PolicyRecord, unpack_record
+from claw_rl_ros.core.control.policy_controller import PolicyController
 from claw_rl_ros.core.learning.networks import gaussian_log_prob
 from claw_rl_ros.core.live.batched_actor import BatchedActor
 from claw_rl_ros.core.live.live_trainer import LiveTrainer
@@ -129,8 +129,8 @@ def test_record_round_trips_its_labelled_layout_and_refuses_what_does_not_fit():
 
 
 def test_training_mode_refuses_a_model_without_the_trainers_metadata(trainer, robot, tmp_path):
-    from claw_rl_ros.core.deploy.export import export_onnx
-    from claw_rl_ros.core.deploy.model_swap import ModelRejected
+    from claw_rl_ros.core.export.onnx_export import export_onnx
+    from claw_rl_ros.core.control.model_swap import ModelRejected
     path = tmp_path / 'plain.onnx'
     export_onnx(trainer.learner.policy, robot, path)  # a deployable model, no action_std
     ctrl = PolicyController(robot, training=True)

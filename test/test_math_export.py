@@ -11,12 +11,12 @@ import pytest
 import torch
 
 from claw_rl_ros.core.config import ConfigError, from_dict, to_dict
-from claw_rl_ros.core.deploy import export as E
+from claw_rl_ros.core.export import onnx_export as E
 from claw_rl_ros.core.learning.checkpoint import save_checkpoint
 from claw_rl_ros.core.learning.networks import ActorCritic
 from claw_rl_ros.core.learning.learner import build_policy
 from claw_rl_ros.core.learning.train_config import TrainConfig
-from claw_rl_ros.core.sim.robot import METADATA_KEY
+from claw_rl_ros.core.sim.robot_spec import METADATA_KEY
 
 
 def student(robot, seed=0):

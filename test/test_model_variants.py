@@ -152,7 +152,7 @@ def test_shared_copies_resume_bit_for_bit():
 
 
 def test_evaluation_gives_every_episode_its_own_draw():
-    from claw_rl_ros.core.deploy.evaluate import eval_env_config
+    from claw_rl_ros.core.evaluation.evaluator import eval_env_config
     cfg = from_dict(EnvConfig, {'randomization': {'worlds_per_model': 8}})
     assert eval_env_config(cfg, 20, (0.5, 0.0, 0.0), 0).randomization.worlds_per_model == 1
 

@@ -11,7 +11,7 @@ from rclpy.parameter import Parameter
 
 from claw_rl_ros.nodes.node_container import hosted_nodes
 from control_models import good_model
-from ros_helpers import probe, ros_env, ROOT  # noqa: F401 - fixtures
+from ros_helpers import ROOT
 from test_nodes_loop import status
 
 
@@ -30,7 +30,7 @@ def container(env, log_path, model, policy_extra: str = '') -> subprocess.Popen:
 
 @pytest.mark.parametrize('stop', [signal.SIGINT, signal.SIGTERM], ids=['sigint', 'sigterm'])
 def test_a_container_runs_the_lockstep_loop_and_stops_cleanly(
-        ros_env, probe, robot, tmp_path, stop):  # noqa: F811
+        ros_env, probe, robot, tmp_path, stop):
     """Both nodes answer each other, so the executor is never idle: the stop must still be
     seen (Ctrl-C and SIGTERM), between callbacks (no publish on a shut-down context), with the
     policy's clean-stop marker removed (the next start does not report a crash)."""
@@ -63,7 +63,7 @@ def test_a_container_runs_the_lockstep_loop_and_stops_cleanly(
     (', "seed": []', 'parameter seed: no value (an empty list?); give a value of its type'),
 ])
 def test_a_hosted_node_that_refuses_its_configuration_ends_the_container_with_status_1(
-        ros_env, robot, tmp_path, extra, words):  # noqa: F811
+        ros_env, robot, tmp_path, extra, words):
     log = tmp_path / 'refused.log'
     proc = container(ros_env, log, good_model(robot, tmp_path / 'm.onnx'), extra)
     assert proc.wait(timeout=60) == 1, log.read_text()

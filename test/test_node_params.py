@@ -1,4 +1,4 @@
-"""Node parameters are declared once (claw_rl_ros/core/deploy/node_config.py, declared on a node
+"""Node parameters are declared once (claw_rl_ros/core/params/node_config.py, declared on a node
 by claw_rl_ros/nodes/node_params.py): every key a parameter
 file under config/ or a graph gives a node is a declared field of that node's dataclass, with a
 value of its type (rcl refuses a YAML ``3`` for a double parameter at start-up); the files
@@ -18,16 +18,16 @@ from rclpy.parameter import Parameter, parameter_value_to_python
 import pytest
 import yaml
 
-from claw_rl_ros.core.deploy.node_config import (ActorParams, default_of, PARAMETERS,
+from claw_rl_ros.core.params.node_config import (ActorParams, default_of, PARAMETERS,
                                                  PolicyParams, SafetyParams, SimParams)
-from claw_rl_ros.core.deploy.safety import SafetyConfig
+from claw_rl_ros.core.control.safety import SafetyConfig
 from claw_rl_ros.launch_graph.description import resolve
 from claw_rl_ros.launch_graph.graphs import GRAPHS
 from claw_rl_ros.nodes import sim_node
 from claw_rl_ros.nodes.node_params import ros_type
 from claw_rl_ros.nodes.safety_io import QOS
 from control_models import good_model
-from ros_helpers import NodeProcess, probe, ros_env, ROOT  # noqa: F401 - fixtures
+from ros_helpers import NodeProcess, ROOT
 
 CONFIG = ROOT / 'config'
 # config/*.yaml whose ros__parameters sections belong to other programs (ros2_control's).
@@ -196,20 +196,20 @@ def test_the_qos_choices_are_the_ones_the_nodes_map():
     assert set(policy['state_qos']) == set(QOS)
 
 
-def describe(probe, node: str, names: list[str]):  # noqa: F811
+def describe(probe, node: str, names: list[str]):
     reply = probe.call(DescribeParameters, f'{node}/describe_parameters',
                        DescribeParameters.Request(names=names), timeout=60)
     return dict(zip(names, reply.descriptors))
 
 
-def get(probe, node: str, name: str):  # noqa: F811
+def get(probe, node: str, name: str):
     reply = probe.call(GetParameters, f'{node}/get_parameters',
                        GetParameters.Request(names=[name]))
     return parameter_value_to_python(reply.values[0])
 
 
 def test_a_running_node_describes_its_parameters_and_refuses_read_only_ones(
-        ros_env, probe, robot, tmp_path):  # noqa: F811
+        ros_env, probe, robot, tmp_path):
     model = good_model(robot, tmp_path / 'a.onnx')
     policy = NodeProcess('policy_node', ros_env, tmp_path, {'use_sim_time': False})
     sim = NodeProcess('sim_node', ros_env, tmp_path, {'mode': 'lockstep'})
@@ -245,7 +245,7 @@ def test_a_running_node_describes_its_parameters_and_refuses_read_only_ones(
 
 
 def test_a_parameter_of_the_wrong_type_is_refused_by_name_without_a_traceback(
-        ros_env, tmp_path):  # noqa: F811
+        ros_env, tmp_path):
     trainer = NodeProcess('trainer_node', ros_env, tmp_path, {'time_budget_s': 120})
     assert trainer.wait_exit(60) == 1
     trainer.stop()

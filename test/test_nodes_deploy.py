@@ -17,10 +17,10 @@ from std_msgs.msg import Float64MultiArray, String
 from std_srvs.srv import Trigger
 
 from claw_rl_ros.core import paths
-from claw_rl_ros.core.deploy.verification import verification_path
+from claw_rl_ros.core.export.verification_record import verification_path
 from claw_rl_ros.nodes.ros_io import COMMAND_QOS, LATCHED_QOS, to_stamp
 from control_models import good_model
-from ros_helpers import NodeProcess, probe, ros_env, stop_all  # noqa: F401 - fixtures
+from ros_helpers import NodeProcess, stop_all
 from test_nodes_loop import status
 
 DEPLOY = {'use_sim_time': False, 'autostart': False, 'require_verification': True,
@@ -32,7 +32,7 @@ DEPLOY = {'use_sim_time': False, 'autostart': False, 'require_verification': Tru
 
 
 @pytest.fixture(scope='module')
-def nodes(ros_env, probe, robot, tmp_path_factory):  # noqa: F811
+def nodes(ros_env, probe, robot, tmp_path_factory):
     d = tmp_path_factory.mktemp('deploy')
     model = good_model(robot, d / 'student.onnx')
     sha = hashlib.sha256(model.read_bytes()).hexdigest()
@@ -56,7 +56,7 @@ class Feeder:
     """A 50 Hz robot: Imu + JointState from a thread on a fixed schedule, stamped with the
     scheduled (wall) time as ros2_control's update loop stamps its state."""
 
-    def __init__(self, probe, robot):  # noqa: F811
+    def __init__(self, probe, robot):
         self.probe, self.names, self.dt = probe, list(robot.joint_names), robot.control_dt
         self.pos = robot.default_joint_pos + np.where(np.arange(12) % 3 == 2, -0.6, 0.3)
         self.tilt = 0.0
@@ -85,17 +85,17 @@ class Feeder:
         self.probe.publish('joint_states', js)
 
 
-def state_is(probe, name, timeout=10.0):  # noqa: F811
+def state_is(probe, name, timeout=10.0):
     probe.wait_for('safety/state', lambda m: m.data == name, timeout,
                    start=max(0, probe.count('safety/state') - 1))
 
 
-def trigger(probe, name):  # noqa: F811
+def trigger(probe, name):
     reply = probe.call(Trigger, f'/policy_node/{name}', Trigger.Request())
     return reply.success, reply.message
 
 
-def until_ok(probe, name, retry_on=('no fresh', 'rate', 'not reached')):  # noqa: F811
+def until_ok(probe, name, retry_on=('no fresh', 'rate', 'not reached')):
     """Trigger ``name`` until it succeeds; refusals for timing (a loaded machine delays the
     feeder past the freshness limit, or the stand-up is under way) are retried."""
     for _ in range(100):
@@ -106,7 +106,7 @@ def until_ok(probe, name, retry_on=('no fresh', 'rate', 'not reached')):  # noqa
     return ok, message
 
 
-def test_nothing_is_published_before_a_state_arrives(nodes, probe):  # noqa: F811
+def test_nothing_is_published_before_a_state_arrives(nodes, probe):
     state_is(probe, 'PASSIVE')
     # Three diagnostics rounds of each node (1 Hz) without any state: not a single command.
     for node in ('policy_node', 'auto'):
@@ -117,7 +117,7 @@ def test_nothing_is_published_before_a_state_arrives(nodes, probe):  # noqa: F81
     assert probe.count('joint_commands') == 0 and probe.count('joint_gains') == 0
 
 
-def test_operator_steps_estop_and_tilt_fall_back(nodes, probe, robot):  # noqa: F811
+def test_operator_steps_estop_and_tilt_fall_back(nodes, probe, robot):
     deploy, auto = nodes
     assert auto.stop() == 0  # from here on only the deploy node answers
     feed = Feeder(probe, robot)

@@ -8,29 +8,22 @@ from __future__ import annotations
 import signal
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
-import pytest
 from rosgraph_msgs.msg import Clock
 from std_srvs.srv import Trigger
 
 from claw_rl_ros.nodes.ros_io import SENSOR_QOS, to_stamp
-from control_models import good_model
-from ros_helpers import NodeProcess, probe, publish_state, ros_env  # noqa: F401
+from ros_helpers import NodeProcess, publish_state
 from test_nodes_loop import status
 
 FIX = 'set use_sim_time false on this node'
 
 
-def send_pair(probe, robot, stamp: float) -> None:  # noqa: F811
+def send_pair(probe, robot, stamp: float) -> None:
     publish_state(probe, robot.joint_names, stamp, robot.default_joint_pos, [0.0] * 12)
 
 
-@pytest.fixture(scope='module')
-def model(robot, tmp_path_factory):
-    return good_model(robot, tmp_path_factory.mktemp('m') / 'a.onnx')
-
-
 def test_a_use_sim_time_mismatch_is_named_once_and_fails_the_self_check(
-        ros_env, probe, robot, model, tmp_path):  # noqa: F811
+        ros_env, probe, robot, model, tmp_path):
     probe.subscribe('/diagnostics', DiagnosticArray, 50)
     node = NodeProcess('policy_node', ros_env, tmp_path, {'model_path': str(model),
                                                           'use_sim_time': True})
@@ -60,7 +53,7 @@ def test_a_use_sim_time_mismatch_is_named_once_and_fails_the_self_check(
 
 
 def test_a_killed_node_restarts_with_a_latched_restarted_fault(ros_env, probe, robot, model,
-                                                               tmp_path):  # noqa: F811
+                                                               tmp_path):
     probe.subscribe('/diagnostics', DiagnosticArray, 50)
     params = {'model_path': str(model), 'autostart': False}
     first = NodeProcess('policy_node', ros_env, tmp_path, params, name='deploy_policy')
@@ -97,7 +90,7 @@ def test_a_killed_node_restarts_with_a_latched_restarted_fault(ros_env, probe, r
 
 
 def test_a_native_crash_prints_every_threads_python_stack(ros_env, probe, model,
-                                                          tmp_path):  # noqa: F811
+                                                          tmp_path):
     """A segfault in a library (MuJoCo, onnxruntime, the DDS) leaves the node's Python stacks
     on stderr: the launcher's log names the callback, not only the signal. (rclpy's
     EventsExecutor turns Python's fault handler on by itself; the trainer's and the actor's

@@ -14,15 +14,15 @@ from rclpy.experimental import EventsExecutor
 from rclpy.task import Future
 from rosgraph_msgs.msg import Clock
 
-from claw_rl_ros.core.deploy.node_config import EXECUTORS
+from claw_rl_ros.core.params.node_config import EXECUTORS
 from claw_rl_ros.nodes.ros_io import NO_ARGUMENTS, SENSOR_QOS, steady_timer, to_sec
 from control_models import good_model
-from ros_helpers import NodeProcess, probe, ros_env, stop_all  # noqa: F401 - fixtures
+from ros_helpers import NodeProcess, stop_all
 
 
 @pytest.mark.parametrize('executor', EXECUTORS)
 def test_lockstep_loop_runs_and_stops_with_each_executor(executor, ros_env, probe, robot,
-                                                         tmp_path):  # noqa: F811
+                                                         tmp_path):
     if '/clock' not in probe.messages:
         probe.subscribe('/clock', Clock, SENSOR_QOS)
     start = probe.count('/clock')
@@ -44,7 +44,7 @@ def test_lockstep_loop_runs_and_stops_with_each_executor(executor, ros_env, prob
     assert 'Traceback' not in sim.log + policy.log
 
 
-def test_unknown_executor_is_refused(ros_env, tmp_path):  # noqa: F811
+def test_unknown_executor_is_refused(ros_env, tmp_path):
     proc = NodeProcess('policy_node', ros_env, tmp_path, {'executor': 'multi_threaded'})
     assert proc.wait_exit(timeout=30) == 1
     proc.stop()
@@ -52,7 +52,7 @@ def test_unknown_executor_is_refused(ros_env, tmp_path):  # noqa: F811
 
 
 @pytest.mark.parametrize('executor', [EventsExecutor, SingleThreadedExecutor])
-def test_timer_callbacks_carry_their_signature(executor, ros_env, monkeypatch):  # noqa: F811
+def test_timer_callbacks_carry_their_signature(executor, ros_env, monkeypatch):
     # rclpy's executors look up a timer callback's signature at every firing (the watchdog's
     # bound method took ~0.16 ms to inspect after idle): the nodes' timers answer at once.
     asked = []

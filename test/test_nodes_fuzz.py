@@ -17,10 +17,10 @@ from rclpy.serialization import serialize_message
 from sensor_msgs.msg import Imu, JointState
 from std_msgs.msg import Float64MultiArray
 
-from claw_rl_ros.core.deploy.safety import FAULTS
+from claw_rl_ros.core.control.safety import FAULTS
 from claw_rl_ros.nodes.ros_io import COMMAND_QOS, SENSOR_QOS
 from control_models import good_model
-from ros_helpers import NodeProcess, probe, publish_state, ros_env  # noqa: F401
+from ros_helpers import NodeProcess, publish_state
 from test_nodes_loop import status
 
 HOSTILE = [math.nan, math.inf, -math.inf, 1e39, -1e39, 5e-324, 1e308, -1e308, 3.5e38]
@@ -30,7 +30,7 @@ MESSAGES = 3000
 class Fuzzer:
     """Valid (IMU, joint state) pairs on the probe's wall clock, or a malformed message."""
 
-    def __init__(self, probe, robot, seed=0):  # noqa: F811
+    def __init__(self, probe, robot, seed=0):
         self.probe, self.robot = probe, robot
         self.rng = np.random.default_rng(seed)
         self.sent = self.malformed = 0
@@ -108,7 +108,7 @@ class Fuzzer:
 
 
 @pytest.fixture(scope='module')
-def policy(ros_env, probe, robot, tmp_path_factory):  # noqa: F811
+def policy(ros_env, probe, robot, tmp_path_factory):
     d = tmp_path_factory.mktemp('fuzz')
     probe.subscribe('joint_commands', Float64MultiArray, COMMAND_QOS)
     probe.subscribe('/diagnostics', DiagnosticArray, 50)
@@ -119,7 +119,7 @@ def policy(ros_env, probe, robot, tmp_path_factory):  # noqa: F811
 
 
 def test_fuzzed_policy_node_stays_alive_and_never_commands_unsafely(
-        policy, probe, robot):  # noqa: F811
+        policy, probe, robot):
     fuzz = Fuzzer(probe, robot, seed=20)
     fuzz.pair()  # creates the publishers
     probe.wait_subscribers('joint_states')
@@ -176,7 +176,7 @@ def test_fuzzed_policy_node_stays_alive_and_never_commands_unsafely(
 
 
 def test_undecodable_joint_states_are_dropped_counted_and_named(
-        policy, probe, robot):  # noqa: F811
+        policy, probe, robot):
     js = serialize_message(JointState(name=list(robot.joint_names), position=[0.0] * 12,
                                       velocity=[0.0] * 12))
     probe.publish('joint_states', js[:30], SENSOR_QOS, msg_type=JointState)

@@ -11,12 +11,12 @@ from std_srvs.srv import SetBool, Trigger
 
 from claw_rl_ros.nodes.ros_io import COMMAND_QOS, SENSOR_QOS, to_sec
 from control_models import good_model
-from ros_helpers import NodeProcess, probe, ros_env, stop_all  # noqa: F401 - fixtures
+from ros_helpers import NodeProcess, stop_all
 from test_nodes_loop import status
 
 
 @pytest.fixture(scope='module')
-def loop(ros_env, probe, robot, tmp_path_factory):  # noqa: F811
+def loop(ros_env, probe, robot, tmp_path_factory):
     d = tmp_path_factory.mktemp('lockstep')
     probe.subscribe('/clock', Clock, SENSOR_QOS)
     sim = NodeProcess('sim_node', ros_env, d, {'mode': 'lockstep', 'command_timeout_s': 0.2})
@@ -27,7 +27,7 @@ def loop(ros_env, probe, robot, tmp_path_factory):  # noqa: F811
     assert codes == {'policy_node': 0, 'sim_node': 0}, sim.log + policy.log
 
 
-def test_lockstep_steps_once_per_command_and_services_work(loop, probe, robot):  # noqa: F811
+def test_lockstep_steps_once_per_command_and_services_work(loop, probe, robot):
     dt = robot.control_dt
     probe.wait_count('/clock', 200, timeout=30)
     ticks = [to_sec(m.clock) for m in probe.since('/clock', 0)]
@@ -57,7 +57,7 @@ def test_lockstep_steps_once_per_command_and_services_work(loop, probe, robot): 
 
 
 def test_undecodable_command_bytes_are_dropped_and_counted_while_the_loop_runs(
-        loop, probe, robot):  # noqa: F811
+        loop, probe, robot):
     probe.subscribe('/diagnostics', DiagnosticArray, 100)
     valid = serialize_message(Float64MultiArray(data=list(robot.default_joint_pos)))
     # Cut short, a data count past the end, big endian, random bytes under a CDR header.

@@ -3,12 +3,12 @@
 from diagnostic_msgs.msg import DiagnosticArray
 
 from control_models import good_model
-from ros_helpers import NodeProcess, probe, ros_env, stop_all  # noqa: F401 - fixtures
+from ros_helpers import NodeProcess, stop_all
 from test_nodes_loop import status
 
 
 def test_lockstep_on_wall_clock_stamps_starts_when_the_policy_joins_late(
-        ros_env, probe, robot, tmp_path):  # noqa: F811
+        ros_env, probe, robot, tmp_path):
     """The state re-sent to a policy that joined late is stamped anew: with its first stamp
     the policy drops it as stale every time, and the loop never takes its first step."""
     probe.subscribe('/diagnostics', DiagnosticArray, 100)

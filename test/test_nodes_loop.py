@@ -13,7 +13,7 @@ from std_msgs.msg import Float64MultiArray, String, UInt8MultiArray
 from claw_rl_ros.nodes.ros_io import COMMAND_QOS, LATCHED_QOS, SENSOR_QOS
 from control_models import (corrupted_model, good_model, wrong_shape_model,
                             wrong_spec_model)
-from ros_helpers import NodeProcess, probe, ros_env, stop_all  # noqa: F401 - fixtures
+from ros_helpers import NodeProcess, stop_all
 
 CAP = 200_000  # policy max_model_bytes: the 256x256 student (~330 KB) is oversized
 
@@ -30,7 +30,7 @@ def models(robot, tmp_path_factory):
 
 
 @pytest.fixture(scope='module')
-def graph(ros_env, probe, tmp_path_factory):  # noqa: F811
+def graph(ros_env, probe, tmp_path_factory):
     logs = tmp_path_factory.mktemp('logs')
     for topic, msg_type, qos in (('joint_commands', Float64MultiArray, COMMAND_QOS),
                                  ('odom', Odometry, SENSOR_QOS),
@@ -45,7 +45,7 @@ def graph(ros_env, probe, tmp_path_factory):  # noqa: F811
     assert codes == {'policy_node': 0, 'sim_node': 0}, sim.log + policy.log
 
 
-def status(probe, node, predicate=lambda v: True, timeout=10.0, start=0):  # noqa: F811
+def status(probe, node, predicate=lambda v: True, timeout=10.0, start=0):
     """The key/values of the next /diagnostics status of ``node`` that satisfies predicate."""
     def match(msg):
         return any(s.name.startswith(node) and predicate(values(s)) for s in msg.status)
@@ -56,7 +56,7 @@ def status(probe, node, predicate=lambda v: True, timeout=10.0, start=0):  # noq
     return next(values(s) for s in msg.status if s.name.startswith(node))
 
 
-def commands(probe, start):  # noqa: F811
+def commands(probe, start):
     return [np.asarray(m.data) for m in probe.since('joint_commands', start)]
 
 
@@ -93,7 +93,7 @@ def test_default_pose_fallback_stands_and_diagnostics_carry_the_fields(graph, pr
     assert 0 < float(sim['control_rate_hz']) < 60
 
 
-def offer(probe, path):  # noqa: F811
+def offer(probe, path):
     data = path.read_bytes()
     probe.publish('policy/model', UInt8MultiArray(data=data), LATCHED_QOS)
     return hashlib.sha256(data).hexdigest()

@@ -18,14 +18,14 @@ from claw_rl_ros.core.live.live_trainer import LiveTrainer
 from claw_rl_ros.core.live.rollout_chunk import encode_chunk
 from claw_rl_ros.core.sim.env import VecLocomotionEnv
 from claw_rl_ros.nodes.ros_io import COMMAND_QOS, LATCHED_QOS
-from ros_helpers import NodeProcess, probe, ros_env, stop_all  # noqa: F401 - fixtures
+from ros_helpers import NodeProcess, stop_all
 from test_nodes_trainer import TINY_YAML
 
 CHUNKS = 6
 
 
 def test_control_loop_chunks_have_the_batched_layout_and_pass_the_trainers_checks(
-        ros_env, probe, tmp_path, robot):  # noqa: F811
+        ros_env, probe, tmp_path, robot):
     # Lockstep: every step is paired whatever the machine's load (realtime pairs only answers
     # within one control period; bench/loop_actor.py measures it).
     mode = 'lockstep'
@@ -101,7 +101,7 @@ def test_control_loop_chunks_have_the_batched_layout_and_pass_the_trainers_check
 
 
 def test_train_graph_control_actor_learns_from_loop_and_batched_chunks_together(
-        ros_env, tmp_path):  # noqa: F811
+        ros_env, tmp_path):
     """``claw-rl up train --control-actor true``: the trainer's iterations use the control
     loop's chunks next to the batched actor's, and none is started by loop chunks alone."""
     import re

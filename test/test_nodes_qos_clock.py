@@ -17,7 +17,7 @@ from std_msgs.msg import String, UInt8MultiArray
 
 from claw_rl_ros.nodes.ros_io import STATE_QOS, to_sec
 from control_models import good_model
-from ros_helpers import _STARTED, NodeProcess, Probe, probe, ROOT, ros_env, stop_all  # noqa: F401
+from ros_helpers import _STARTED, NodeProcess, Probe, ROOT, stop_all
 
 # A reader of a latched topic as ``ros2 topic echo --qos-durability transient_local`` is one:
 # its own depth (10) is larger than the publisher's, so a late joiner gets the publisher's
@@ -33,7 +33,7 @@ def models(robot, tmp_path_factory):
 
 
 @pytest.fixture(scope='module')
-def graph(ros_env, probe, tmp_path_factory):  # noqa: F811
+def graph(ros_env, probe, tmp_path_factory):
     """sim_node (realtime, its default state QoS) + policy_node on sim time, as in the
     control graph; the probe listens from the start."""
     logs = tmp_path_factory.mktemp('logs')
@@ -49,7 +49,7 @@ def graph(ros_env, probe, tmp_path_factory):  # noqa: F811
     assert codes == {'policy_node': 0, 'sim_node': 0}, sim.log + policy.log
 
 
-def test_a_plain_reliable_subscriber_receives_the_sims_state(graph, probe):  # noqa: F811
+def test_a_plain_reliable_subscriber_receives_the_sims_state(graph, probe):
     """``create_subscription(JointState, 'joint_states', 10)`` got nothing from a best-effort
     sim; it now publishes joint_states, imu, odom and /clock reliable, as ros2_control does."""
     for topic in ('joint_states', 'imu', 'odom', '/clock'):
@@ -60,7 +60,7 @@ def test_a_plain_reliable_subscriber_receives_the_sims_state(graph, probe):  # n
     assert 'sim_node: command timeout' not in graph['sim'].log
 
 
-def test_every_diagnostics_stamp_is_wall_time(graph, probe):  # noqa: F811
+def test_every_diagnostics_stamp_is_wall_time(graph, probe):
     """sim_node (wall clock) and policy_node (use_sim_time) stamped /diagnostics with their
     own clocks: one topic, two clocks 1.8e9 s apart. Both now stamp wall time."""
     def latest(node):
@@ -77,7 +77,7 @@ def test_every_diagnostics_stamp_is_wall_time(graph, probe):  # noqa: F811
 
 
 def test_a_late_joiner_gets_only_the_newest_version_and_safety_state(
-        graph, probe, models):  # noqa: F811
+        graph, probe, models):
     """Depth 4 handed a late ``echo --once`` the oldest of four values (a model no longer
     served, PASSIVE while in RL); depth 1 hands it the current one, and nothing older."""
     shas = []
@@ -111,7 +111,7 @@ def test_a_late_joiner_gets_only_the_newest_version_and_safety_state(
 
 
 def test_a_late_policy_node_gets_the_newest_model_bytes_only(
-        ros_env, graph, probe, models, tmp_path):  # noqa: F811
+        ros_env, graph, probe, models, tmp_path):
     """Model bytes are latched with depth 1 too: a node joining later still gets the newest
     bytes (what a trainer activates), and no older ones."""
     ns = '/late_joiner'

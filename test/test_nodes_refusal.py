@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from ros_helpers import ROOT, ros_env, ros_value  # noqa: F401 - fixture
+from ros_helpers import ROOT, ros_value
 
 
 def refusal(tmp_path):
@@ -28,7 +28,7 @@ def refusal(tmp_path):
 
 
 @pytest.mark.parametrize('node', ['trainer_node', 'actor_node', 'recorder_node', 'sim_node'])
-def test_a_refusal_is_one_line_and_exit_status_1(ros_env, tmp_path, node):  # noqa: F811
+def test_a_refusal_is_one_line_and_exit_status_1(ros_env, tmp_path, node):
     params, words = refusal(tmp_path)[node]
     cmd = [sys.executable, '-m', f'claw_rl_ros.nodes.{node}', '--ros-args']
     for key, value in params.items():

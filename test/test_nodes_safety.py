@@ -10,12 +10,12 @@ from std_msgs.msg import Float64MultiArray
 
 from claw_rl_ros.nodes.ros_io import COMMAND_QOS
 from control_models import good_model, wrong_spec_model
-from ros_helpers import NodeProcess, probe, ros_env  # noqa: F401 - pytest fixtures
+from ros_helpers import NodeProcess
 from test_nodes_loop import status
 
 
 @pytest.fixture(scope='module')
-def policy(ros_env, probe, robot, tmp_path_factory):  # noqa: F811
+def policy(ros_env, probe, robot, tmp_path_factory):
     d = tmp_path_factory.mktemp('safety')
     probe.subscribe('joint_commands', Float64MultiArray, COMMAND_QOS)
     probe.subscribe('/diagnostics', DiagnosticArray, 10)
@@ -29,7 +29,7 @@ def policy(ros_env, probe, robot, tmp_path_factory):  # noqa: F811
 class Robot:
     """Publishes Imu + JointState pairs stamped with the probe's (wall) clock."""
 
-    def __init__(self, probe, robot):  # noqa: F811
+    def __init__(self, probe, robot):
         self.probe, self.robot = probe, robot
 
     def send(self, names=None, position=None, velocity=None, age=0.0):
@@ -49,7 +49,7 @@ class Robot:
         self.probe.publish('joint_states', js)
 
 
-def test_bad_state_never_reaches_joint_commands(policy, probe, robot):  # noqa: F811
+def test_bad_state_never_reaches_joint_commands(policy, probe, robot):
     q0 = robot.default_joint_pos
     feed = Robot(probe, robot)
     feed.send()
@@ -86,7 +86,7 @@ def test_bad_state_never_reaches_joint_commands(policy, probe, robot):  # noqa: 
     status(probe, 'policy_node', lambda v: int(v['holds_stale']) > 3)
 
 
-def test_wrong_spec_model_is_refused_at_start_up(ros_env, robot, tmp_path):  # noqa: F811
+def test_wrong_spec_model_is_refused_at_start_up(ros_env, robot, tmp_path):
     proc = NodeProcess('policy_node', ros_env, tmp_path, {
         'model_path': str(wrong_spec_model(robot, tmp_path / 'w.onnx'))}, name='refuser')
     assert proc.wait_exit(timeout=30) == 1

@@ -14,20 +14,20 @@ from sensor_msgs.msg import Imu, JointState
 from std_msgs.msg import Float64MultiArray
 
 from claw_rl_ros.core.config import from_dict
-from claw_rl_ros.core.deploy.state_input import imu_arrays, JointOrder, ObservationAssembler
+from claw_rl_ros.core.control.state_input import imu_arrays, JointOrder, ObservationAssembler
 from claw_rl_ros.core.sim.env import VecLocomotionEnv
 from claw_rl_ros.core.sim.env_config import EnvConfig
 from claw_rl_ros.core.sim.sim_session import terrain_tile
 from claw_rl_ros.core.sim.terrain import generate_terrain, TerrainConfig
-from claw_rl_ros.core.deploy.node_config import SimParams
+from claw_rl_ros.core.params.node_config import SimParams
 from claw_rl_ros.nodes.ros_io import COMMAND_QOS, doubles, RELIABLE_STATE_QOS, to_sec
-from ros_helpers import NodeProcess, probe, ros_env, ROOT, ros_value, stop_all  # noqa: F401
+from ros_helpers import NodeProcess, ROOT, ros_value, stop_all
 
 STEPS = 40
 TOPICS = {'joint_states': JointState, 'imu': Imu, 'odom': Odometry}
 
 
-def at(probe, topic, stamp, dt, timeout=30.0):  # noqa: F811
+def at(probe, topic, stamp, dt, timeout=30.0):
     """The message on ``topic`` stamped ``stamp`` (+- half a control period)."""
     return probe.wait_for(topic, lambda m: abs(to_sec(m.header.stamp) - stamp) < 0.5 * dt,
                           timeout=timeout)
@@ -63,7 +63,7 @@ def adopt(env, robot, js, odom):
 
 
 def test_the_sim_on_a_tile_publishes_the_observation_the_env_builds_there(
-        ros_env, probe, robot, tmp_path):  # noqa: F811
+        ros_env, probe, robot, tmp_path):
     tile = terrain_tile('rough:6', TerrainConfig(), 7)
     dt = robot.control_dt
     for topic, kind in TOPICS.items():
@@ -124,7 +124,7 @@ def test_sim_params_refuse_a_terrain_in_training_and_a_stalled_clock():
     assert SimParams(terrain='rough').terrain == 'rough'
 
 
-def test_a_bad_terrain_parameter_is_a_one_line_refusal(ros_env, tmp_path):  # noqa: F811
+def test_a_bad_terrain_parameter_is_a_one_line_refusal(ros_env, tmp_path):
     result = subprocess.run(
         [sys.executable, '-m', 'claw_rl_ros.nodes.sim_node', '--ros-args', '-p',
          f'terrain:={ros_value("stairs:2")}'], cwd=ROOT, env=ros_env, capture_output=True,

@@ -22,7 +22,7 @@ from std_msgs.msg import Float32, String, UInt8MultiArray
 
 from claw_rl_ros.core.live.rollout_chunk import encode_chunk, RolloutChunk
 from claw_rl_ros.nodes.ros_io import COMMAND_QOS, LATCHED_QOS, STATE_QOS
-from ros_helpers import NodeProcess, probe, ros_env, ros_value, ROOT  # noqa: F401 - fixtures
+from ros_helpers import NodeProcess, ros_value, ROOT
 
 TINY_YAML = '''
 env: {num_envs: 8, episode_length_s: 0.5, num_threads: 1}
@@ -75,11 +75,11 @@ def bad_chunks(robot) -> dict[str, bytes]:
             'stale_version': bytes(encode_chunk(zero_chunk(robot, version=0)))}
 
 
-def distinct_versions(probe, topic):  # noqa: F811
+def distinct_versions(probe, topic):
     return {m.data for m in probe.since(topic, 0)}
 
 
-def models_of(probe, topic):  # noqa: F811
+def models_of(probe, topic):
     """The models (12-character versions) a model_version topic reported acting with."""
     return {v[:12] for v in distinct_versions(probe, topic)} - {'none', ''}
 
@@ -90,7 +90,7 @@ def acting(msg: DiagnosticArray) -> dict[str, str]:
             if s.name == 'trainer: trainer' for kv in s.values if kv.key.startswith('acting ')}
 
 
-def test_two_actors_feed_one_trainer_and_get_its_pushes(ros_env, probe, tmp_path,  # noqa: F811
+def test_two_actors_feed_one_trainer_and_get_its_pushes(ros_env, probe, tmp_path,
                                                         robot):
     config = tmp_path / 'tiny.yaml'
     config.write_text(TINY_YAML)
@@ -173,7 +173,7 @@ def test_two_actors_feed_one_trainer_and_get_its_pushes(ros_env, probe, tmp_path
     assert (run_dir / 'models' / 'student_v2.onnx').is_file()
 
 
-def test_the_time_budget_ends_training_when_no_chunk_comes_any_more(  # noqa: F811
+def test_the_time_budget_ends_training_when_no_chunk_comes_any_more(
         ros_env, probe, tmp_path):
     """Every actor gone (host down, link cut): no iteration can start, yet the budget is
     spent; the trainer writes its summary and exits 0 instead of waiting forever."""
@@ -203,7 +203,7 @@ def test_the_time_budget_ends_training_when_no_chunk_comes_any_more(  # noqa: F8
 
 
 @pytest.mark.parametrize('node', ['actor_node', 'trainer_node'])
-def test_nodes_refuse_a_missing_config_with_the_reason(ros_env, tmp_path, node):  # noqa: F811
+def test_nodes_refuse_a_missing_config_with_the_reason(ros_env, tmp_path, node):
     proc = NodeProcess(node, ros_env, tmp_path, {'config': str(tmp_path / 'nope.yaml')})
     assert proc.wait_exit(60) != 0
     proc.stop()
@@ -211,13 +211,13 @@ def test_nodes_refuse_a_missing_config_with_the_reason(ros_env, tmp_path, node):
 
 
 def test_trainer_killed_and_restarted_resumes_while_the_policy_node_keeps_control(
-        ros_env, probe, tmp_path, robot):  # noqa: F811
+        ros_env, probe, tmp_path, robot):
     """sim_node + policy_node (/robot) and one actor (/a) fed by a trainer that is SIGKILLed:
     the policy node keeps commanding with its last model; a restarted trainer (resume) goes on
     from its newest checkpoint: same iteration counter, same weights, new pushes."""
     from std_msgs.msg import Float64MultiArray
-    from claw_rl_ros.core.deploy.export import deployed_action, random_observations
-    from claw_rl_ros.core.deploy.onnx_policy import OnnxPolicy
+    from claw_rl_ros.core.export.onnx_export import deployed_action, random_observations
+    from claw_rl_ros.core.export.onnx_policy import OnnxPolicy
     from claw_rl_ros.core.learning import checkpoint as ckpt
     from claw_rl_ros.core.learning.learner import load_policy
     import torch
@@ -275,7 +275,7 @@ def test_trainer_killed_and_restarted_resumes_while_the_policy_node_keeps_contro
     np.testing.assert_allclose(onnx(obs), expected, atol=1e-5)
 
 
-def publishers(probe, topic, expected, timeout=30.0):  # noqa: F811
+def publishers(probe, topic, expected, timeout=30.0):
     """Names of the nodes publishing ``topic`` once they are ``expected`` (graph discovery
     has no event to wait on: polled), else as they are at the timeout."""
     deadline = time.monotonic() + timeout
@@ -287,7 +287,7 @@ def publishers(probe, topic, expected, timeout=30.0):  # noqa: F811
 
 
 def test_train_graph_ctrl_c_checkpoints_then_resumes_to_its_time_budget(
-        ros_env, probe, tmp_path):  # noqa: F811
+        ros_env, probe, tmp_path):
     """``claw-rl up train``: Ctrl-C stops every process cleanly with a checkpoint, curve and
     summary; the same run directory is refused without resume; with resume it goes on from the
     checkpoint and the graph ends by itself when the time budget is spent, with student.onnx
@@ -351,7 +351,7 @@ def test_train_graph_ctrl_c_checkpoints_then_resumes_to_its_time_budget(
 
 
 def test_actor_collects_only_once_a_trainer_listens_and_makes_up_for_a_lost_chunk(
-        ros_env, probe, tmp_path, robot):  # noqa: F811
+        ros_env, probe, tmp_path, robot):
     """Chunks published before the trainer's subscription matched were lost, and with them the
     actor's credit: trainer and actor then waited for each other forever (seen in CI). The
     actor now collects only while its chunk topic has a subscriber, and gives itself one credit
@@ -455,7 +455,7 @@ def test_train_graph_trains_sac_live_with_the_same_nodes(ros_env, tmp_path):
                           for m in pushed[-2:])
 
 
-def test_train_graph_restarts_a_crashed_actor_and_trains_on(ros_env, tmp_path):  # noqa: F811
+def test_train_graph_restarts_a_crashed_actor_and_trains_on(ros_env, tmp_path):
     """An actor that dies of a native crash (SIGSEGV, as CI saw once) is started again: the
     trainer pushes it the current student and learns from its chunks to the end of the run;
     the crash is logged with the actor's Python stacks."""

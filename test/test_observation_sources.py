@@ -139,7 +139,7 @@ def test_env_and_policy_node_build_the_same_observation_from_the_same_sensors(ro
     """Defect 6: the env's policy observation equals what the policy node builds from the
     JointState (joints shuffled: matched by name) and Imu (x, y, z, w) messages of the same
     physics state, with a rotated IMU."""
-    from claw_rl_ros.core.deploy.state_input import imu_arrays, JointOrder, ObservationAssembler
+    from claw_rl_ros.core.control.state_input import imu_arrays, JointOrder, ObservationAssembler
     rotated = rotated_imu_robot(robot, tmp_path)
     env = quiet_env(rotated, commands={'standing_probability': 0.0})
     try:

@@ -8,10 +8,10 @@ import pytest
 
 from claw_rl_ros import cli
 from claw_rl_ros.core.config import from_dict, to_dict
-from claw_rl_ros.core.deploy import policy_card as card_module
-from claw_rl_ros.core.deploy.export import export_onnx
-from claw_rl_ros.core.deploy.policy_card import card_path, policy_card, write_policy_card
-from claw_rl_ros.core.deploy.verification import verification_path
+from claw_rl_ros.core.export import policy_card as card_module
+from claw_rl_ros.core.export.onnx_export import export_onnx
+from claw_rl_ros.core.export.policy_card import card_path, policy_card, write_policy_card
+from claw_rl_ros.core.export.verification_record import verification_path
 from claw_rl_ros.core.learning.networks import ActorCritic
 from claw_rl_ros.core.sim.terrain import TerrainConfig
 from test_export import fake_checkpoint

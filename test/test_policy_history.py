@@ -10,20 +10,21 @@ import pytest
 import torch
 
 from claw_rl_ros.core.config import ConfigError, from_dict
-from claw_rl_ros.core.deploy import replay
-from claw_rl_ros.core.deploy.evaluate import evaluate, export_and_evaluate
-from claw_rl_ros.core.deploy.export import export_checkpoint, export_onnx
-from claw_rl_ros.core.deploy.onnx_policy import ModelError, OnnxPolicy
-from claw_rl_ros.core.deploy.policy_controller import PolicyController
-from claw_rl_ros.core.deploy.state_input import (command_array, imu_arrays, JointOrder,
-                                                 ObservationAssembler)
+from claw_rl_ros.core.replay import offline_replay as replay
+from claw_rl_ros.core.evaluation.evaluator import evaluate
+from claw_rl_ros.core.evaluation.final_student import export_and_evaluate
+from claw_rl_ros.core.export.onnx_export import export_checkpoint, export_onnx
+from claw_rl_ros.core.export.onnx_policy import ModelError, OnnxPolicy
+from claw_rl_ros.core.control.policy_controller import PolicyController
+from claw_rl_ros.core.control.state_input import (command_array, imu_arrays, JointOrder,
+                                                  ObservationAssembler)
 from claw_rl_ros.core.learning import checkpoint as ckpt
 from claw_rl_ros.core.learning.networks import ActorCritic
 from claw_rl_ros.core.learning.runner import OnPolicyRunner
 from claw_rl_ros.core.sim.env_config import EnvConfig
-from claw_rl_ros.core.sim.observations import (ObservationHistory, observation_dims, POLICY,
-                                               POLICY_NOISE_FREE)
-from claw_rl_ros.core.sim.robot import METADATA_KEY
+from claw_rl_ros.core.sim.observations import ObservationHistory, POLICY, POLICY_NOISE_FREE
+from claw_rl_ros.core.sim.env_config import observation_dims
+from claw_rl_ros.core.sim.robot_spec import METADATA_KEY
 from claw_rl_ros.core.sim.symmetry import env_group_mirrors
 from claw_rl_ros.core.sim.training_session import TrainingSession
 from claw_rl_ros.launch_graph import GRAPHS, resolve

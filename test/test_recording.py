@@ -21,12 +21,12 @@ from sensor_msgs.msg import JointState
 from std_srvs.srv import SetBool
 
 from claw_rl_ros import cli
-from claw_rl_ros.core.deploy import replay
-from claw_rl_ros.core.deploy.onnx_policy import OnnxPolicy
-from claw_rl_ros.core.deploy.recording import (message_definition, msg_file, read_messages,
+from claw_rl_ros.core.replay import offline_replay as replay
+from claw_rl_ros.core.export.onnx_policy import OnnxPolicy
+from claw_rl_ros.core.replay.recording import (message_definition, msg_file, read_messages,
                                                read_metadata, Recorder, SEPARATOR)
 from control_models import good_model
-from ros_helpers import NodeProcess, probe, ros_env, stop_all  # noqa: F401 - fixtures
+from ros_helpers import NodeProcess, stop_all
 
 ROOT = Path(__file__).resolve().parents[1]
 TYPES = {'/joint_states': 'sensor_msgs/msg/JointState', '/imu': 'sensor_msgs/msg/Imu',
@@ -65,7 +65,7 @@ def test_recorder_writes_cdr_that_the_ros2_decoder_reads(tmp_path):
 
 
 @pytest.fixture(scope='module')
-def run(ros_env, probe, robot, tmp_path_factory):  # noqa: F811
+def run(ros_env, probe, robot, tmp_path_factory):
     """>= 5 s of a lockstep loop recorded by recorder_node from the policy's first tick, cmd_vel
     changed after >= 100 ticks and kept for >= 150; returns (mcap path, model, another model).
 

@@ -6,9 +6,9 @@ Also: commands and states lost from such a recording."""
 
 import numpy as np
 
-from claw_rl_ros.core.deploy import replay
-from claw_rl_ros.core.deploy.onnx_policy import OnnxPolicy
-from claw_rl_ros.core.deploy.policy_controller import PolicyController
+from claw_rl_ros.core.replay import offline_replay as replay
+from claw_rl_ros.core.export.onnx_policy import OnnxPolicy
+from claw_rl_ros.core.control.policy_controller import PolicyController
 from control_models import good_model
 
 MS = 1_000_000  # ns

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from claw_rl_ros import cli
-from claw_rl_ros.core.deploy import replay
-from claw_rl_ros.core.deploy.onnx_policy import OnnxPolicy
-from claw_rl_ros.core.deploy.policy_controller import PolicyController
-from claw_rl_ros.core.deploy.state_input import CLIP_ACTIONS
+from claw_rl_ros.core.replay import offline_replay as replay
+from claw_rl_ros.core.export.onnx_policy import OnnxPolicy
+from claw_rl_ros.core.control.policy_controller import PolicyController
+from claw_rl_ros.core.control.state_input import CLIP_ACTIONS
 from control_models import clip_model, good_model
 from test_replay_backlog import drop
 

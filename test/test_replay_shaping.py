@@ -6,10 +6,10 @@ import dataclasses
 
 import numpy as np
 
-from claw_rl_ros.core.deploy import replay
-from claw_rl_ros.core.deploy.command_shaping import CommandShaper
-from claw_rl_ros.core.deploy.onnx_policy import OnnxPolicy
-from claw_rl_ros.core.deploy.policy_controller import PolicyController
+from claw_rl_ros.core.replay import offline_replay as replay
+from claw_rl_ros.core.control.command_shaping import CommandShaper
+from claw_rl_ros.core.export.onnx_policy import OnnxPolicy
+from claw_rl_ros.core.control.policy_controller import PolicyController
 from control_models import good_model
 
 

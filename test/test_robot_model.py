@@ -8,7 +8,8 @@ import pytest
 
 from claw_rl_ros.core.config import ConfigError
 from claw_rl_ros.core.sim.demo import hold_default_pose
-from claw_rl_ros.core.sim.robot import load_robot, spec_from_config, RobotConfig
+from claw_rl_ros.core.sim.robot import load_robot, spec_from_config
+from claw_rl_ros.core.sim.robot_spec import RobotConfig
 from claw_rl_ros.core.config import load_yaml, from_dict
 from claw_rl_ros.core import paths
 from claw_rl_ros.core.sim.scene import build_model, IMU_SITE, sensor_slices
@@ -162,7 +163,7 @@ def test_worlds_without_visual_geoms_move_exactly_as_with_them(robot):
         np.testing.assert_array_equal(lean.body_inertia, full.body_inertia)
         for a, b in zip(stepped(full, robot, ground), stepped(lean, robot, ground)):
             np.testing.assert_array_equal(a, b)
-    from claw_rl_ros.core.deploy.render import render_env
+    from claw_rl_ros.core.evaluation.render import render_env
     env = VecLocomotionEnv(EnvConfig(num_envs=2, num_threads=1), robot)
     shown = render_env(robot, 1.0, (0.5, 0.0, 0.0), 0)  # a renderer's world shows the robot
     try:

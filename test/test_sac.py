@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from claw_rl_ros.core.config import from_dict, merge, to_dict
-from claw_rl_ros.core.deploy.export import export_checkpoint, verify_onnx
-from claw_rl_ros.core.deploy.onnx_policy import OnnxPolicy
+from claw_rl_ros.core.export.onnx_export import export_checkpoint, verify_onnx
+from claw_rl_ros.core.export.onnx_policy import OnnxPolicy
 from claw_rl_ros.core.learning import checkpoint as ckpt
 from claw_rl_ros.core.learning import fast_torch
 from claw_rl_ros.core.learning.opd import gaussian_kl

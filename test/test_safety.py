@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from claw_rl_ros.core.math_utils import gravity_in_body
-from claw_rl_ros.core.deploy.command_shaping import CommandShaper
-from claw_rl_ros.core.deploy.policy_controller import PolicyController
-from claw_rl_ros.core.deploy.safety import (FAULTS, PASSIVE, RL, SafetyConfig, SafetyMachine,
-                                            SIT_DOWN, STAND_UP, tilt_of)
+from claw_rl_ros.core.control.command_shaping import CommandShaper
+from claw_rl_ros.core.control.policy_controller import PolicyController
+from claw_rl_ros.core.control.safety import (FAULTS, PASSIVE, RL, SafetyConfig, SafetyMachine,
+                                             SIT_DOWN, STAND_UP, tilt_of)
 
 DT = 0.02
 DEPLOY = dict(autostart=False, stand_up_s=1.0, sit_down_s=0.5, fade_in_s=0.4)

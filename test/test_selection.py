@@ -11,10 +11,10 @@ import torch
 
 from claw_rl_ros.cli import main
 from claw_rl_ros.core.config import ConfigError
-from claw_rl_ros.core.deploy import selection
-from claw_rl_ros.core.deploy.evaluate import export_and_evaluate
-from claw_rl_ros.core.deploy.export import export_checkpoint
-from claw_rl_ros.core.deploy.onnx_policy import OnnxPolicy
+from claw_rl_ros.core.evaluation import selection
+from claw_rl_ros.core.evaluation.final_student import export_and_evaluate
+from claw_rl_ros.core.export.onnx_export import export_checkpoint
+from claw_rl_ros.core.export.onnx_policy import OnnxPolicy
 from claw_rl_ros.core.learning import checkpoint as ckpt
 from claw_rl_ros.core.learning.learner import load_policy
 from claw_rl_ros.core.learning.runner import OnPolicyRunner

@@ -9,17 +9,17 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
 from std_srvs.srv import SetBool, Trigger
 
-from claw_rl_ros.core.deploy.episode_record import episode_steps, EpisodeRecorder, read_episode
+from claw_rl_ros.core.verify.episode_record import episode_steps, EpisodeRecorder, read_episode
 from claw_rl_ros.nodes.ros_io import RELIABLE_STATE_QOS, STATE_QOS, to_sec
 from claw_rl_ros.nodes.sim_state_io import episode_layout
 from control_models import good_model
-from ros_helpers import NodeProcess, probe, ros_env, stop_all  # noqa: F401 - fixtures
+from ros_helpers import NodeProcess, stop_all
 
 EPISODE_S = 1.0
 
 
 @pytest.fixture(scope='module')
-def loop(ros_env, probe, robot, tmp_path_factory):  # noqa: F811
+def loop(ros_env, probe, robot, tmp_path_factory):
     d = tmp_path_factory.mktemp('episode')
     probe.subscribe('/sim_node/episode', Float64MultiArray, STATE_QOS)
     probe.subscribe('joint_states', JointState, RELIABLE_STATE_QOS)
@@ -35,7 +35,7 @@ def loop(ros_env, probe, robot, tmp_path_factory):  # noqa: F811
     assert codes == {'policy_node': 0, 'sim_node': 0}, sim.log + policy.log
 
 
-def sim_status(probe, predicate=lambda v: True, start=0):  # noqa: F811
+def sim_status(probe, predicate=lambda v: True, start=0):
     def values(msg):
         return next(({kv.key: kv.value for kv in s.values} for s in msg.status
                      if s.hardware_id == '/sim_node'), None)
@@ -44,7 +44,7 @@ def sim_status(probe, predicate=lambda v: True, start=0):  # noqa: F811
     return values(msg)
 
 
-def run_episode(probe):  # noqa: F811
+def run_episode(probe):
     """Reset, resume; (the record, the sim's status once it paused by itself, steps before)."""
     records, diags = probe.count('/sim_node/episode'), probe.count('/diagnostics')
     assert probe.call(Trigger, '/sim_node/reset', Trigger.Request(), timeout=30).success
@@ -57,7 +57,7 @@ def run_episode(probe):  # noqa: F811
 
 
 def test_a_reset_runs_one_recorded_episode_that_pauses_at_its_end(
-        loop, probe, robot):  # noqa: F811
+        loop, probe, robot):
     dt, steps = robot.control_dt, round(EPISODE_S / robot.control_dt)
     first, end, steps0 = run_episode(probe)
     # Paused exactly pause_after_s of control steps after the reset, on any machine.
@@ -86,7 +86,7 @@ def test_a_reset_runs_one_recorded_episode_that_pauses_at_its_end(
 
 
 def test_a_record_is_read_by_column_name_and_a_foreign_one_is_refused(
-        loop, probe, robot):  # noqa: F811
+        loop, probe, robot):
     msg = probe.since('/sim_node/episode', probe.count('/sim_node/episode') - 1)[0]
     labels, sizes, data = episode_layout(msg)
     names = list(robot.joint_names)
@@ -117,7 +117,7 @@ def test_the_recorder_keeps_every_row_past_its_announced_size():
     assert table.joint_pos[4].tolist() == [4.0, 4.5] and table.effort[2].tolist() == [-2.0, 4.0]
 
 
-def test_the_episode_seed_is_set_at_run_time_and_a_bad_one_refused(loop, probe):  # noqa: F811
+def test_the_episode_seed_is_set_at_run_time_and_a_bad_one_refused(loop, probe):
     refused = probe.set_parameter('/sim_node', 'episode_seed', -5)
     assert not refused.successful
     assert 'parameter episode_seed = -5; use -1 (one stream)' in refused.reason

@@ -6,8 +6,8 @@ import threading
 
 import pytest
 
-from claw_rl_ros.core.deploy.status_board import GraphGone, StatusBoard
-from claw_rl_ros.core.deploy.verify import episode_end, latency_of
+from claw_rl_ros.core.verify.status_board import GraphGone, StatusBoard
+from claw_rl_ros.core.verify.gate_scoring import episode_end, latency_of
 
 
 def test_a_wait_ends_on_a_status_put_by_another_thread():

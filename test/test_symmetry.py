@@ -19,11 +19,11 @@ from claw_rl_ros.core.learning.symmetry import build_obs_mirror, ObsMirror
 from claw_rl_ros.core.learning.train_config import (DistillationConfig, PPOConfig,
                                                     SymmetryConfig, TrainConfig)
 from claw_rl_ros.core.sim.env_config import EnvConfig
-from claw_rl_ros.core.sim.observations import (HEIGHT_SCAN, observation_dims, POLICY,
-                                               POLICY_NOISE_FREE, PRIVILEGED)
+from claw_rl_ros.core.sim.observations import HEIGHT_SCAN, POLICY, POLICY_NOISE_FREE, PRIVILEGED
+from claw_rl_ros.core.sim.env_config import observation_dims
 from claw_rl_ros.core.sim.robot import load_robot
-from claw_rl_ros.core.sim.symmetry import (env_group_mirrors, mirror_physics_state,
-                                           SignedPermutation)
+from claw_rl_ros.core.sim.symmetry import env_group_mirrors, mirror_physics_state
+from claw_rl_ros.core.sim.mirror import SignedPermutation
 from claw_rl_ros.core.sim.terrain import base_yaw, generate_terrain
 
 STRIDER = Path(__file__).parent / 'robots' / 'strider' / 'strider.yaml'

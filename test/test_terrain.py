@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from claw_rl_ros.core.config import ConfigError, from_dict
-from claw_rl_ros.core.deploy.export import export_onnx
+from claw_rl_ros.core.export.onnx_export import export_onnx
 from claw_rl_ros.core.learning.networks import ActorCritic
 from claw_rl_ros.core.math_utils import quat_rotate, yaw_quat
 from claw_rl_ros.core.sim.env_config import EnvConfig
@@ -173,7 +173,7 @@ def test_tile_walk_grows_a_tile_until_a_walk_in_any_heading_stays_on_it(robot):
 def test_a_walk_longer_than_the_cap_is_refused_by_name():
     # A command of 9 m/s for a 20 s episode would ask for a 360 m tile (~46 M cells per world):
     # refused before any map is made, from a YAML and from code (evaluation) alike.
-    from claw_rl_ros.core.deploy.evaluate import evaluation_tiles
+    from claw_rl_ros.core.evaluation.evaluator import evaluation_tiles
     with pytest.raises(ConfigError, match='tile_walk: -1.0 is out of range'):
         terrain_cfg(tile_walk=-1.0)
     with pytest.raises(ConfigError, match='env.terrain: tile_walk: 180 m: give 0 to 100 m'):
@@ -468,7 +468,7 @@ def test_heading_mode_is_saved_with_the_env_state_and_off_by_default(make_env):
 
 
 def test_a_fixed_evaluation_command_is_not_steered(make_env):
-    from claw_rl_ros.core.deploy.evaluate import eval_env_config
+    from claw_rl_ros.core.evaluation.evaluator import eval_env_config
     cfg = make_env(num_envs=1, commands={'heading_command': True}).cfg
     env = make_env(num_envs=4, **{'commands': vars(eval_env_config(
         cfg, 4, (0.5, 0.0, 0.0), seed=0).commands)})

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from claw_rl_ros.core.config import ConfigError
-from claw_rl_ros.core.deploy.export import export_onnx
+from claw_rl_ros.core.export.onnx_export import export_onnx
 from claw_rl_ros.core.learning.runner import OnPolicyRunner
 from claw_rl_ros.core.learning.train_config import load_train_config
 from test_chunk_learning import LocalActorLearner
@@ -69,7 +69,7 @@ def test_a_teacher_that_reads_the_scan_distils_into_a_blind_student_that_exports
 
 def test_observation_dims_without_building_the_env_are_the_envs(robot):
     from claw_rl_ros.core.sim.env import VecLocomotionEnv
-    from claw_rl_ros.core.sim.observations import observation_dims
+    from claw_rl_ros.core.sim.env_config import observation_dims
     for overrides in ({}, ENV):
         cfg = tiny_config(**overrides).env
         cfg.num_envs = 2
@@ -118,8 +118,8 @@ def test_a_terrain_run_ends_with_the_terrain_table_and_its_ground_in_the_model(
     training map, where all worlds start on the easiest level), and a live student's export
     names the terrain it learnt on (for the policy card)."""
     import json
-    from claw_rl_ros.core.deploy.evaluate import export_and_evaluate
-    from claw_rl_ros.core.deploy.onnx_policy import OnnxPolicy
+    from claw_rl_ros.core.evaluation.final_student import export_and_evaluate
+    from claw_rl_ros.core.export.onnx_policy import OnnxPolicy
     from claw_rl_ros.core.live.chunk_learner import ChunkLearner
     cfg = tiny_config(**ENV, runner={'eval_episodes': 2})
     runner = OnPolicyRunner(cfg, tmp_path / 'run')
@@ -137,7 +137,7 @@ def test_a_terrain_run_ends_with_the_terrain_table_and_its_ground_in_the_model(
 
 
 def test_a_teacher_run_ends_with_its_torch_evaluation_and_no_student_file(tmp_path, robot):
-    from claw_rl_ros.core.deploy.evaluate import export_and_evaluate
+    from claw_rl_ros.core.evaluation.final_student import export_and_evaluate
     runner = OnPolicyRunner(tiny_config(**TEACHER, runner={'eval_episodes': 2}),
                             tmp_path / 'teacher')
     runner.train_one_epoch()

@@ -171,7 +171,7 @@ def test_latest_checkpoint_and_pruning(tmp_path):
 
 
 def test_privileged_teacher_distils_into_a_deployable_student(tmp_path):
-    from claw_rl_ros.core.deploy.export import export_onnx
+    from claw_rl_ros.core.export.onnx_export import export_onnx
     teacher_cfg = tiny_config(policy={'actor_obs_groups': ['policy_noise_free', 'privileged']})
     teacher, _ = run_iterations(teacher_cfg, tmp_path / 'teacher', 2)
     assert teacher.policy.actor[0].in_features == teacher.env.obs_dim + teacher.env.privileged_dim

@@ -23,20 +23,19 @@ import yaml
 from claw_rl_ros import cli
 from claw_rl_ros.commands.verify import verify_nodes
 from claw_rl_ros.core.config import from_dict
-from claw_rl_ros.core.deploy.policy_card import card_path, write_policy_card
-from claw_rl_ros.core.deploy.verification import verification_blocker
-from claw_rl_ros.core.deploy.episode_record import EpisodeTable
-from claw_rl_ros.core.deploy.status_board import GraphGone, StatusBoard
-from claw_rl_ros.core.deploy.verify import (Episode, episode_of, format_table,
-                                            measured_latency, passed,
-                                            result_path, score, score_terrain,
-                                            terrain_episode_s, VerifyConfig, worst_latency,
-                                            write_result)
+from claw_rl_ros.core.export.policy_card import card_path, write_policy_card
+from claw_rl_ros.core.export.verification_record import verification_blocker
+from claw_rl_ros.core.verify.episode_record import EpisodeTable
+from claw_rl_ros.core.verify.status_board import GraphGone, StatusBoard
+from claw_rl_ros.core.verify.gate_scoring import (Episode, episode_of, format_table,
+                                                  measured_latency, passed,
+                                                  result_path, score, score_terrain,
+                                                  terrain_episode_s, VerifyConfig, worst_latency,
+                                                  write_result)
 from claw_rl_ros.core.sim.env_config import EnvConfig
 from claw_rl_ros.core.sim.sim_session import SimSession, terrain_tile
 from claw_rl_ros.core.sim.terrain import generate_terrain, TerrainConfig
 from control_models import good_model
-from ros_helpers import ros_env  # noqa: F401 - fixture
 
 WALKER = Path(__file__).parent / 'fixtures' / 'walker.onnx'
 ROOT = Path(__file__).resolve().parents[1]
@@ -157,7 +156,7 @@ def measured_rows(stdout: str) -> dict[str, str]:
 
 
 def test_an_episode_draws_the_same_perturbations_on_any_number_of_graphs(
-        ros_env, short_config, tmp_path):  # noqa: F811
+        ros_env, short_config, tmp_path):
     """--jobs shares the episodes among graphs; episode i's draws come from (seed, i), so the
     same episodes are tested whatever the number (episode 2 runs on the second graph), and
     whether the nodes share a process (the default) or not (--processes): the same table."""
@@ -186,7 +185,7 @@ def test_an_episode_draws_the_same_perturbations_on_any_number_of_graphs(
         episode_draws(one.stdout).values())
 
 
-def test_verify_passes_the_walking_student(ros_env, short_config, tmp_path):  # noqa: F811
+def test_verify_passes_the_walking_student(ros_env, short_config, tmp_path):
     model = shutil.copy(WALKER, tmp_path / 'student.onnx')
     result = run_verify(model, short_config, ros_env)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -204,7 +203,7 @@ def test_verify_passes_the_walking_student(ros_env, short_config, tmp_path):  # 
                      r'= [\d,]+ steps/s\)', result.stdout), result.stdout
 
 
-def test_verify_fails_a_random_weights_model(ros_env, short_config, robot,  # noqa: F811
+def test_verify_fails_a_random_weights_model(ros_env, short_config, robot,
                                              tmp_path):
     model = good_model(robot, tmp_path / 'random.onnx', seed=4)
     result = run_verify(model, short_config, ros_env)
@@ -321,7 +320,7 @@ def test_the_verify_graph_stands_the_sim_on_the_tile(robot):
     assert json.loads(args[2]) == dict(sims[0].parameters)
 
 
-def test_verify_prints_a_row_per_terrain_tile(ros_env, short_config, tmp_path):  # noqa: F811
+def test_verify_prints_a_row_per_terrain_tile(ros_env, short_config, tmp_path):
     model = shutil.copy(WALKER, tmp_path / 'student.onnx')
     write_policy_card(model)
     domain = ros_env['ROS_DOMAIN_ID']

@@ -14,10 +14,10 @@ from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import Imu, JointState
 from std_msgs.msg import Float64MultiArray, MultiArrayDimension
 
-from claw_rl_ros.core.deploy.wire_format import (ClockWriter, Float64ArrayWriter,
-                                                 ForeignEncoding, ImuWriter, JointStateReader,
-                                                 JointStateWriter, read_float64_array,
-                                                 read_imu, WireError)
+from claw_rl_ros.core.wire_format import (ClockWriter, Float64ArrayWriter,
+                                          ForeignEncoding, ImuWriter, JointStateReader,
+                                          JointStateWriter, read_float64_array,
+                                          read_imu, WireError)
 from claw_rl_ros.nodes.ros_io import to_sec, to_stamp
 from claw_rl_ros.nodes.wire_io import command_data, StateDecoder
 

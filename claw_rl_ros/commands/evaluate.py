@@ -4,7 +4,7 @@ A model exported from a Gymnasium run (its spec says ``kind: gymnasium``) is eva
 Gymnasium env it names: mean return of its deterministic action.
 
 ``--terrain TYPE[:LEVEL] ...`` (or ``all``) evaluates on terrain tiles instead
-(:func:`~claw_rl_ros.core.deploy.evaluate.evaluate_terrains`): every world of a tile's
+(:func:`~claw_rl_ros.core.evaluation.evaluator.evaluate_terrains`): every world of a tile's
 evaluation on that type and level (default the top one), curriculum off, on the evaluation
 terrain seed (``--terrain-seed``, default 1000; never the config's training seed), at 0.5 m/s
 forward unless ``--command`` says otherwise; a table of falls and vx error per tile follows.
@@ -47,7 +47,7 @@ def _env_config(args: argparse.Namespace, base, robot_name: str):
 
 def _open_model(path: str):
     """The OnnxPolicy at ``path``; an unusable file is a ConfigError naming --model."""
-    from ..core.deploy.onnx_policy import ModelError, OnnxPolicy
+    from ..core.export.onnx_policy import ModelError, OnnxPolicy
     try:
         return OnnxPolicy(path)
     except ModelError as exc:
@@ -59,7 +59,7 @@ def _load_model(args: argparse.Namespace, config_robot: str | None, policy):
 
     The robot is --robot, else the --config env's robot, else the one the model names.
     """
-    from ..core.deploy.onnx_policy import ModelError
+    from ..core.export.onnx_policy import ModelError
     from ..core.sim.robot import load_robot
     try:
         robot = load_robot(args.robot or config_robot or policy.spec.get('robot', ''))
@@ -78,8 +78,8 @@ def _write_report(path: str | None, report: dict) -> None:
 
 def _cmd_eval_gym_model(args: argparse.Namespace, policy) -> int:
     """An ONNX model exported from a Gymnasium run, on the env its spec names."""
-    from ..core.deploy.evaluate_gym import evaluate_policy
-    from ..core.deploy.onnx_policy import ModelError
+    from ..core.evaluation.evaluate_gym import evaluate_policy
+    from ..core.export.onnx_policy import ModelError
     from ..core.sim.gym_spec import gym_task_spec
     robot_only = [flag for flag, value in (('--robot', args.robot), ('--config', args.config),
                                            ('--command', args.command), ('--gif', args.gif),
@@ -108,7 +108,7 @@ def _cmd_eval_gym_model(args: argparse.Namespace, policy) -> int:
 
 def _cmd_eval_run(args: argparse.Namespace) -> int:
     """A Gymnasium run's newest checkpoint on its env: mean return of the deterministic policy."""
-    from ..core.deploy.evaluate_gym import evaluate_policy
+    from ..core.evaluation.evaluate_gym import evaluate_policy
     from ..core.learning import checkpoint as ckpt
     from ..core.learning.learner import load_policy
     path = ckpt.latest_checkpoint(args.run_dir)
@@ -144,7 +144,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     if args.gif:
         _default_gl_backend()
     from ..core.sim.env_config import EnvConfig
-    from ..core.deploy.evaluate import evaluate
+    from ..core.evaluation.evaluator import evaluate
     from ..core.learning.train_config import load_train_config
     if args.gif and Path(args.gif).suffix.lower() not in ('.gif', '.png'):
         raise ConfigError('--gif', '', f'{args.gif}: name a .gif (animation) or .png (strip)')
@@ -173,14 +173,14 @@ def _tiles(args: argparse.Namespace, env_cfg, command) -> list:
     bad spec or seed is a ConfigError."""
     if not args.terrain:
         return []
-    from ..core.deploy.evaluate import evaluation_tiles
+    from ..core.evaluation.evaluator import evaluation_tiles
     return evaluation_tiles(env_cfg, args.terrain, args.terrain_seed, '--terrain',
                             '--terrain-seed', command=command)
 
 
 def _eval_terrains(args: argparse.Namespace, policy, env_cfg, robot, tiles, command):
     """Each tile's report as it finishes, then the table."""
-    from ..core.deploy.evaluate import evaluate, TERRAIN_COMMAND, TerrainEvaluation
+    from ..core.evaluation.evaluator import evaluate, TERRAIN_COMMAND, TerrainEvaluation
     result = TerrainEvaluation([])
     for tile in tiles:
         report = evaluate(policy, env_cfg, robot, episodes=args.episodes,
@@ -192,7 +192,7 @@ def _eval_terrains(args: argparse.Namespace, policy, env_cfg, robot, tiles, comm
 
 
 def _render(policy, robot, args: argparse.Namespace, command, tile) -> None:
-    from ..core.deploy.render import render_gait, RenderUnavailable
+    from ..core.evaluation.render import render_gait, RenderUnavailable
     try:
         path = render_gait(policy, robot, args.gif, command=command or (0.5, 0.0, 0.0),
                            seed=args.seed, terrain=tile)

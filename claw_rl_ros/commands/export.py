@@ -14,16 +14,16 @@ from ..core.config import ConfigError
 
 def _cmd_export(args: argparse.Namespace) -> int:
     from ..core.learning import checkpoint
-    from ..core.deploy.export import export_checkpoint, ExportError
-    from ..core.deploy.onnx_policy import OnnxPolicy
-    from ..core.deploy.policy_card import write_policy_card
+    from ..core.export.onnx_export import export_checkpoint, ExportError
+    from ..core.export.onnx_policy import OnnxPolicy
+    from ..core.export.policy_card import write_policy_card
     source = args.checkpoint
     if args.run_dir is not None:
         source = checkpoint.latest_checkpoint(args.run_dir)
         if source is None:
             raise ConfigError(args.run_dir, '', 'no checkpoints/model_*.pt in this run '
                               'directory; give --checkpoint or another --run-dir')
-        from ..core.deploy.selection import picked_snapshot
+        from ..core.evaluation.selection import picked_snapshot
         picked = picked_snapshot(args.run_dir)
         if picked is not None:
             print(f'note: this run\'s student.onnx is the student runner.selection picked '

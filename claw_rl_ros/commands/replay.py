@@ -1,17 +1,17 @@
 """``claw-rl replay run.mcap``: check a recording (recorder_node, ``record:=run.mcap``) offline.
 
-``--model student.onnx`` recomputes every tick's action from what the policy saw (the policy
-node's own observation code) and reports where the targets differ from the recorded commands:
-exit 0 when every compared tick matches within ``--tolerance``, 1 when some differ (or none
-was compared). States the node skipped for a newer one queued behind (a backlog worked off at
-its newest, ``superseded_states`` in its diagnostics) are counted and move no gait clock, as on
-the node; how they are told from lost commands and lost states is in ``core/deploy/replay.py``.
-As on the node, actions are clipped to the model's ``action_clip``, a state is paired with the
-IMU reading of its tick (one without it is the node's fault hold: ``no_imu``, not compared),
-and the velocity command goes zero ``--cmd-vel-timeout`` seconds after the last ``cmd_vel``:
-give the policy node's ``cmd_vel_timeout_s`` (default 0.5, 0: off). recorder_node records no
-parameters, so a recording cannot tell it; the report counts ticks that show a longer or no
-timeout (they are compared under the command held).
+``--model student.onnx`` recomputes every tick's action from what the policy saw (the policy node's
+own observation code) and reports where the targets differ from the recorded commands: exit 0 when
+every compared tick matches within ``--tolerance``, 1 when some differ (or none was compared).
+States the node skipped for a newer one queued behind (a backlog worked off at its newest,
+``superseded_states`` in its diagnostics) are counted and move no gait clock, as on the node; how
+they are told from lost commands and lost states is in ``core/replay/offline_replay.py``. As on the
+node, actions are clipped to the model's ``action_clip``, a state is paired with the IMU reading of
+its tick (one without it is the node's fault hold: ``no_imu``, not compared), and the velocity
+command goes zero ``--cmd-vel-timeout`` seconds after the last ``cmd_vel``: give the policy node's
+``cmd_vel_timeout_s`` (default 0.5, 0: off). recorder_node records no parameters, so a recording
+cannot tell it; the report counts ticks that show a longer or no timeout (they are compared under
+the command held).
 ``--compare-sim`` replays the recorded commands in MuJoCo from the recorded initial state and
 writes a PNG of simulated vs recorded joint trajectories (``--png``, default
 ``<recording>.sim.png``). Both can be given together. Usage errors exit 2.
@@ -27,10 +27,10 @@ from ..core.config import ConfigError
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
-    from ..core.deploy import replay
-    from ..core.deploy.model_swap import ModelRejected
-    from ..core.deploy.onnx_policy import ModelError, OnnxPolicy
-    from ..core.deploy.recording import DefinitionNotFound
+    from ..core.replay import offline_replay as replay
+    from ..core.control.model_swap import ModelRejected
+    from ..core.export.onnx_policy import ModelError, OnnxPolicy
+    from ..core.replay.recording import DefinitionNotFound
     from ..core.sim.robot import load_robot
     if not (args.model or args.compare_sim):
         raise ConfigError('claw-rl replay', '--model', 'nothing to do: give --model '

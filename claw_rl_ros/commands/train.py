@@ -142,15 +142,15 @@ def _export_and_evaluate(runner, run_dir: Path) -> dict[str, Any]:
     """student.onnx (if the actor is deployable) and an evaluation of it."""
     if runner.cfg.gym_env:
         return _evaluate_gym(runner, run_dir)
-    from ..core.deploy.evaluate import export_and_evaluate
+    from ..core.evaluation.final_student import export_and_evaluate
     return export_and_evaluate(runner.learner, runner.env.robot, run_dir)
 
 
 def _evaluate_gym(runner, run_dir: Path) -> dict[str, Any]:
     """student.onnx for the Gymnasium task, and its mean return over ``eval_episodes``."""
-    from ..core.deploy.evaluate_gym import evaluate_policy
-    from ..core.deploy.export import export_onnx
-    from ..core.deploy.onnx_policy import OnnxPolicy
+    from ..core.evaluation.evaluate_gym import evaluate_policy
+    from ..core.export.onnx_export import export_onnx
+    from ..core.export.onnx_policy import OnnxPolicy
     from ..core.sim.gym_spec import gym_task_spec
     task = gym_task_spec(runner.cfg.gym_env)
     onnx_path = export_onnx(runner.policy, task, run_dir / 'student.onnx',

@@ -4,7 +4,7 @@ Starts the package's ``control`` graph (sim_node + policy_node, through the same
 as ``claw-rl up``; both in one ``node_container`` process, or two processes with
 ``--processes``) in lockstep, with the sim node's perturbations from
 ``config/verify.yaml``, drives N episodes at a fixed forward command, prints the pass/fail table
-(:mod:`claw_rl_ros.core.deploy.verify`), writes ``<model stem>.verify.json`` beside the model
+(:mod:`claw_rl_ros.core.verify.gate_scoring`), writes ``<model stem>.verify.json`` beside the model
 (and rewrites the policy card there, if there is one) and exits 0 (pass) or 1 (fail); 2 for a
 usage error (missing or unusable model, bad config).
 
@@ -44,7 +44,7 @@ from ..core.config import ConfigError
 
 def _load_model(model: str, robot_name: str):
     """(RobotSpec, sha256) of a model that can drive the robot; ConfigError otherwise."""
-    from ..core.deploy.onnx_policy import ModelError, OnnxPolicy
+    from ..core.export.onnx_policy import ModelError, OnnxPolicy
     from ..core.sim.robot import load_robot
     try:
         policy = OnnxPolicy(model)
@@ -60,7 +60,7 @@ def verify_config(args: argparse.Namespace):
     tiles of its env.terrain sizes)."""
     from ..core import paths
     from ..core.config import load_config, merge, to_dict, from_dict
-    from ..core.deploy.verify import VerifyConfig
+    from ..core.verify.gate_scoring import VerifyConfig
     from ..core.sim.env_config import EnvConfig
     from ..core.sim.sim_session import terrain_tiles
     check_graphs(args.domain_id, args.jobs)
@@ -140,10 +140,10 @@ def _measure(args: argparse.Namespace, cfg, robot, sha: str, model: str, config_
     """(episodes in index order, latency: the worst graph's, where the time went) of one run
     of ``args.jobs`` graphs sharing ``cfg.episodes``; GraphGone if one failed."""
     from ..core import paths
-    from ..core.deploy.episode_record import episode_steps
-    from ..core.deploy.verify import worst_latency
+    from ..core.verify.episode_record import episode_steps
+    from ..core.verify.gate_scoring import worst_latency
     from ..launch_graph.graph_runner import GraphRunner
-    from ..core.deploy.status_board import GraphGone
+    from ..core.verify.status_board import GraphGone
     jobs = max(1, min(args.jobs, cfg.episodes))
     os.environ['ROS_AUTOMATIC_DISCOVERY_RANGE'] = 'LOCALHOST'  # the drivers in this process
     if not any(os.environ.get(k) for k in PROFILE_VARIABLES):  # (a user's profile wins)
@@ -241,10 +241,10 @@ def run_verify(args: argparse.Namespace) -> int:
     # Nothing of the gate renders: MuJoCo without its OpenGL context loader (~40 ms of every
     # process that imports it: this one, each sim and policy node), unless the user chose one.
     os.environ.setdefault('MUJOCO_GL', 'disable')
-    from ..core.deploy import verify
-    from ..core.deploy.policy_card import card_path, write_policy_card
+    from ..core.verify import gate_scoring as verify
+    from ..core.export.policy_card import card_path, write_policy_card
     from ..core.sim.terrain import generate_terrain
-    from ..core.deploy.status_board import GraphGone
+    from ..core.verify.status_board import GraphGone
     cfg, config_path, tiles = verify_config(args)
     robot, sha = _load_model(args.model, args.robot)
     model = str(Path(args.model).resolve())

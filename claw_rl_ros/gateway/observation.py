@@ -34,7 +34,7 @@ def robot_metadata(robot: str = 'claw_quadruped') -> dict:
 
 def model_metadata(path: str | Path) -> dict:
     """The robot spec stored in an exported ONNX model's ``metadata_props``."""
-    from ..core.sim.robot import METADATA_KEY
+    from ..core.sim.robot_spec import METADATA_KEY
     path = Path(path)
     again = 'export the model again with claw-rl export'
     if not path.is_file():

@@ -30,12 +30,12 @@ from rcl_interfaces.msg import SetParametersResult
 from rclpy.node import Node
 from std_msgs.msg import String, UInt8MultiArray
 
-from ..core.deploy.model_swap import ModelCache, ModelNotReceived, ModelRejected
+from ..core.control.model_swap import ModelCache, ModelNotReceived, ModelRejected
 from ..core.learning.train_config import load_train_config, split_overrides
 from ..core.live.batched_actor import BatchedActor, OnnxBehaviour
 from ..core.live.chunk_encoding import encode
 from ..core.sim.env import VecLocomotionEnv
-from ..core.deploy.node_config import ActorParams
+from ..core.params.node_config import ActorParams
 from .node_params import declare
 from .ros_io import COMMAND_QOS, exit_without_teardown, presigned, spin, STATE_QOS
 

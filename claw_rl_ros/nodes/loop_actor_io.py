@@ -1,8 +1,7 @@
 """The control loop as an actor: ROS glue of sim_node's and policy_node's training mode.
 
 policy_node (``training: true``) publishes one record per RL tick on ``policy/training_step``
-(``std_msgs/Float64MultiArray``, fields labelled in ``layout.dim``: see
-:mod:`~claw_rl_ros.core.deploy.loop_record`), just before the command it belongs to.
+(:mod:`.training_record_io`), just before the command it belongs to.
 
 sim_node (``training: true``) runs :class:`~claw_rl_ros.core.sim.training_session.
 TrainingSession` (a 1-world env of the train config's ``env:``) through :class:`LoopActorIO`:
@@ -21,31 +20,16 @@ import array
 from geometry_msgs.msg import Twist
 import numpy as np
 from rclpy.node import Node
-from std_msgs.msg import (Float64MultiArray, MultiArrayDimension, MultiArrayLayout,
-                          UInt8MultiArray)
+from std_msgs.msg import Float64MultiArray, UInt8MultiArray
 
-from ..core.deploy.loop_record import pack_record, PolicyRecord, unpack_record
 from ..core.learning.train_config import load_train_config, split_overrides
+from ..core.live.loop_actor import ControlLoopActor
 from ..core.live.rollout_chunk import encode_chunk
-from ..core.sim.robot import RobotSpec
-from ..core.deploy.node_config import SimParams
-from .ros_io import COMMAND_QOS, doubles, publisher
-
-RECORD_TOPIC = 'policy/training_step'
-
-
-def record_msg(record: PolicyRecord) -> Float64MultiArray:
-    """A policy record as a labelled Float64MultiArray."""
-    layout, data = pack_record(record)
-    dims = [MultiArrayDimension(label=name, size=size, stride=size) for name, size in layout]
-    return Float64MultiArray(layout=MultiArrayLayout(dim=dims), data=doubles(data))
-
-
-def msg_record(msg: Float64MultiArray, obs_dim: int, num_actions: int) -> PolicyRecord:
-    """The record in a message; ValueError naming what does not fit."""
-    layout = [(d.label, d.size) for d in msg.layout.dim]
-    return unpack_record(layout, np.frombuffer(msg.data, np.float64) if len(msg.data) else (),
-                         obs_dim, num_actions)
+from ..core.sim.robot_spec import RobotSpec
+from ..core.params.node_config import SimParams
+from ..core.sim.training_session import TrainingSession
+from .ros_io import COMMAND_QOS, publisher
+from .training_record_io import msg_record, RECORD_TOPIC
 
 
 class LoopActorIO:
@@ -60,9 +44,6 @@ class LoopActorIO:
         cfg = load_train_config(p.env_config or 'train_ppo.yaml',
                                 split_overrides(p.overrides, 'overrides'))
         self.node, self.robot = node, robot
-        # (here, not at the top: policy_node imports this module for its records only)
-        from ..core.live.loop_actor import ControlLoopActor
-        from ..core.sim.training_session import TrainingSession
         self.session = TrainingSession(robot, cfg.env, randomization=p.randomization,
                                        pushes=p.pushes, noise=p.noise, seed=p.seed,
                                        command_timeout_s=p.command_timeout_s)

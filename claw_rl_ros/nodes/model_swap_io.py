@@ -1,4 +1,4 @@
-"""The policy node's hot-swap wiring (thin ROS glue around core/deploy/model_swap.py).
+"""The policy node's hot-swap wiring (thin ROS glue around core/control/model_swap.py).
 
 * ``policy/model`` (``std_msgs/UInt8MultiArray``, reliable + transient local: late joiners get
   the bytes): a worker thread validates each model on arrival (size cap, ONNX parse, shapes,
@@ -19,7 +19,7 @@ import hashlib
 from rcl_interfaces.msg import SetParametersResult
 from std_msgs.msg import String, UInt8MultiArray
 
-from ..core.deploy.model_swap import ModelNotReceived, ModelRejected
+from ..core.control.model_swap import ModelNotReceived, ModelRejected
 from .ros_io import LATCHED_QOS, publisher
 
 # Seconds an activation waits for the validation of bytes still in the pool.

@@ -1,4 +1,4 @@
-"""Declare a node's parameters from its dataclass in core/deploy/node_config.py.
+"""Declare a node's parameters from its dataclass in core/params/node_config.py.
 
 :func:`declare` declares every field of such a dataclass on a node with a
 ``ParameterDescriptor`` (its description, read-only flag and choices) and returns the
@@ -18,7 +18,7 @@ from rclpy.exceptions import InvalidParameterTypeException
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 
-from ..core.deploy.node_config import default_of
+from ..core.params.node_config import default_of
 
 T = typing.TypeVar('T')
 TYPES = {bool: Parameter.Type.BOOL, int: Parameter.Type.INTEGER, float: Parameter.Type.DOUBLE,

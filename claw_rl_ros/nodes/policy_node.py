@@ -1,6 +1,6 @@
 """policy_node: joint_states + imu + cmd_vel -> ONNX student -> joint_commands (thin ROS glue).
 
-All logic is in :class:`~claw_rl_ros.core.deploy.policy_controller.PolicyController`: joints
+All logic is in :class:`~claw_rl_ros.core.control.policy_controller.PolicyController`: joints
 matched by name, the env's ObservationLayout, stale/NaN/misnamed/short input dropped and counted,
 default pose (or nothing before the first complete state) instead of a command from bad input.
 
@@ -11,7 +11,7 @@ and leaves the old one serving. Serialising 600 KB as a ``uint8[]`` field takes 
 BYTE_ARRAY parameter ~230 ms (rclpy converts it byte by byte), hence bytes on a topic and
 activation by hash.
 
-Safety (never optional; wiring in :mod:`.safety_io`, logic in core/deploy/safety.py): every
+Safety (never optional; wiring in :mod:`.safety_io`, logic in core/control/safety.py): every
 command comes from the state machine PASSIVE -> STAND_UP -> RL -> SIT_DOWN, shaped to the joint
 limits and a maximum change per tick. ``autostart`` (default true: simulation and training)
 enters RL at the first complete fresh state and re-arms after a fault; the deploy graph sets it
@@ -19,7 +19,7 @@ false: the operator drives ``~/operator`` or the ``~/stand_up`` ... Trigger serv
 ``rl`` needs a passing self-check and (``require_verification``) a passing
 ``<model stem>.verify.json``.
 
-Robustness (core/deploy/policy_controller.py): no message, stamp or call crashes the node or
+Robustness (core/control/policy_controller.py): no message, stamp or call crashes the node or
 yields a command from bad input; an exception in a tick (publishing included) is a named
 ``exception`` fault, PASSIVE. The watchdog polls 4 times per control period on the steady
 clock; ``cmd_vel`` older than ``cmd_vel_timeout_s`` is a zero command; a clock mismatch is
@@ -41,13 +41,13 @@ from rclpy.node import Node
 from sensor_msgs.msg import Imu, JointState
 from std_msgs.msg import Float64MultiArray
 
-from ..core.deploy.control_stats import LatencyStats, RateMeter
-from ..core.deploy.policy_controller import PolicyController, WATCHDOG_POLLS
-from ..core.deploy.run_marker import RunMarker
-from ..core.deploy.wire_format import Float64ArrayWriter
+from ..core.control.control_stats import LatencyStats, RateMeter
+from ..core.control.policy_controller import PolicyController, WATCHDOG_POLLS
+from ..core.control.run_marker import RunMarker
+from ..core.wire_format import Float64ArrayWriter
 from ..core.sim.robot import load_robot
-from .loop_actor_io import record_msg, RECORD_TOPIC
-from ..core.deploy.node_config import PolicyParams
+from .training_record_io import record_msg, RECORD_TOPIC
+from ..core.params.node_config import PolicyParams
 from .model_swap_io import ModelSwapIO
 from .node_params import declare
 from .ros_io import (COMMAND_QOS, diagnostics, exit_without_teardown, now_sec, publisher,

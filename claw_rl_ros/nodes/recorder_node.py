@@ -1,6 +1,6 @@
 """recorder_node: what the policy saw and did, to an MCAP file ``ros2 bag`` and Foxglove open.
 
-Thin glue over :class:`claw_rl_ros.core.deploy.recording.Recorder`: raw subscriptions (the
+Thin glue over :class:`claw_rl_ros.core.replay.recording.Recorder`: raw subscriptions (the
 serialised CDR bytes as DDS delivered them, never re-encoded) to ``joint_states``, ``imu``,
 ``cmd_vel``, ``joint_commands``, ``policy/model_version``, ``safety/state`` and ``odom``
 (relative names: a namespace or remapping moves them; a topic nobody publishes just stays
@@ -26,9 +26,9 @@ from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import Imu, JointState
 from std_msgs.msg import Float64MultiArray, String
 
-from ..core.deploy.recording import Recorder
+from ..core.replay.recording import Recorder
 from ..core.sim.robot import load_robot
-from ..core.deploy.node_config import RecorderParams
+from ..core.params.node_config import RecorderParams
 from .node_params import declare
 from .ros_io import diagnostics, SENSOR_QOS, spin, steady_timer
 

@@ -146,7 +146,7 @@ def spin(make_node: Callable[[], Node], args: list[str] | None = None) -> int:
     """``rclpy.init(args)``, spin the node, clean shutdown on Ctrl-C; exit code 1 on refusal.
 
     The node's ``executor`` parameter (declared with its others, node_params.py) picks one of
-    :data:`~..core.deploy.node_config.EXECUTORS`.
+    :data:`~..core.params.node_config.EXECUTORS`.
     """
     return spin_nodes([make_node], args)
 

@@ -1,4 +1,4 @@
-"""The policy node's safety wiring (thin ROS glue around core/deploy/safety.py).
+"""The policy node's safety wiring (thin ROS glue around core/control/safety.py).
 
 * parameters of the state machine, command shaping, verification gate and self-check
   (:class:`~.node_params.SafetyParams`) -> PolicyController arguments (:func:`safety_kwargs`);
@@ -19,9 +19,9 @@ from typing import Any
 from std_msgs.msg import Float64MultiArray, String
 from std_srvs.srv import Trigger
 
-from ..core.deploy.safety import REQUESTS, SafetyConfig
-from ..core.deploy.self_check import controller_joints
-from ..core.deploy.node_config import SafetyParams
+from ..core.control.safety import REQUESTS, SafetyConfig
+from ..core.control.self_check import controller_joints
+from ..core.params.node_config import SafetyParams
 from .ros_io import COMMAND_QOS, doubles, LATCHED_QOS, now_sec, publisher, SENSOR_QOS
 
 # QoS of the joint_states / imu subscriptions by parameter state_qos.

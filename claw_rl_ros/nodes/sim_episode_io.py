@@ -1,5 +1,5 @@
 """The sim node's episodes: the sim2sim gate's unit of measurement (thin glue over
-core/deploy/episode_record.py).
+core/verify/episode_record.py).
 
 * parameter ``episode_seed`` (the sim's only writable parameter; >= 0: every ``~/reset`` draws
   from the stream of (``seed``, ``episode_seed``), whatever ran before it; -1: one stream);
@@ -15,8 +15,8 @@ import numpy as np
 from rcl_interfaces.msg import SetParametersResult
 from std_srvs.srv import Trigger
 
-from ..core.deploy.episode_record import episode_steps, EpisodeRecorder
-from ..core.deploy.node_config import check_episode_seed
+from ..core.verify.episode_record import episode_steps, EpisodeRecorder
+from ..core.params.node_config import check_episode_seed
 
 
 class SimEpisodeIO:

@@ -29,13 +29,13 @@ from rclpy.node import Node
 from std_msgs.msg import Float64MultiArray
 from std_srvs.srv import SetBool, Trigger
 
-from ..core.deploy.control_stats import Counters, LatencyStats, RateMeter, TickMonitor
-from ..core.deploy.state_input import JointOrder
+from ..core.control.control_stats import Counters, LatencyStats, RateMeter, TickMonitor
+from ..core.control.state_input import JointOrder
 from ..core.learning.train_config import split_overrides
 from ..core.sim.robot import load_robot
 from ..core.sim.sim_session import env_section, SimSession, terrain_tile
 from .loop_actor_io import LoopActorIO
-from ..core.deploy.node_config import SimParams
+from ..core.params.node_config import SimParams
 from .node_params import declare
 from .ros_io import (COMMAND_QOS, diagnostics, exit_without_teardown, now_sec, publisher,
                      RELIABLE_STATE_QOS, SENSOR_QOS, spin, steady_timer)

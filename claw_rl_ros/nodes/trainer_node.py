@@ -38,7 +38,7 @@ from ..core.config import merge
 from ..core.learning.train_config import load_train_config, split_overrides, with_teacher
 from ..core.live.live_trainer import LiveTrainer
 from ..core.sim.robot import load_robot
-from ..core.deploy.node_config import TrainerParams
+from ..core.params.node_config import TrainerParams
 from .node_params import declare
 from .ros_io import (COMMAND_QOS, diagnostics, exit_without_teardown, log_events, presigned,
                      spin, STATE_QOS, steady_timer)

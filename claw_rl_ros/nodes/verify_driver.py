@@ -8,7 +8,7 @@ episode after the reset, its ``pause_after_s``, and says so on /diagnostics at o
 efforts), ``/diagnostics`` (the sim's fall counter and draws, the policy's latency) and
 ``policy/model_version``. It hears nothing per control step: the loop keeps the 2 cores, and
 no state is lost to a best-effort drop under load. Measurements are handed to
-:mod:`claw_rl_ros.core.deploy.verify` as arrays.
+:mod:`claw_rl_ros.core.verify.gate_scoring` as arrays.
 """
 
 from __future__ import annotations
@@ -28,11 +28,11 @@ from rcl_interfaces.srv import SetParameters
 from std_msgs.msg import Float64MultiArray, String
 from std_srvs.srv import SetBool, Trigger
 
-from ..core.deploy.episode_record import episode_steps, read_episode
-from ..core.deploy.status_board import GraphGone, StatusBoard
-from ..core.deploy.verify import (Episode, episode_end, episode_of, latency_of,
-                                  measured_latency)
-from ..core.sim.robot import RobotSpec
+from ..core.verify.episode_record import episode_steps, read_episode
+from ..core.verify.status_board import GraphGone, StatusBoard
+from ..core.verify.gate_scoring import (Episode, episode_end, episode_of, latency_of,
+                                        measured_latency)
+from ..core.sim.robot_spec import RobotSpec
 from .ros_io import STATE_QOS, steady_timer
 from .sim_state_io import episode_layout
 
@@ -43,7 +43,7 @@ RESEND_S = 2.0  # a first request without a reply is sent again after this
 
 class VerifyDriver:
     """An rclpy node in its own context and thread; ``episode()`` runs one measured episode.
-    What it hears goes to a :class:`~..core.deploy.status_board.StatusBoard`, which its waits
+    What it hears goes to a :class:`~..core.verify.status_board.StatusBoard`, which its waits
     read."""
 
     def __init__(self, robot: RobotSpec, alive: Callable[[], bool], sim: str = '/sim_node',
@@ -169,7 +169,7 @@ class VerifyDriver:
             raise GraphGone(f'{self.sim}: {exc}') from None
 
     def latency(self, since: int | None = None) -> dict[str, float]:
-        """core.deploy.verify.score's latency rows: the policy's newest status once one with
+        """core.verify.gate_scoring.score's latency rows: the policy's newest status once one with
         a measured latency came after its ``since``-th (:meth:`StatusBoard.count` taken as the
         last episode began, so usually one said during it: no wait; default: the next one),
         the sim's as the last episode ended. The policy's figures cover its last 3,000 ticks."""

@@ -1,7 +1,7 @@
 """The control loop's hot topics read from their bytes (raw subscriptions; thin ROS glue).
 
 Plain little-endian CDR, what every rmw on x86 sends, is read by
-:mod:`..core.deploy.wire_format` into numpy views, without the message object rclpy would build
+:mod:`..core.wire_format` into numpy views, without the message object rclpy would build
 (bench/ros_control.py measures the step with and without). Another encoding goes to rclpy's
 own deserialisation. Bytes that are neither raise :class:`WireError` naming the topic and what
 is wrong: a raw publisher can send anything on a typed topic, and such bytes are dropped and
@@ -15,8 +15,8 @@ from rclpy.serialization import deserialize_message
 from sensor_msgs.msg import Imu, JointState
 from std_msgs.msg import Float64MultiArray
 
-from ..core.deploy.wire_format import (ForeignEncoding, JointStateReader, read_float64_array,
-                                       read_imu, WireError)
+from ..core.wire_format import (ForeignEncoding, JointStateReader, read_float64_array,
+                                read_imu, WireError)
 from .ros_io import to_sec
 
 __all__ = ['StateDecoder', 'command_data', 'WireError']

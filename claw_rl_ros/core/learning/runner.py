@@ -17,6 +17,7 @@ import torch
 from . import checkpoint as ckpt
 from ..config import ConfigError
 from ..sim.env import VecLocomotionEnv
+from ..sim.gym_vec import GymVecEnv
 from .learner import Learner
 from .rollout import collect_rollout, obs_to_torch
 from .train_config import TrainConfig
@@ -25,7 +26,6 @@ from .train_config import TrainConfig
 def make_vec_env(cfg: TrainConfig) -> Any:
     """The batched env of a run: ``cfg.gym_env`` through GymVecEnv, else the robot env."""
     if cfg.gym_env:
-        from ..sim.gym_vec import GymVecEnv
         return GymVecEnv(cfg.gym_env, cfg.env.num_envs, seed=cfg.runner.seed)
     cfg.env.seed = cfg.runner.seed
     return VecLocomotionEnv(cfg.env)

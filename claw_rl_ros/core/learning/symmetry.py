@@ -15,6 +15,8 @@ from typing import Any
 import torch
 
 from ..config import ConfigError
+from ..sim.robot import load_robot
+from ..sim.symmetry import env_group_mirrors
 from .registry import Obs
 from .storage import MiniBatch
 
@@ -89,8 +91,6 @@ def build_obs_mirror(cfg: Any, obs_dims: dict[str, int], num_actions: int) -> Ob
         raise ConfigError('', key, f'symmetry needs the robot\'s mirror; the Gymnasium env '
                           f'{cfg.gym_env!r} has none: set ppo.symmetry.data_augmentation and '
                           'mirror_loss_coef off')
-    from ..sim.robot import load_robot
-    from ..sim.symmetry import env_group_mirrors
     robot = load_robot(cfg.env.robot)
     try:
         groups = env_group_mirrors(robot, cfg.env)

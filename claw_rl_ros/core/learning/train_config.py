@@ -6,8 +6,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Optional
 
-from ..config import ConfigError, from_dict, load_yaml, MAX_THREADS, param
+from ..config import ConfigError, from_dict, load_yaml, MAX_THREADS, merge, param
 from ..sim.env_config import EnvConfig
+from ..sim.terrain import EVAL_TERRAIN_SEED
 from ..sim.observations import HEIGHT_SCAN, OBS_GROUPS, POLICY, POLICY_NOISE_FREE
 from .. import paths
 
@@ -287,7 +288,6 @@ class TrainConfig:
         sel = self.runner.selection
         if not sel.candidates:
             return
-        from ..sim.sim_session import EVAL_TERRAIN_SEED
         if self.gym_env or self.policy.actor_obs_groups != [POLICY]:
             raise ConfigError('', 'runner.selection.candidates', f'{sel.candidates}, but it '
                               'picks the exported student of the robot env and this actor reads '
@@ -371,14 +371,12 @@ def split_overrides(text: str, source: str = 'set') -> dict:
 def with_teacher(overrides: dict, teacher: str | Path) -> dict:
     """``overrides`` plus a frozen OPD teacher from checkpoint ``teacher`` (``--teacher``): its
     other distillation keys (alpha, schedule) stay."""
-    from ..config import merge
     return merge(overrides, {'distillation': {'teacher_mode': 'frozen',
                                               'teacher_checkpoint': str(Path(teacher).resolve())}})
 
 
 def load_train_config(path: str | Path, overrides: dict | None = None) -> TrainConfig:
     """Read a train YAML (optionally patched by ``overrides``) into a TrainConfig."""
-    from ..config import merge
     resolved = paths.config_path(str(path))
     data = load_yaml(resolved)
     if overrides:

@@ -14,7 +14,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from ..deploy.loop_record import behaviour_metadata, behaviour_squash
+from ..control.loop_record import behaviour_metadata, behaviour_squash
 from ..learning.networks import ActorCritic, sample_gaussian
 from ..learning.ppo import sample_transition
 from ..learning.rollout import collect_rollout, obs_to_torch
@@ -28,7 +28,7 @@ class OnnxBehaviour:
     """An exported student as a behaviour policy: mean from onnxruntime (the deployed graph),
     std from the model's ``action_std`` metadata, no critic (the trainer computes values).
 
-    ``policy`` is a validated :class:`~claw_rl_ros.core.deploy.onnx_policy.OnnxPolicy` whose
+    ``policy`` is a validated :class:`~claw_rl_ros.core.export.onnx_policy.OnnxPolicy` whose
     metadata holds ``action_std`` [A] and ``policy_version`` (written by the trainer's export).
     A SAC student's export also holds ``behaviour`` (squashed Gaussian and its range): actions
     are then ``bias + scale * tanh(u)``, ``u ~ N(atanh((mean - bias) / scale), std)``, within

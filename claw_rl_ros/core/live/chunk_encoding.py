@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 import zstandard
 
-from ..deploy.node_config import CHUNK_ENCODINGS as ENCODINGS
+from ..params.node_config import CHUNK_ENCODINGS as ENCODINGS
 from .rollout_chunk import (check_head, ChunkError, ChunkSpec, encode_chunk, FORMAT,
                             MALFORMED, RolloutChunk, TRUNCATED)
 

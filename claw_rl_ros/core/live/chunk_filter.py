@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any
 
-from ..deploy.control_stats import Counters
+from ..control.control_stats import Counters
 from .chunk_encoding import expand
 from .rollout_chunk import (CAUSES, ChunkError, ChunkSpec, decode_chunk, RolloutChunk,
                             STALE_VERSION, UNKNOWN_VERSION)

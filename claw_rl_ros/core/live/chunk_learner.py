@@ -29,12 +29,12 @@ import numpy as np
 import torch
 
 from ..config import to_dict
-from ..deploy.export import export_onnx
+from ..export.onnx_export import export_onnx
 from ..learning.learner import Learner
 from ..learning.networks import ActorCritic, gaussian_log_prob
 from ..learning.storage import RolloutStorage
 from ..learning.train_config import TrainConfig
-from ..sim.observations import observation_windows
+from ..sim.env_config import observation_windows
 from .rollout_chunk import ChunkSpec, RolloutChunk
 
 

@@ -35,10 +35,11 @@ import time
 from typing import Any, Callable, TextIO
 
 from ..config import ConfigError
+from ..evaluation.final_student import export_and_evaluate
 from ..learning import checkpoint as ckpt
 from ..learning.run_artifacts import run_ended, RunArtifacts, write_config
 from ..learning.train_config import TrainConfig
-from ..sim.observations import observation_dims
+from ..sim.env_config import observation_dims
 from .actor_roster import ActorRoster, ChunkTiming
 from .chunk_filter import ChunkGate, PolicyLagFilter
 from .chunk_learner import ChunkLearner
@@ -206,7 +207,6 @@ class LiveTrainer:
                 ckpt.checkpoint_path(self.run_dir, learner.iteration):
             self._save()
 
-        from ..deploy.evaluate import export_and_evaluate
         steps_per_s = round(learner.total_steps / self.elapsed_s, 1) if self.elapsed_s else 0.0
         self.summary = self.artifacts.finish(
             learner, stopped, lambda: export_and_evaluate(learner, self.robot, self.run_dir),

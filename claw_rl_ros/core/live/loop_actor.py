@@ -33,8 +33,8 @@ from typing import Any
 import numpy as np
 
 from ..sim.observations import POLICY, POLICY_NOISE_FREE
-from ..deploy.control_stats import Counters
-from ..deploy.loop_record import PolicyRecord
+from ..control.control_stats import Counters
+from ..control.loop_record import PolicyRecord
 from ..learning.rollout_summary import episode_arrays, rollout_stats
 from .rollout_chunk import RolloutChunk, stack_rows
 

@@ -37,9 +37,9 @@ import numpy as np
 import torch
 
 from ..config import to_dict
-from ..deploy.export import export_onnx
+from ..export.onnx_export import export_onnx
 from .chunk_learner import ChunkLearner
-from ..deploy.loop_record import BEHAVIOUR_KIND
+from ..control.loop_record import BEHAVIOUR_KIND
 from .rollout_chunk import RolloutChunk
 from ..learning.sac import SAC
 

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
 from ..config import ConfigError, MAX_THREADS, param
-from .observations import MAX_HISTORY
-from .terrain import TerrainConfig
+from .observations import (HEIGHT_SCAN, MAX_HISTORY, POLICY, POLICY_NOISE_FREE, PRIVILEGED,
+                           TERMS as OBS_TERMS)
+from .rewards import TERMS as REWARD_TERMS
+from .terrain import scan_offsets, TerrainConfig
 
 
 def robot_sized(override, robot_value):
@@ -158,8 +160,6 @@ class EnvConfig:
     terrain: TerrainConfig = param(TerrainConfig(), 'heightfield terrain (off: a flat plane)')
 
     def __post_init__(self):
-        from .rewards import TERMS as REWARD_TERMS
-        from .observations import TERMS as OBS_TERMS
         for name in self.rewards.scales:
             if name not in REWARD_TERMS:
                 raise ConfigError('', f'rewards.scales.{name}', 'unknown reward term; '
@@ -176,3 +176,22 @@ def solver_options(cfg: EnvConfig) -> dict[str, int]:
     return {'solver_iterations': cfg.solver_iterations,
             'solver_ls_iterations': cfg.solver_ls_iterations,
             'noslip_iterations': cfg.noslip_iterations}
+
+
+def observation_dims(robot: Any, env_cfg: Any) -> dict[str, int]:
+    """{group: size} of the env built from ``env_cfg`` for ``robot``, without building it: the
+    one source the env, the live trainer and the actors' chunk spec share (``policy`` holds
+    ``env_cfg.policy_history`` frames; ``height_scan`` only with the terrain's scan on)."""
+    dims = {POLICY: robot.policy_obs.dim * env_cfg.policy_history,
+            POLICY_NOISE_FREE: robot.policy_obs.dim, PRIVILEGED: robot.privileged_obs.dim}
+    scan = env_cfg.terrain.height_scan
+    if env_cfg.terrain.enabled and scan.enabled:
+        dims[HEIGHT_SCAN] = len(scan_offsets(scan, robot.standing_height))
+    return dims
+
+
+def observation_windows(env_cfg: Any) -> dict[str, int]:
+    """{group: H} of the groups that are windows of H frames (``policy`` with
+    ``env_cfg.policy_history`` > 1): the env and the trainer's chunk spec share it (rollout
+    chunks send such windows as frames)."""
+    return {POLICY: env_cfg.policy_history} if env_cfg.policy_history > 1 else {}

@@ -17,7 +17,7 @@ import gymnasium as gym
 import numpy as np
 
 from .gym_vec import check_spaces, EnvSource, make_env
-from .robot import spec_mismatches
+from .robot_spec import spec_mismatches
 
 # Value of the spec's ``kind`` key (robot specs have none: ``robot`` is the default).
 KIND = 'gymnasium'

@@ -241,24 +241,3 @@ class ObservationHistory:
     def flat(self) -> np.ndarray:
         """[N, length * dim] copy of the current inputs."""
         return self.frames.reshape(len(self.frames), -1).copy()
-
-
-def observation_dims(robot: Any, env_cfg: Any) -> dict[str, int]:
-    """{group: size} of the env built from ``env_cfg`` for ``robot``, without building it: the
-    one source the env, the live trainer and the actors' chunk spec share (``policy`` holds
-    ``env_cfg.policy_history`` frames; ``height_scan`` only with the terrain's scan on)."""
-    dims = {POLICY: robot.policy_obs.dim * env_cfg.policy_history,
-            POLICY_NOISE_FREE: robot.policy_obs.dim, PRIVILEGED: robot.privileged_obs.dim}
-    scan = env_cfg.terrain.height_scan
-    if env_cfg.terrain.enabled and scan.enabled:
-        from .scene import standing_height
-        from .terrain import scan_offsets
-        dims[HEIGHT_SCAN] = len(scan_offsets(scan, standing_height(robot)))
-    return dims
-
-
-def observation_windows(env_cfg: Any) -> dict[str, int]:
-    """{group: H} of the groups that are windows of H frames (``policy`` with
-    ``env_cfg.policy_history`` > 1): the env and the trainer's chunk spec share it (rollout
-    chunks send such windows as frames)."""
-    return {POLICY: env_cfg.policy_history} if env_cfg.policy_history > 1 else {}

@@ -15,7 +15,7 @@ from mujoco import rollout
 import numpy as np
 
 from .ground import GroundPool, pool_geoms
-from .robot import RobotSpec
+from .robot_spec import RobotSpec
 from .scene import (build_model, FLOOR, is_ground, joint_addresses, lowest_foot_points,
                     sensor_slices, standing_qpos)
 from .terrain import Terrain

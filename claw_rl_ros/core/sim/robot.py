@@ -1,219 +1,26 @@
-"""The robot spec: the one source of truth for joints, pose, gains, limits and observations.
+"""Load a robot: a robot YAML (``config/robots/*.yaml``) plus the URDF it names -> RobotSpec.
 
-Loaded from a robot YAML (``config/robots/*.yaml``) plus the URDF it names (joint limits come
-from the URDF alone). Env, sim node, policy node and the exported ONNX metadata all use it.
+Joint limits come from the URDF alone; the sizes the YAML leaves out (standing height, gait
+offsets, the mirror) come from the robot's kinematics in the scene. Env, sim node, policy node
+and the exported ONNX metadata all use the result (:mod:`.robot_spec` holds its types).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 import math
 from pathlib import Path
-from typing import Any, Optional, TYPE_CHECKING
 
+import mujoco
 import numpy as np
 
 from .. import paths
-from ..config import ConfigError, from_dict, load_yaml, param
+from ..config import ConfigError, from_dict, load_yaml
 from .observations import ObservationLayout
+from .robot_spec import (REFERENCE_GAIT_PERIOD_S, REFERENCE_STANDING_HEIGHT, RobotConfig,
+                         RobotSpec)
+from .scene import build_model, standing_height, standing_qpos
+from .symmetry import derive_mirror
 from .urdf import load_urdf, UrdfError
-
-if TYPE_CHECKING:  # symmetry derives the mirror from a RobotSpec
-    from .symmetry import RobotMirror
-
-SPEC_VERSION = 1
-# Key of the JSON robot spec in an exported ONNX model's metadata_props.
-METADATA_KEY = 'claw_rl_spec'
-
-
-@dataclass
-class ObsTermConfig:
-    """One observation term of a group."""
-
-    name: str = param('', 'term name (claw_rl_ros.core.sim.observations.TERMS)')
-    scale: float | list[float] = param(1.0, 'multiplier applied to the term (one or per element)')
-
-
-@dataclass
-class ObservationConfig:
-    """Observation groups: what the student sees and what only simulation knows."""
-
-    policy: list[ObsTermConfig] = param([], 'terms a real robot measures (the student input)')
-    privileged: list[ObsTermConfig] = param([], 'simulation-only terms (critic and teacher)')
-
-
-# The derived gait clock's period: the claw quadruped's tuned 0.4 s trot at its standing
-# height, scaled to another robot's height H at equal Froude number (T ~ sqrt(H / g)).
-REFERENCE_GAIT_PERIOD_S, REFERENCE_STANDING_HEIGHT = 0.4, 0.266
-
-
-@dataclass
-class GaitConfig:
-    """The gait clock: a phase the policy observes and gait rewards refer to. Left out, it is
-    derived from the robot: a trot (diagonal feet in phase) with a period from its height."""
-
-    period_s: Optional[float] = param(None, 'gait cycle period [s] (None: 0.4 s x sqrt(H / '
-                                            '0.266 m); 0 = no gait clock)', ge=0, le=10)
-    duty: float = param(0.5, 'fraction of the cycle each foot is in stance', gt=0, lt=1)
-    offsets: list[float] = param([], 'phase offset of each foot (foot_bodies order), in [0, 1) '
-                                     '(empty: a trot derived from where the feet stand)',
-                                 ge=0, lt=1)
-
-
-@dataclass
-class MirrorConfig:
-    """The left/right mirror (symmetry augmentation, ``ppo.symmetry``), derived from the URDF."""
-
-    swap: dict[str, str] = param({}, 'name parts of mirrored joints and links, left: right '
-                                     '(e.g. {FL_: FR_, RL_: RR_}); empty = no mirror')
-
-
-@dataclass
-class RobotConfig:
-    """A legged robot described by YAML + its URDF; no robot-specific code anywhere else."""
-
-    name: str = param('', 'robot name, written into exported models')
-    model_file: str = param('', 'URDF path (absolute, or relative to the package share dir)')
-    base_body: str = param('trunk', 'floating-base link that gets the free joint')
-    imu_body: str = param('trunk', 'link carrying the IMU site')
-    foot_bodies: list[str] = param([], 'links whose ground contact counts as a foot contact')
-    joint_names: list[str] = param([], 'actuated joints in policy/action order')
-    default_joint_pos: list[float] = param([], 'default pose q0 [rad], one per joint')
-    stiffness: dict[str, float] = param({}, 'PD Kp [N m/rad] by joint-name substring', ge=0)
-    damping: dict[str, float] = param({}, 'PD Kd [N m s/rad] by joint-name substring', ge=0)
-    action_scale: float = param(0.25, 'target = q0 + action_scale * action [rad]', gt=0)
-    armature: float = param(0.01, 'reflected rotor inertia per joint [kg m^2]', ge=0)
-    sim_dt: float = param(0.005, 'physics step [s]', gt=0, le=0.02)
-    decimation: int = param(4, 'physics steps per control step', ge=1, le=50)
-    init_base_height: Optional[float] = param(None, 'trunk height at reset [m] (default: the '
-                                                    'standing height + 2 cm)', gt=0)
-    foot_friction: float = param(1.0, 'nominal sliding friction of foot geoms', gt=0)
-    penalised_contact_bodies: list[str] = param([], 'links whose ground contact is penalised')
-    termination_contact_bodies: list[str] = param([], 'links whose ground contact ends an '
-                                                      'episode')
-    observations: ObservationConfig = param(ObservationConfig(), 'observation groups')
-    gait: GaitConfig = param(GaitConfig(), 'gait clock (period 0 = none)')
-    mirror: MirrorConfig = param(MirrorConfig(), 'left/right mirror (symmetry)')
-    # Robot-sized constants of rewards, failures and randomisation; each defaults to a value
-    # derived from the URDF (standing height H at the default pose, total mass M).
-    base_height_target: Optional[float] = param(None, 'trunk height rewarded by base_height '
-                                                      '[m] (default: H)', gt=0)
-    swing_height: Optional[float] = param(None, 'foot lift rewarded by feet_clearance [m] '
-                                                '(default: 0.2 H)', gt=0)
-    min_base_height: Optional[float] = param(None, 'trunk height below which an episode fails '
-                                                   '[m] (default: 0.3 H)', ge=0)
-    payload_range: Optional[tuple[float, float]] = param(
-        None, 'randomised trunk payload [kg] (default: [-0.05 M, 0.15 M])', ordered=True)
-    com_offset_range: Optional[tuple[float, float]] = param(
-        None, 'randomised trunk CoM shift per axis [m] (default: +-0.12 H)', ordered=True)
-
-
-@dataclass
-class RobotSpec:
-    """Resolved robot description. Arrays are [J] in ``joint_names`` order."""
-
-    name: str
-    model_path: Path
-    base_body: str
-    imu_body: str
-    foot_bodies: list[str]
-    joint_names: list[str]
-    default_joint_pos: np.ndarray
-    joint_lower: np.ndarray
-    joint_upper: np.ndarray
-    effort_limit: np.ndarray
-    velocity_limit: np.ndarray
-    kp: np.ndarray
-    kd: np.ndarray
-    action_scale: float
-    armature: float
-    sim_dt: float
-    decimation: int
-    init_base_height: float
-    foot_friction: float
-    penalised_contact_bodies: list[str]
-    termination_contact_bodies: list[str]
-    policy_obs: ObservationLayout
-    privileged_obs: ObservationLayout
-    total_mass: float
-    standing_height: float = 0.0
-    base_height_target: float = 0.0
-    swing_height: float = 0.0
-    min_base_height: float = 0.0
-    payload_range: tuple[float, float] = (0.0, 0.0)
-    com_offset_range: tuple[float, float] = (0.0, 0.0)
-    gait_period: float = 0.0
-    gait_duty: float = 0.5
-    gait_offsets: np.ndarray = field(default_factory=lambda: np.zeros(0))
-    mirror: Optional['RobotMirror'] = None
-    source: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def num_joints(self) -> int:
-        return len(self.joint_names)
-
-    @property
-    def control_dt(self) -> float:
-        return self.sim_dt * self.decimation
-
-    def action_to_target(self, action: np.ndarray) -> np.ndarray:
-        """[N, J] policy actions -> [N, J] joint position targets, clamped to joint limits."""
-        target = self.default_joint_pos + self.action_scale * action
-        return np.clip(target, self.joint_lower, self.joint_upper)
-
-    def to_metadata(self) -> dict[str, Any]:
-        """JSON-able spec written into exported models and compared on load."""
-        return {
-            'spec_version': SPEC_VERSION,
-            'robot': self.name,
-            'joint_names': list(self.joint_names),
-            'default_joint_pos': self.default_joint_pos.tolist(),
-            'joint_lower': self.joint_lower.tolist(),
-            'joint_upper': self.joint_upper.tolist(),
-            'effort_limit': self.effort_limit.tolist(),
-            'kp': self.kp.tolist(),
-            'kd': self.kd.tolist(),
-            'action_scale': self.action_scale,
-            'control_dt': self.control_dt,
-            'obs_dim': self.policy_obs.dim,
-            'action_dim': self.num_joints,
-            'observation': self.policy_obs.to_metadata(),
-            'gait': {'period_s': self.gait_period, 'duty': self.gait_duty,
-                     'offsets': self.gait_offsets.tolist()},
-        }
-
-    def mismatches(self, metadata: dict[str, Any], tol: float = 1e-6) -> list[str]:
-        """Differences between this robot and a model's metadata (empty when they agree)."""
-        kind = metadata.get('kind', 'robot')
-        if kind != 'robot':
-            return [f'kind: the model was exported for a {kind} task '
-                    f'{metadata.get("env_id")!r}, not for robot {self.name!r}']
-        return spec_mismatches(self.to_metadata(), metadata, tol, owner='robot')
-
-
-def spec_mismatches(expected: dict[str, Any], metadata: dict[str, Any], tol: float = 1e-6,
-                    owner: str = 'env') -> list[str]:
-    """One line per key of ``expected`` that ``metadata`` lacks or holds another value for."""
-    problems = []
-    for key, value in expected.items():
-        if key not in metadata:
-            problems.append(f'{key}: missing from the model ({owner} has {value!r})')
-        elif not metadata_match(value, metadata[key], tol):
-            problems.append(f'{key}: model has {metadata[key]!r}, {owner} has {value!r}')
-    return problems
-
-
-def metadata_match(a: Any, b: Any, tol: float) -> bool:
-    """Two metadata values agree: dicts with the same keys and lists of the same length agree
-    item by item, numbers differ by at most ``tol * max(1, |a|)``, the rest (bools) are equal."""
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(metadata_match(a[k], b[k], tol) for k in a)
-    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        return len(a) == len(b) and all(metadata_match(x, y, tol) for x, y in zip(a, b))
-    if isinstance(a, (int, float)) and isinstance(b, (int, float)) \
-            and not isinstance(a, bool) and not isinstance(b, bool):
-        return abs(float(a) - float(b)) <= tol * max(1.0, abs(float(a)))
-    return a == b
 
 
 def _per_joint(gains: dict[str, float], joints: list[str], what: str, source: str) -> np.ndarray:
@@ -347,8 +154,6 @@ def trot_offsets(spec: RobotSpec, source: str) -> np.ndarray:
     """[F] phase offsets of a trot from where the feet stand at the default pose: on each side
     (left y > 0, right y < 0) the feet alternate front to back, and the right side starts half
     a cycle on (a quadruped: FL + RR, then FR + RL; a biped: left, right; a hexapod: tripods)."""
-    from .scene import build_model, standing_qpos  # scene builds on RobotSpec
-    import mujoco
     model = build_model(spec)
     data = mujoco.MjData(model)
     data.qpos[:] = standing_qpos(model, spec)
@@ -372,7 +177,6 @@ def trot_offsets(spec: RobotSpec, source: str) -> np.ndarray:
 
 def _resolve_sizes(spec: RobotSpec, cfg: RobotConfig, source: str) -> RobotSpec:
     """Fill the robot-sized constants the YAML leaves out from the URDF's geometry and mass."""
-    from .scene import standing_height  # scene builds on RobotSpec: import at use
     h = spec.standing_height = standing_height(spec)
     m = spec.total_mass
     if not h > 0:
@@ -391,6 +195,5 @@ def _resolve_sizes(spec: RobotSpec, cfg: RobotConfig, source: str) -> RobotSpec:
     if spec.gait_period > 0 and not cfg.gait.offsets:
         spec.gait_offsets = trot_offsets(spec, source)
     if cfg.mirror.swap:
-        from .symmetry import derive_mirror
         spec.mirror = derive_mirror(spec, cfg.mirror.swap, source)
     return spec

@@ -18,7 +18,7 @@ import xml.etree.ElementTree as ET
 import mujoco
 import numpy as np
 
-from .robot import RobotSpec
+from .robot_spec import RobotSpec
 from .ground import GROUND_BOX
 from .terrain import Terrain
 

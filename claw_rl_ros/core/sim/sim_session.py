@@ -33,12 +33,8 @@ import numpy as np
 from ..config import ConfigError, from_dict, load_yaml, merge
 from .env_config import EnvConfig, robot_sized, solver_options
 from .physics import BatchedPhysics, STATE_SPEC
-from .robot import RobotSpec
+from .robot_spec import RobotSpec
 from .terrain import difficulty, generate_terrain, Terrain, TERRAIN_TYPES, TerrainConfig
-
-# Seed of the terrain a policy is evaluated on: the training configs use 0, so an evaluation
-# map is never the one a policy learnt.
-EVAL_TERRAIN_SEED = 1000
 
 
 @dataclass(frozen=True)

@@ -17,106 +17,23 @@ inverse (mirroring twice is the identity).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, TYPE_CHECKING
+from typing import Any
 
 import mujoco
 import numpy as np
 
 from ..config import ConfigError
-from .observations import HEIGHT_SCAN, ObservationLayout, POLICY, POLICY_NOISE_FREE, PRIVILEGED
-from .observations import TERMS
-
-if TYPE_CHECKING:  # robot.py derives its mirror with this module
-    from .robot import RobotSpec
+from .mirror import RobotMirror, SignedPermutation
+from .observations import HEIGHT_SCAN, POLICY, POLICY_NOISE_FREE, PRIVILEGED
+from .robot_spec import RobotSpec
+from .scene import build_model, IMU_SITE, joint_addresses
+from .terrain import scan_offsets
 
 # The reflection of the sagittal plane (base frame).
 REFLECT = np.diag([1.0, -1.0, 1.0])
 # How far mirrored anchors and centres of mass may lie apart [m], relative values may differ.
 POSITION_TOL = 1e-3
 VALUE_TOL = 1e-5
-
-
-@dataclass(frozen=True)
-class SignedPermutation:
-    """``y = x[..., index] * coef``: index [D] int64, coef [D] float32."""
-
-    index: np.ndarray
-    coef: np.ndarray
-
-    @property
-    def dim(self) -> int:
-        return len(self.index)
-
-    def __call__(self, x: np.ndarray) -> np.ndarray:
-        """[..., D] -> [..., D] mirrored values."""
-        return x[..., self.index] * self.coef
-
-    @staticmethod
-    def identity(dim: int) -> 'SignedPermutation':
-        return SignedPermutation(np.arange(dim), np.ones(dim, np.float32))
-
-    @staticmethod
-    def concat(parts: list['SignedPermutation']) -> 'SignedPermutation':
-        """One map over the concatenated vectors of ``parts`` (in order)."""
-        index, coef, start = [], [], 0
-        for part in parts:
-            index.append(part.index + start)
-            coef.append(part.coef)
-            start += part.dim
-        return SignedPermutation(np.concatenate(index).astype(np.int64) if index else
-                                 np.zeros(0, np.int64),
-                                 np.concatenate(coef).astype(np.float32) if coef else
-                                 np.zeros(0, np.float32))
-
-
-def _term_map(kind: str, size: int, mirror: 'RobotMirror') -> SignedPermutation:
-    """The signed permutation of one term's raw (unscaled) values by its mirror kind."""
-    if kind == 'polar':
-        return SignedPermutation(np.arange(3), np.array([1, -1, 1], np.float32))
-    if kind == 'axial':
-        return SignedPermutation(np.arange(3), np.array([-1, 1, -1], np.float32))
-    if kind == 'command':  # (vx, vy, yaw rate)
-        return SignedPermutation(np.arange(3), np.array([1, -1, -1], np.float32))
-    if kind == 'joints':
-        return mirror.actions
-    if kind == 'feet':
-        return SignedPermutation(mirror.foot_index, np.ones(size, np.float32))
-    if kind == 'phase':  # (sin, cos) of 2 pi (phase + 0.5) = -(sin, cos)
-        sign = -1.0 if mirror.gait_shift else 1.0
-        return SignedPermutation(np.arange(2), np.full(2, sign, np.float32))
-    return SignedPermutation.identity(size)  # scalar
-
-
-@dataclass(frozen=True)
-class RobotMirror:
-    """The derived mirror: joint_index / joint_sign [J], foot_index [F], gait_shift 0 or 0.5."""
-
-    joint_index: np.ndarray
-    joint_sign: np.ndarray
-    foot_index: np.ndarray
-    gait_shift: float
-
-    @property
-    def actions(self) -> SignedPermutation:
-        """Mirror of [..., J] actions (and of any per-joint term)."""
-        return SignedPermutation(self.joint_index, self.joint_sign.astype(np.float32))
-
-    def layout(self, layout: ObservationLayout) -> SignedPermutation:
-        """Mirror of a layout's scaled observation [..., dim]: per term by its kind, each
-        element's coefficient times scale_k / scale_(index k) (scales of mirrored elements may
-        differ; a zero scale only where its partner's is zero)."""
-        parts = []
-        for s in layout.slices:
-            raw = _term_map(TERMS[s.name].mirror, s.size, self)
-            src = s.scale[raw.index]
-            if np.any((src == 0) & (s.scale != 0)):
-                raise ValueError(f'observation group {layout.group!r}: term {s.name!r} scales '
-                                 f'{s.scale.tolist()} give a mirrored element a zero scale; '
-                                 'give mirrored elements scales that are both zero or both not')
-            ratio = np.divide(s.scale, src, out=np.zeros_like(s.scale), where=src != 0)
-            parts.append(SignedPermutation(raw.index, (raw.coef * ratio).astype(np.float32)))
-        return SignedPermutation.concat(parts)
 
 
 def scan_mirror(offsets: np.ndarray) -> SignedPermutation:
@@ -132,7 +49,7 @@ def scan_mirror(offsets: np.ndarray) -> SignedPermutation:
     return SignedPermutation(index.astype(np.int64), np.ones(len(offsets), np.float32))
 
 
-def env_group_mirrors(robot: 'RobotSpec', env_cfg: Any) -> dict[str, SignedPermutation]:
+def env_group_mirrors(robot: RobotSpec, env_cfg: Any) -> dict[str, SignedPermutation]:
     """{group: mirror} of every observation group the env built from ``env_cfg`` returns
     (``observations.observation_dims``); ValueError when the robot has no mirror."""
     mirror = robot.mirror
@@ -146,7 +63,6 @@ def env_group_mirrors(robot: 'RobotSpec', env_cfg: Any) -> dict[str, SignedPermu
            PRIVILEGED: mirror.layout(robot.privileged_obs)}
     scan = env_cfg.terrain.height_scan
     if env_cfg.terrain.enabled and scan.enabled:
-        from .terrain import scan_offsets
         out[HEIGHT_SCAN] = scan_mirror(scan_offsets(scan, robot.standing_height))
     return out
 
@@ -169,9 +85,8 @@ def _check_swap(swap: dict[str, str], source: str) -> None:
                           'parts (left: right), e.g. {FL_: FR_, RL_: RR_}')
 
 
-def derive_mirror(robot: 'RobotSpec', swap: dict[str, str], source: str) -> RobotMirror:
+def derive_mirror(robot: RobotSpec, swap: dict[str, str], source: str) -> RobotMirror:
     """The mirror named by ``swap``, derived from and checked against the robot's model."""
-    from .scene import build_model, joint_addresses  # scene builds on RobotSpec
     _check_swap(swap, source)
     model = build_model(robot)
     data = mujoco.MjData(model)
@@ -213,7 +128,6 @@ def derive_mirror(robot: 'RobotSpec', swap: dict[str, str], source: str) -> Robo
                               f'{anchors[i].round(4)} in the URDF (more than 1 mm apart)')
     # The IMU's gyro and orientation mirror as the base's when its frame is symmetric itself:
     # x and z axes in the sagittal plane (M R M = R).
-    from .scene import IMU_SITE
     imu = data.site_xmat[model.site(IMU_SITE).id].reshape(3, 3)
     if not np.allclose(REFLECT @ imu @ REFLECT, imu, atol=1e-3):
         raise ConfigError(source, 'imu_body', f'the IMU frame of {robot.imu_body!r} (rotation '
@@ -237,7 +151,7 @@ def derive_mirror(robot: 'RobotSpec', swap: dict[str, str], source: str) -> Robo
     return RobotMirror(joint_index, sign, foot_index, _gait_shift(robot, foot_index, source))
 
 
-def _check_joint_values(robot: 'RobotSpec', index: np.ndarray, sign: np.ndarray, source: str,
+def _check_joint_values(robot: RobotSpec, index: np.ndarray, sign: np.ndarray, source: str,
                         dynamics: dict[str, np.ndarray]) -> None:
     """Limits, default pose, gains and joint dynamics [J] of mirrored joints must agree."""
     lower, upper = robot.joint_lower, robot.joint_upper
@@ -263,7 +177,7 @@ def _check_joint_values(robot: 'RobotSpec', index: np.ndarray, sign: np.ndarray,
                               'symmetric or remove mirror.swap')
 
 
-def _mirror_bodies(robot: 'RobotSpec', model: mujoco.MjModel, data: mujoco.MjData,
+def _mirror_bodies(robot: RobotSpec, model: mujoco.MjModel, data: mujoco.MjData,
                    swap: dict[str, str], source: str) -> np.ndarray:
     """Foot permutation [F]; every link must have a mirrored partner of the same mass, centre
     of mass mirrored (zero pose), and the contact lists must be closed under the mirror."""
@@ -296,7 +210,7 @@ def _mirror_bodies(robot: 'RobotSpec', model: mujoco.MjModel, data: mujoco.MjDat
     return np.array([feet.index(swap_name(f, swap)) for f in feet], np.int64)
 
 
-def _gait_shift(robot: 'RobotSpec', foot_index: np.ndarray, source: str) -> float:
+def _gait_shift(robot: RobotSpec, foot_index: np.ndarray, source: str) -> float:
     """Phase shift of the mirrored gait clock: phase' + offset_k = phase + offset_(index k) for
     every foot k; mirroring twice is the identity, so the shift is 0 or 0.5."""
     if robot.gait_period == 0:

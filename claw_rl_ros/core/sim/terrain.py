@@ -24,8 +24,11 @@ import numpy as np
 from ..config import ConfigError, param
 
 if TYPE_CHECKING:  # robot.py builds on the scene, which builds on this module
-    from .robot import RobotSpec
+    from .robot_spec import RobotSpec
 
+# Seed of the terrain a policy is evaluated on: the training configs use 0, so an evaluation
+# map is never the one a policy learnt.
+EVAL_TERRAIN_SEED = 1000
 TERRAIN_TYPES = ('flat', 'rough', 'slope_up', 'slope_down', 'stairs_up', 'stairs_down',
                  'obstacles')
 # Tiles whose ground is flat between vertical steps. With env.terrain.collision 'boxes' their

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from .robot import RobotSpec
+from .robot_spec import RobotSpec
 from .terrain import generate_terrain, Terrain, TerrainConfig
 
 

@@ -28,7 +28,7 @@ import numpy as np
 
 from .env import VecLocomotionEnv
 from .env_config import EnvConfig
-from .robot import RobotSpec
+from .robot_spec import RobotSpec
 from .sim_session import SimSession
 
 

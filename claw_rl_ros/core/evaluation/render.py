@@ -22,9 +22,9 @@ from PIL import Image
 from ..config import from_dict
 from ..sim.env import VecLocomotionEnv
 from ..sim.env_config import EnvConfig
-from .evaluate import fixed_command_overrides, on_tile
+from .evaluator import fixed_command_overrides, on_tile
 from ..sim.physics import STATE_SPEC
-from ..sim.robot import RobotSpec
+from ..sim.robot_spec import RobotSpec
 from ..sim.sim_session import TerrainTile
 
 STRIP_FRAMES = 6

@@ -59,14 +59,14 @@ from .control_stats import Counters
 from .loop_record import GaussianSampler, PolicyRecord
 from .model_swap import (DEFAULT_MAX_MODEL_BYTES, ModelCache, ModelRejected, policy_clip,
                          read_model_file, version_of)
-from .onnx_policy import OnnxPolicy
+from ..export.onnx_policy import OnnxPolicy
 from .safety import PASSIVE, RL, SafetyConfig, SafetyMachine
 from .self_check import self_check
-from ..sim.robot import RobotSpec
+from ..sim.robot_spec import RobotSpec
 from .state_input import (BadInput, check_fresh, command_array, DROP_CAUSES, imu_arrays,
                           IMU_SYNC_PERIODS, JointOrder, ObservationAssembler)
 from .tick_guard import Alerts, TickGuard
-from .verification import verification_blocker
+from ..export.verification_record import verification_blocker
 
 HOLD_REASONS = ('bad_input', 'no_model', 'stale', 'exception')
 # Input drop cause -> safety fault (stale and unsynced are told apart by topic).

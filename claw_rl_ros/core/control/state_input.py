@@ -18,7 +18,7 @@ from typing import Sequence
 import numpy as np
 
 from ..sim.observations import ObservationHistory, RobotState
-from ..sim.robot import RobotSpec
+from ..sim.robot_spec import RobotSpec
 from ..sim.env_config import EnvConfig
 
 # Why an input message was dropped (counted per cause in the diagnostics).

@@ -18,7 +18,7 @@ from typing import Any, TYPE_CHECKING
 import numpy as np
 
 from ..sim.observations import check_history
-from ..sim.robot import METADATA_KEY, RobotSpec
+from ..sim.robot_spec import METADATA_KEY, RobotSpec
 
 if TYPE_CHECKING:
     import onnxruntime as ort

@@ -33,7 +33,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..sim.robot import RobotSpec
+from ..sim.robot_spec import RobotSpec
 
 PASSIVE, STAND_UP, RL, SIT_DOWN = 'PASSIVE', 'STAND_UP', 'RL', 'SIT_DOWN'
 STATES = (PASSIVE, STAND_UP, RL, SIT_DOWN)
@@ -49,7 +49,7 @@ LATCHING = ('estop', 'restarted')
 
 def limit(default, doc: str):
     """A SafetyConfig field: its default and the description the policy node's parameter of
-    the same name shows (core/deploy/node_config.py)."""
+    the same name shows (core/params/node_config.py)."""
     return field(default=default, metadata={'doc': doc})
 
 

@@ -145,7 +145,7 @@ class GaussianSampler:
     The maths of :func:`~..learning.networks.sample_gaussian` in numpy: the policy node runs
     without torch (test_deploy_imports.py).
 
-    ``policy`` is a validated :class:`~claw_rl_ros.core.deploy.onnx_policy.OnnxPolicy`; ValueError
+    ``policy`` is a validated :class:`~claw_rl_ros.core.export.onnx_policy.OnnxPolicy`; ValueError
     (from :func:`behaviour_metadata`) if it lacks the trainer's metadata.
     """
 

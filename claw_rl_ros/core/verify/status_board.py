@@ -12,7 +12,7 @@ import threading
 import time
 from typing import Any, Callable
 
-from .control_stats import StallDeadline
+from ..control.control_stats import StallDeadline
 
 
 class GraphGone(RuntimeError):

@@ -18,7 +18,7 @@ from typing import Any
 
 from ..io import atomic_write_bytes
 from .onnx_policy import OnnxPolicy
-from .verification import read_verification
+from .verification_record import read_verification
 
 RUN_KEYS = ('checkpoint', 'iteration', 'total_steps', 'algorithm', 'run')
 

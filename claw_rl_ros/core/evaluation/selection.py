@@ -27,9 +27,10 @@ from typing import Any
 import torch
 
 from ..config import ConfigError
+from ..export.onnx_policy import OnnxPolicy
 from ..learning import checkpoint as ckpt
-from ..sim.robot import RobotSpec
-from .evaluate import evaluate_terrains, PolicyFn
+from ..sim.robot_spec import RobotSpec
+from .evaluator import evaluate_terrains, PolicyFn
 
 
 @dataclass
@@ -99,7 +100,6 @@ def select_student(learner: Any, robot: RobotSpec, run_dir: str | Path,
     score and the summary entry (every score, the pick, the validation set). A snapshot that
     cannot be read or no longer fits the student is skipped with a line saying why; with no
     snapshot the final student is returned unevaluated."""
-    from .onnx_policy import OnnxPolicy
     cfg = learner.cfg
     sel = cfg.runner.selection
     final = CandidateScore(learner.iteration, learner.elapsed_s, learner.total_steps, True)

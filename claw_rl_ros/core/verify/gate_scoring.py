@@ -43,9 +43,9 @@ import numpy as np
 
 from ..config import param
 from ..io import atomic_write_bytes
-from ..sim.robot import RobotSpec
+from ..sim.robot_spec import RobotSpec
 from ..sim.terrain import Terrain
-from .verification import verification_path
+from ..export.verification_record import verification_path
 
 
 @dataclass

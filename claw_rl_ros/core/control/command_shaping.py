@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..sim.robot import RobotSpec
+from ..sim.robot_spec import RobotSpec
 
 
 class CommandShaper:

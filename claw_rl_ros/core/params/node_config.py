@@ -16,9 +16,9 @@ from dataclasses import dataclass
 import math
 import typing
 
-from .episode_record import MAX_EPISODE_S
-from .model_swap import DEFAULT_MAX_MODEL_BYTES
-from .safety import SafetyConfig
+from ..verify.episode_record import MAX_EPISODE_S
+from ..control.model_swap import DEFAULT_MAX_MODEL_BYTES
+from ..control.safety import SafetyConfig
 from ..sim.terrain import TERRAIN_TYPES
 
 # Executors (parameter ``executor``): rclpy's C++ EventsExecutor takes each message as it

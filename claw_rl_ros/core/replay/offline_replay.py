@@ -98,15 +98,15 @@ import numpy as np
 
 from ..io import atomic_write_bytes
 from ..sim.env_config import EnvConfig
-from ..sim.robot import RobotSpec
+from ..sim.robot_spec import RobotSpec
 from ..sim.sim_session import SimSession
-from .command_shaping import CommandShaper
-from .model_swap import policy_clip
-from .policy_controller import IMU_READINGS
+from ..control.command_shaping import CommandShaper
+from ..control.model_swap import policy_clip
+from ..control.policy_controller import IMU_READINGS
 from .recording import read_messages, read_metadata
-from .safety import SafetyConfig
-from .state_input import (BadInput, CLIP_ACTIONS, IMU_SYNC_PERIODS, imu_arrays, JointOrder,
-                          ObservationAssembler)
+from ..control.safety import SafetyConfig
+from ..control.state_input import (BadInput, CLIP_ACTIONS, IMU_SYNC_PERIODS, imu_arrays,
+                                   JointOrder, ObservationAssembler)
 
 NS = 1e-9
 # Publish and receive times differ by the messages' latencies (a reliable cmd_vel may wait for

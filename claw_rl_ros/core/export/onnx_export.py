@@ -20,7 +20,7 @@ from datetime import datetime, timezone
 import io
 import json
 from pathlib import Path
-from typing import Any, TYPE_CHECKING
+from typing import Any
 import warnings
 
 import numpy as np
@@ -34,12 +34,11 @@ from ..io import atomic_write_bytes
 from ..learning.networks import ActorCritic
 from .onnx_policy import INPUT_NAME, OUTPUT_NAME, session_options
 from ..sim.env_config import EnvConfig
+from ..sim.gym_spec import gym_task_spec, GymTaskSpec
 from ..sim.observations import check_history, HEIGHT_SCAN
-from ..sim.robot import load_robot, METADATA_KEY, RobotSpec
+from ..sim.robot import load_robot
+from ..sim.robot_spec import METADATA_KEY, RobotSpec
 from ..learning.learner import load_policy
-
-if TYPE_CHECKING:  # gymnasium is imported only to export a Gymnasium run
-    from ..sim.gym_spec import GymTaskSpec
 
 EXPORT_FORMAT = 1
 MIN_OPSET = 17
@@ -317,7 +316,6 @@ def export_checkpoint(checkpoint_path: str | Path, out_path: str | Path) -> Path
     extra = {'checkpoint': Path(checkpoint_path).name, 'iteration': payload.get('iteration'),
              'total_steps': payload.get('total_steps'), 'algorithm': cfg.algorithm}
     if cfg.gym_env:
-        from ..sim.gym_spec import gym_task_spec
         return export_onnx(policy, gym_task_spec(cfg.gym_env), out_path, extra_metadata=extra)
     robot = load_robot(cfg.env.robot)
     trained = payload.get('robot')

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from ..sim.robot import metadata_match, RobotSpec
+from ..sim.robot_spec import metadata_match, RobotSpec
 
 # A measured message rate may differ from the control rate by this fraction.
 RATE_TOLERANCE = 0.1

@@ -18,8 +18,8 @@ import threading
 
 import numpy as np
 
-from .onnx_policy import ModelError, OnnxPolicy, SpecMismatchError
-from ..sim.robot import RobotSpec
+from ..export.onnx_policy import ModelError, OnnxPolicy, SpecMismatchError
+from ..sim.robot_spec import RobotSpec
 
 DEFAULT_MAX_MODEL_BYTES = 16 * 1024 * 1024
 PROBE_BATCH = 64

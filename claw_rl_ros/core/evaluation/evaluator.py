@@ -1,13 +1,13 @@
 """Evaluate a policy: one full episode in each of N parallel worlds, then summary numbers.
 
 Works with anything mapping ``obs_policy [N, obs_dim] -> actions [N, A]``: an
-:class:`~claw_rl_ros.core.deploy.onnx_policy.OnnxPolicy` or :func:`torch_policy_fn` of an
+:class:`~claw_rl_ros.core.export.onnx_policy.OnnxPolicy` or :func:`torch_policy_fn` of an
 ActorCritic.
 A world counts only its first episode; what the env's auto-reset starts afterwards is ignored.
 
 On terrain (:func:`evaluate_terrains`, ``claw-rl eval --terrain``) every world of an evaluation
 stands on one tile of the generator, one type at one level (a map of that tile and its flat
-border, curriculum off, seed :data:`~..sim.sim_session.EVAL_TERRAIN_SEED` unless given; the
+border, curriculum off, seed :data:`~..sim.terrain.EVAL_TERRAIN_SEED` unless given; the
 tile sizes and top-level maxima are the env config's ``terrain`` section even when it is off);
 the tile is big enough for a whole episode at the command (``tile_walk``), so an episode ends
 at a fall or at the time-out (reaching the map's edge would end it as a time-out). ``flat`` is
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
 import math
-from pathlib import Path
 import time
 from typing import Any, Callable, Iterable, Optional
 
@@ -30,8 +29,9 @@ from ..sim.env import VecLocomotionEnv
 from ..sim.env_config import EnvConfig
 from ..learning.networks import ActorCritic
 from ..learning.rollout import obs_to_torch
-from ..sim.robot import RobotSpec
-from ..sim.sim_session import EVAL_TERRAIN_SEED, terrain_tiles, tile_config, TerrainTile
+from ..sim.robot_spec import RobotSpec
+from ..sim.sim_session import terrain_tiles, TerrainTile, tile_config
+from ..sim.terrain import EVAL_TERRAIN_SEED
 
 PolicyFn = Callable[[np.ndarray], np.ndarray]
 Command = tuple[float, float, float]
@@ -353,59 +353,3 @@ def evaluate_terrains(policy_fn: PolicyFn, env_cfg: EnvConfig, robot: RobotSpec,
                                        command=command, seed=seed, settle_s=settle_s,
                                        terrain=tile) for tile in tiles],
                              max_fall_rate, max_vx_error)
-
-
-def export_and_evaluate(learner: Any, robot: RobotSpec, run_dir: str | Path) -> dict[str, Any]:
-    """End of a training run (offline or live): the :class:`~..learning.learner.Learner`'s
-    student as ``run_dir/student.onnx`` (its iteration, env steps, algorithm and env.terrain in
-    the metadata) and, if ``cfg.runner.eval_episodes``, its evaluation at 0.5 m/s forward (on
-    terrain: on every type's top-level tile, :func:`evaluate_terrains`); returns the summary
-    entries. With ``runner.selection.candidates`` the exported student is the best of the
-    run's last snapshots and the final one on a validation set
-    (:func:`~.selection.select_student`; ``selection`` in the summary, its iteration in the
-    metadata). An actor that reads privileged observations (a teacher) is not deployable: it is
-    not exported and is evaluated in torch on the same tiles (``eval_policy`` says so)."""
-    from .export import export_onnx
-    from .onnx_policy import OnnxPolicy
-    policy, cfg = learner.policy, learner.cfg
-    extra_metadata = {'iteration': learner.iteration, 'total_steps': learner.total_steps,
-                      'algorithm': cfg.algorithm, 'terrain': to_dict(cfg.env.terrain)}
-    out: dict[str, Any] = {}
-    if policy.actor_obs_groups != ['policy']:
-        print(f'actor reads {", ".join(policy.actor_obs_groups)}: not deployable, no '
-              'student.onnx exported; evaluated in torch (the simulation\'s upper bound)')
-        policy_fn: PolicyFn = torch_policy_fn(policy)
-        out['eval_policy'] = 'privileged actor in torch (not exported)'
-    else:
-        def export(module: Any, path: Path) -> Path:
-            return export_onnx(module, robot, path, extra_metadata=extra_metadata,
-                               action_clip=cfg.env.clip_actions,
-                               obs_history=cfg.env.policy_history)
-
-        if cfg.runner.selection.candidates:
-            # The best of the last students on the validation set, with its own counters.
-            from .selection import select_student
-            policy, picked, out['selection'] = select_student(learner, robot, run_dir, export)
-            extra_metadata.update(iteration=picked.iteration, total_steps=picked.total_steps,
-                                  final_iteration=learner.iteration)
-        onnx_path = export(policy, Path(run_dir) / 'student.onnx')
-        out['student_onnx'] = str(onnx_path)
-        policy_fn = OnnxPolicy(onnx_path, robot)
-    episodes = cfg.runner.eval_episodes
-    if episodes and cfg.env.terrain.enabled:
-        # On terrain: each type it trained on at its top level, on a map of its own seed, not
-        # the training map (where every world starts on the easiest level); flat is the plane
-        # (a flat heightfield for an actor that reads the scan).
-        table = evaluate_terrains(policy_fn, cfg.env, robot, cfg.env.terrain.columns,
-                                  episodes=episodes, seed=cfg.runner.seed + 1)
-        print(f'evaluation at 0.5 m/s forward on the terrain tiles:\n{table.format()}',
-              flush=True)
-        out['eval_terrain'] = table.to_dict()
-        out.update({'eval_forward_0.5': r.to_dict() for r in table.reports
-                    if r.terrain == 'flat'})
-    elif episodes:
-        report = evaluate(policy_fn, cfg.env, robot, episodes=episodes,
-                          command=TERRAIN_COMMAND, seed=cfg.runner.seed + 1)
-        print(f'evaluation at 0.5 m/s forward:\n{report.format()}', flush=True)
-        out['eval_forward_0.5'] = report.to_dict()
-    return out

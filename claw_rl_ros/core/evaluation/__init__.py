@@ -1,0 +1,3 @@
+"""Evaluation: episodes of a policy in the env, on the plane or terrain tiles; the end of a run
+(export, evaluation, selection among snapshots); gait pictures.
+"""
