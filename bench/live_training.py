@@ -1,11 +1,11 @@
 """Live training over ROS 2 vs the offline ``claw-rl train``, side by side in one run.
 
-Same worlds, network and PPO settings (config/train_ppo.yaml, env.num_envs = --worlds):
+Same worlds, network and PPO settings (config/train_ppo.yaml, env.num_envs = --num-envs):
 
 1. offline: ``claw-rl train`` (one process, collect then learn) as configured (physics and
    torch threads = cores) and with 1 physics + 1 torch thread (the live nodes' setting), each
    before and after the live runs (the machine is shared: the two bracket the drift);
-2. live: ``claw-rl up train`` (trainer_node + --actors actor_nodes with --worlds / --actors
+2. live: ``claw-rl up train`` (trainer_node + --actors actor_nodes with --num-envs / --actors
    worlds each), once per --modes value (sync: actors wait for each new model, max_policy_lag 0;
    overlap: actors collect the next chunk while the trainer learns);
 3. ingest: one trainer_node alone, fed by this process replaying recorded chunks (256 x 24,
@@ -19,7 +19,7 @@ after ``--warmup`` iterations (start-up and the first push are not steady state)
 the trainer comes from its summary.json (getrusage of the trainer process).
 
     nice -n 19 .venv/bin/python bench/live_training.py [--iterations 8] [--warmup 2]
-        [--worlds 256] [--actors 2] [--modes sync overlap] [--ingest-s 10]
+        [--num-envs 256] [--actors 2] [--modes sync overlap] [--ingest-s 10]
 
 4. time to walk (``--time-to-walk``, on its own: ~30 minutes): the main job offline
    (``claw-rl train``) and live (``claw-rl up train``: actors, trainer and the realtime control
@@ -61,11 +61,11 @@ def ros_env(home: Path) -> dict:
     return env
 
 
-def bench_config(tmp: Path, worlds: int, iterations: int) -> Path:
-    """train_ppo.yaml with num_envs = worlds, a fixed iteration count and no evaluation."""
+def bench_config(tmp: Path, num_envs: int, iterations: int) -> Path:
+    """train_ppo.yaml with env.num_envs = num_envs, a fixed iteration count and no evaluation."""
     from claw_rl_ros.core import paths
     data = yaml.safe_load(paths.config_path('train_ppo.yaml').read_text())
-    data['env']['num_envs'] = worlds
+    data['env']['num_envs'] = num_envs
     data['runner'].update(max_iterations=iterations, time_budget_s=0, eval_episodes=0,
                           save_interval=1000)
     path = tmp / 'bench.yaml'
@@ -104,11 +104,11 @@ def offline(cfg: Path, tmp: Path, name: str, env: dict, warmup: int, threads: in
     return steady_rate(run_dir, warmup)[0]
 
 
-def live(cfg: Path, tmp: Path, mode: str, actors: int, worlds: int, env: dict,
+def live(cfg: Path, tmp: Path, mode: str, actors: int, num_envs: int, env: dict,
          warmup: int) -> dict:
     run_dir = tmp / f'live_{mode}'
     code = run([sys.executable, '-m', 'claw_rl_ros.cli', 'up', 'train', '--config', str(cfg),
-                '--actors', str(actors), '--worlds', str(worlds // actors), '--run-dir',
+                '--actors', str(actors), '--num-envs', str(num_envs // actors), '--run-dir',
                 str(run_dir), '--overlap', str(mode == 'overlap').lower()], env,
                tmp / f'live_{mode}.log', 1800)
     if code != 0:
@@ -197,7 +197,7 @@ def distils(cfg) -> float:
     return 0.0 if cfg.teacher_mode == 'none' else max(cfg.alpha, cfg.alpha_final or 0.0)
 
 
-def walk_config(tmp: Path, name: str, worlds: int, budget_s: float, alpha: float | None,
+def walk_config(tmp: Path, name: str, num_envs: int, budget_s: float, alpha: float | None,
                 seed: int = 1, overrides: list[str] = ()) -> Path:
     """train_ppo.yaml for a time-to-walk run: a time budget, every checkpoint kept (offline:
     every 5 iterations; live: every iteration), no final evaluation; ``alpha`` 0 = plain PPO;
@@ -206,7 +206,7 @@ def walk_config(tmp: Path, name: str, worlds: int, budget_s: float, alpha: float
     from claw_rl_ros.core.config import merge
     from claw_rl_ros.core.learning.train_config import parse_overrides
     data = yaml.safe_load(paths.config_path('train_ppo.yaml').read_text())
-    data['env']['num_envs'] = worlds
+    data['env']['num_envs'] = num_envs
     data['runner'].update(max_iterations=100000, time_budget_s=budget_s, eval_episodes=0,
                           save_interval=5, keep_checkpoints=100000, seed=seed)
     if alpha == 0:
@@ -225,7 +225,7 @@ def walk_runs(tmp: Path, args, main_alpha: float) -> list[tuple[str, str, Path, 
     up_args = [f'--{name.replace("_", "-")}={value}' for name, value in args.walk_up]
     for seed in args.walk_seeds:
         def cfg(name, alpha=None, overrides=()):
-            return walk_config(tmp, f'{name}_s{seed}', args.worlds, args.walk_budget_s, alpha,
+            return walk_config(tmp, f'{name}_s{seed}', args.num_envs, args.walk_budget_s, alpha,
                                seed, overrides)
         variants = [('offline', 'offline', cfg('walk_main'), []),
                     ('live', 'live', cfg('walk_main'), [])]
@@ -256,8 +256,8 @@ def time_to_walk(tmp: Path, env: dict, args) -> dict[str, list[dict]]:
         run_dir = tmp / name
         cmd = ['train', '--config', str(cfg), '--run-dir', str(run_dir), '--no-export'] \
             if mode == 'offline' else \
-            ['up', 'train', '--config', str(cfg), '--actors', str(args.actors), '--worlds',
-             str(args.worlds // args.actors), '--run-dir', str(run_dir), *extra]
+            ['up', 'train', '--config', str(cfg), '--actors', str(args.actors), '--num-envs',
+             str(args.num_envs // args.actors), '--run-dir', str(run_dir), *extra]
         if run([sys.executable, '-m', 'claw_rl_ros.cli', *cmd], env, tmp / f'{name}.log',
                args.walk_budget_s + 600) != 0:
             raise SystemExit(f'{label} run failed: see {tmp}/{name}.log')
@@ -336,7 +336,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--iterations', type=int, default=8, help='measured iterations')
     parser.add_argument('--warmup', type=int, default=2, help='iterations not measured')
-    parser.add_argument('--worlds', type=int, default=256, help='worlds in total')
+    parser.add_argument('--num-envs', type=int, default=256, help='worlds in total')
     parser.add_argument('--actors', type=int, default=2, help='live actor processes')
     parser.add_argument('--modes', nargs='+', default=['sync', 'overlap'],
                         choices=('sync', 'overlap'))
@@ -377,11 +377,11 @@ def main() -> int:
         return 0
     try:
         env = ros_env(tmp / 'ros')
-        cfg = bench_config(tmp, args.worlds, args.warmup + args.iterations)
+        cfg = bench_config(tmp, args.num_envs, args.warmup + args.iterations)
         threads = {} if args.ingest_only else {'cores': 0, '1 thread': 1}
         before = {k: offline(cfg, tmp, f'offline_{n}_before', env, args.warmup, n)
                   for k, n in threads.items()}
-        lives = {mode: live(cfg, tmp, mode, args.actors, args.worlds, env, args.warmup)
+        lives = {mode: live(cfg, tmp, mode, args.actors, args.num_envs, env, args.warmup)
                  for mode in args.modes if threads}
         after = {k: offline(cfg, tmp, f'offline_{n}_after', env, args.warmup, n)
                  for k, n in threads.items()}
@@ -392,9 +392,9 @@ def main() -> int:
         else:
             shutil.rmtree(tmp, ignore_errors=True)
     base = {k: (before[k] + after[k]) / 2 for k in threads}
-    print(f'\n{args.worlds} worlds x 24 steps per iteration, {args.iterations} iterations '
+    print(f'\n{args.num_envs} worlds x 24 steps per iteration, {args.iterations} iterations '
           f'measured after {args.warmup}; live: {args.actors} actors x '
-          f'{args.worlds // args.actors} worlds, 1 physics / torch thread per process\n')
+          f'{args.num_envs // args.actors} worlds, 1 physics / torch thread per process\n')
     for k in threads:
         print(f'offline claw-rl train, {k:8} {before[k]:8,.0f} steps/s before, '
               f'{after[k]:,.0f} after (mean {base[k]:,.0f})')

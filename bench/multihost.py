@@ -1,7 +1,7 @@
 """Live training with the actors on another host: loopback vs real and shaped links, one run.
 
 Every case is the live train graph without its control loop (trainer_node + --actors
-actor_nodes, --worlds in total, overlap: two chunks in flight, max_policy_lag 2), config
+actor_nodes, --num-envs in total, overlap: two chunks in flight, max_policy_lag 2), config
 train_ppo.yaml, run back to back on one machine (root: Linux network namespaces as hosts,
 test/netns.py):
 
@@ -19,7 +19,7 @@ Throughput counts env steps the trainer used per second of wall time, from its m
 after ``--warmup`` iterations. Link use is the bytes the trainer host received on its link per
 env step. The emulator's CPU time is printed beside (on 2 cores it competes with the nodes).
 
-    sudo .venv/bin/python bench/multihost.py [--iterations 10] [--warmup 3] [--worlds 256]
+    sudo .venv/bin/python bench/multihost.py [--iterations 10] [--warmup 3] [--num-envs 256]
         [--actors 2] [--cases loopback veth emulated lan wifi] [--encodings raw zstd_f16]
         [--transports udp large_data large_data_plain]
 """
@@ -98,7 +98,7 @@ def run_case(tmp: Path, name: str, link, encoding: str, transport: str, cfg: Pat
             'chunks_per_iteration': args.actors, 'max_policy_lag': 2,
             'time_budget_s': args.budget_s}, name='trainer')
         actors = [HostNode(net, actor_host, 'actor_node', env(actor_host), logs,
-                           {'config': str(cfg), 'num_envs': args.worlds // args.actors,
+                           {'config': str(cfg), 'num_envs': args.num_envs // args.actors,
                             'seed': i, 'chunks_in_flight': 2, 'chunk_encoding': encoding},
                            namespace=f'/a{i}') for i in range(len(names))]
         start = time.monotonic()
@@ -138,7 +138,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--iterations', type=int, default=10, help='measured iterations')
     parser.add_argument('--warmup', type=int, default=3, help='iterations not measured')
-    parser.add_argument('--worlds', type=int, default=256, help='worlds in total')
+    parser.add_argument('--num-envs', type=int, default=256, help='worlds in total')
     parser.add_argument('--actors', type=int, default=2, help='actor processes (one host)')
     parser.add_argument('--budget-s', type=float, default=180.0,
                         help='training time cap of one run (a slow link may not finish)')
@@ -152,7 +152,7 @@ def main() -> int:
     if os.geteuid() != 0:
         raise SystemExit('bench/multihost.py needs root (network namespaces, TAP devices)')
     tmp = Path(tempfile.mkdtemp(prefix='multihost_bench_', dir=args.keep))
-    cfg = bench_config(tmp, args.worlds, args.warmup + args.iterations)
+    cfg = bench_config(tmp, args.num_envs, args.warmup + args.iterations)
     results = {}
     try:
         for run in plan(args):
@@ -170,7 +170,7 @@ def main() -> int:
 
 def report(results: dict, args) -> None:
     base = results.get(('loopback', 'raw', 'udp'), {}).get('rate', float('nan'))
-    print(f'\n{args.worlds} worlds ({args.actors} actors x {args.worlds // args.actors}) x 24 '
+    print(f'\n{args.num_envs} worlds ({args.actors} actors x {args.num_envs // args.actors}) x 24 '
           f'steps, chunks_per_iteration {args.actors}, {args.iterations} iterations measured '
           f'after {args.warmup} (or what {args.budget_s:g} s of training made); trainer host '
           'and actor host in network namespaces. steps/s: env steps the trainer learnt from per '

@@ -2,7 +2,7 @@
 back to them, and to the control loop's policy node (sim_node + policy_node in realtime),
 through the policy node's hot-swap mechanism.
 
-    ros2 launch claw_rl_ros train.launch.py actors:=2 worlds:=64 run_dir:=runs/live
+    ros2 launch claw_rl_ros train.launch.py actors:=2 num_envs:=64 run_dir:=runs/live
 
 With ``control_actor:=true`` the control loop is an actor too: the policy node samples around
 its mean and sim_node publishes the loop's rollout chunks next to the batched actors'.

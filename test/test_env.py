@@ -111,7 +111,7 @@ def test_gait_clock_uses_the_same_moving_definition(make_env):
 def test_reward_manager_scales_by_dt_clips_and_logs():
     s = crafted_step()
     manager = R.RewardManager({'tracking_lin_vel': 1.0, 'collision': -10.0, 'termination': -5.0,
-                               'torques': 0.0}, params(), dt=0.02, num_envs=2,
+                               'torques': 0.0}, params(), control_dt=0.02, num_envs=2,
                               only_positive=True)
     total, terms = manager.compute(s)
     assert set(terms) == {'tracking_lin_vel', 'collision', 'termination'}

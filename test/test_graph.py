@@ -295,7 +295,7 @@ def test_every_executable_is_a_module_with_main():
 
 
 def test_train_graph_is_a_trainer_pushing_to_n_actors_and_the_control_loop():
-    trainer, *actors, sim, policy = resolve(GRAPHS['train'], {'actors': '3', 'worlds': '64',
+    trainer, *actors, sim, policy = resolve(GRAPHS['train'], {'actors': '3', 'num_envs': '64',
                                                               'namespace': 'lab'})
     assert (trainer.executable, trainer.fqn) == ('trainer_node', '/lab/trainer')
     assert [a.fqn for a in actors] == ['/lab/actor_0', '/lab/actor_1', '/lab/actor_2']
@@ -320,7 +320,7 @@ def test_train_graph_is_a_trainer_pushing_to_n_actors_and_the_control_loop():
     assert [n.executable for n in nodes] == ['trainer_node', 'actor_node', 'actor_node']
     assert nodes[0].parameters['push_targets'] == ['actor_0', 'actor_1']
     assert {n.parameters['robot'] for n in nodes} == {robot_yaml}
-    for bad in ({'actors': '0'}, {'actors': 'two'}, {'worlds': '-1'}):
+    for bad in ({'actors': '0'}, {'actors': 'two'}, {'num_envs': '-1'}):
         with pytest.raises(ConfigError, match='not a whole number'):
             resolve(GRAPHS['train'], bad)
     with pytest.raises(ConfigError, match='control_loop'):
@@ -401,7 +401,7 @@ def test_repeated_set_options_of_claw_rl_up_add_up(capsys):
 
 
 def test_train_graph_control_actor_makes_the_loop_an_actor():
-    trainer, actor, sim, policy = resolve(GRAPHS['train'], {'actors': '1', 'worlds': '16',
+    trainer, actor, sim, policy = resolve(GRAPHS['train'], {'actors': '1', 'num_envs': '16',
                                                             'control_actor': 'true'})
     # Training mode on both sides; the sim steps the training env as the actors do.
     assert sim.parameters['training'] is True and policy.parameters['training'] is True
@@ -426,7 +426,7 @@ def test_train_graph_control_actor_makes_the_loop_an_actor():
     with pytest.raises(ConfigError, match='control_actor.*needs control_loop true'):
         resolve(GRAPHS['train'], {'control_actor': 'true', 'control_loop': 'false'})
     with pytest.raises(ConfigError, match='control_actor.*>= 2 worlds'):
-        resolve(GRAPHS['train'], {'control_actor': 'true', 'worlds': '1'})
+        resolve(GRAPHS['train'], {'control_actor': 'true', 'num_envs': '1'})
     # SAC trains live with batched actors; the loop (PPO's Gaussian sampler) may not act.
     assert resolve(GRAPHS['train'], {'config': 'train_sac.yaml'})[0].parameters['config'] == \
         'train_sac.yaml'

@@ -116,7 +116,7 @@ def test_final_obs_and_episode_log_of_a_failed_world(make_env):
     assert terminated.tolist() == [True, False]
     log = extras['episode']
     assert log['env_ids'].tolist() == [0]
-    assert log['length_s'].tolist() == pytest.approx([4 * env.dt])
+    assert log['length_s'].tolist() == pytest.approx([4 * env.control_dt])
     assert log['return'].tolist() == pytest.approx([returns[0] + reward[0]])
     assert set(log) == {'env_ids', 'length_s', 'return'} | {f'reward/{k}' for k in sums}
     assert env.reward_manager.episode_sums['tracking_lin_vel'][1] > 0
@@ -184,7 +184,7 @@ def test_rewards_of_a_step_use_the_configured_scales_times_dt(make_env):
     assert terminated.tolist() == [False, True]
     # The failed world pays termination * dt on top of the other terms.
     manager = env.reward_manager
-    assert manager.scales['termination'] == pytest.approx(-50.0 * env.dt)
+    assert manager.scales['termination'] == pytest.approx(-50.0 * env.control_dt)
     assert reward[1] < reward[0] - 0.9
 
 
@@ -278,7 +278,7 @@ def test_reward_manager_without_clip_sums_every_term_and_accumulates_episodes():
     s.terminated[:] = [True, False]
     s.penalised_contact[0] = [True, True, False]
     manager = R.RewardManager({'collision': -1.0, 'termination': -10.0, 'base_height': 0.0,
-                               'tracking_lin_vel': 2.0}, p, dt=0.1, num_envs=2,
+                               'tracking_lin_vel': 2.0}, p, control_dt=0.1, num_envs=2,
                               only_positive=False)
     assert set(manager.scales) == {'collision', 'termination', 'tracking_lin_vel'}
     total, terms = manager.compute(s)
@@ -301,12 +301,12 @@ def test_clipped_total_adds_termination_after_the_clip():
     s.terminated[:] = [True, True]
     s.penalised_contact[:, 0] = True
     manager = R.RewardManager({'collision': -30.0, 'termination': -1.0,
-                               'tracking_lin_vel': 1.0}, p, dt=0.1, num_envs=2,
+                               'tracking_lin_vel': 1.0}, p, control_dt=0.1, num_envs=2,
                               only_positive=True)
     total, _ = manager.compute(s)
     # The positive part is outweighed by the collision: clipped to 0, then -0.1 added.
     np.testing.assert_allclose(total, [-0.1, -0.1])
-    manager = R.RewardManager({'collision': -30.0, 'tracking_lin_vel': 1.0}, p, dt=0.1,
+    manager = R.RewardManager({'collision': -30.0, 'tracking_lin_vel': 1.0}, p, control_dt=0.1,
                               num_envs=2, only_positive=True)
     np.testing.assert_allclose(manager.compute(s)[0], [0.0, 0.0])
 
@@ -410,7 +410,7 @@ def test_constructor_derives_rates_limits_and_noise_from_the_config(make_env, ro
     assert make_env(num_envs=1, noise={'enabled': False}).noise_vec is None
     assert env.obs_dims == {'policy': 47, 'policy_noise_free': 47,
                             'privileged': robot.privileged_obs.dim}
-    assert (env.num_envs, env.num_actions, env.num_feet, env.dt) == (2, 12, 4, 0.02)
+    assert (env.num_envs, env.num_actions, env.num_feet, env.control_dt) == (2, 12, 4, 0.02)
 
 
 def test_latency_at_or_above_the_decimation_is_refused(make_env):
@@ -629,7 +629,7 @@ def test_step_data_reads_contacts_torques_heights_and_failures_from_the_sensors(
     contact(env, sd, 'foot_contact', 1, 0, 0, 1.0, (0.0, 0.0, 9.0))
     env.last_joint_vel[:] = 0.5
     data = env._step_data(sd, np.zeros(2, bool))
-    np.testing.assert_allclose(data.joint_acc, (data.joint_vel - 0.5) / env.dt)
+    np.testing.assert_allclose(data.joint_acc, (data.joint_vel - 0.5) / env.control_dt)
     assert data.foot_contact.tolist() == [[0.0, 1.0, 0.0, 0.0], [0.0] * 4]
     assert data.joint_torque[0, 0] == pytest.approx(math.sqrt(5.0))
     assert data.joint_torque[1].tolist() == [0.0] * J
@@ -648,7 +648,7 @@ def test_feet_air_time_counts_swings_and_reports_the_touchdown(make_env):
     env.feet_air_time[:] = 0.0
     env.last_contacts[:] = False
     last = env.physics.decimation - 1
-    dt = env.dt
+    dt = env.control_dt
     # Foot 0 swings for two steps and lands on the third; foot 1 lifts after step 1.
     pattern = [[False, True, True, True], [False, False, True, True],
                [True, False, True, True], [True, False, True, True]]

@@ -9,13 +9,13 @@ from claw_rl_ros.core.sim.env_config import EnvConfig
 from claw_rl_ros.core.sim.model_variants import ModelVariants, pool_size
 
 
-def random_resets(variants: ModelVariants, num_worlds: int, steps: int, seed: int = 0):
+def random_resets(variants: ModelVariants, num_envs: int, steps: int, seed: int = 0):
     """Yield (ids, copies, fresh, users before) for ``steps`` calls with random reset sets,
     the first call resetting every world (as an env's first reset does)."""
     rng = np.random.default_rng(seed)
     for step in range(steps):
-        ids = np.arange(num_worlds) if step == 0 else \
-            np.flatnonzero(rng.random(num_worlds) < rng.choice([0.02, 0.2, 1.0]))
+        ids = np.arange(num_envs) if step == 0 else \
+            np.flatnonzero(rng.random(num_envs) < rng.choice([0.02, 0.2, 1.0]))
         before = variants.users.copy()
         copies, fresh = variants.assign(ids)
         yield ids, copies, fresh, before

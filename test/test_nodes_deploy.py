@@ -57,7 +57,7 @@ class Feeder:
     scheduled (wall) time as ros2_control's update loop stamps its state."""
 
     def __init__(self, probe, robot):
-        self.probe, self.names, self.dt = probe, list(robot.joint_names), robot.control_dt
+        self.probe, self.names, self.control_dt = probe, list(robot.joint_names), robot.control_dt
         self.pos = robot.default_joint_pos + np.where(np.arange(12) % 3 == 2, -0.6, 0.3)
         self.tilt = 0.0
         self.stop = threading.Event()
@@ -68,7 +68,8 @@ class Feeder:
     def run(self):
         t = time.time()
         while not self.stop.is_set():
-            t = max(t + self.dt, time.time() - self.dt)  # a late slot is skipped, not bunched
+            # A late slot is skipped, not bunched.
+            t = max(t + self.control_dt, time.time() - self.control_dt)
             if self.stop.wait(max(0.0, t - time.time())):
                 break
             self.send(t)

@@ -84,7 +84,7 @@ def control_loop(values: Mapping[str, str], source: str) -> list[NodeEntry]:
 CONFIG = Argument('config', 'train_ppo.yaml', 'train YAML (config/<name> or a path): env, '
                   'networks, PPO, distillation and rollout length, shared by trainer and actors')
 ACTORS = Argument('actors', '2', 'batched actor processes (actor_0 ... actor_<N-1>)')
-WORLDS = Argument('worlds', '0', "MuJoCo worlds per actor (0 = the config's env.num_envs)")
+NUM_ENVS = Argument('num_envs', '0', "MuJoCo worlds per actor (0 = the config's env.num_envs)")
 RUN_DIR = Argument('run_dir', 'runs/live', 'trainer run directory: checkpoints, exported '
                    'students, metrics.csv, TensorBoard, learning_curve.png, summary.json')
 RESUME = Argument('resume', 'false', "continue run_dir's newest checkpoint (false refuses a "
@@ -167,7 +167,7 @@ def _train(values: Mapping[str, str]) -> list[NodeEntry]:
     """trainer_node + N actor_nodes; the trainer pushes every new student to each actor."""
     source = "graph 'train'"
     actors = _count(values, 'actors', source, 1)
-    worlds = _count(values, 'worlds', source, 0)
+    num_envs = _count(values, 'num_envs', source, 0)
     config = paths.config_path(values['config'])
     overrides = values['set'].strip()
     train_cfg = load_train_config(config, split_overrides(overrides))  # refused here, by key
@@ -184,7 +184,7 @@ def _train(values: Mapping[str, str]) -> list[NodeEntry]:
     names = [f'actor_{i}' for i in range(actors)]
     loop = to_bool(values, 'control_loop', source)
     robot = robot_argument(values['robot']) if values['robot'] else train_cfg.env.robot
-    actor_loop = _control_actor(values, source, loop, worlds or train_cfg.env.num_envs,
+    actor_loop = _control_actor(values, source, loop, num_envs or train_cfg.env.num_envs,
                                 train_cfg.algorithm, train_cfg.env.policy_history)
     # The trainer ends the graph when its budget is spent (exit 0 is not a failure).
     trainer = NodeEntry('trainer_node', 'trainer', exits=True, parameters={
@@ -200,7 +200,7 @@ def _train(values: Mapping[str, str]) -> list[NodeEntry]:
         'resume': to_bool(values, 'resume', source),
         'teacher': existing_path(values, 'teacher', source), 'overrides': overrides})
     nodes = [trainer] + [NodeEntry('actor_node', name, parameters={
-        'config': values['config'], 'robot': robot, 'num_envs': worlds,
+        'config': values['config'], 'robot': robot, 'num_envs': num_envs,
         'seed': actor_seed(train_cfg.runner.seed, i), 'overrides': overrides,
         'chunks_in_flight': in_flight},
         # An actor holds no learning state: one that dies (a native crash) is started again,
@@ -225,7 +225,7 @@ def _train(values: Mapping[str, str]) -> list[NodeEntry]:
     return nodes
 
 
-def _control_actor(values: Mapping[str, str], source: str, loop: bool, worlds: int,
+def _control_actor(values: Mapping[str, str], source: str, loop: bool, num_envs: int,
                    algorithm: str, history: int = 1) -> bool:
     """The control_actor argument, checked against the graph and algorithm it needs."""
     actor_loop = to_bool(values, 'control_actor', source)
@@ -241,9 +241,9 @@ def _control_actor(values: Mapping[str, str], source: str, loop: bool, worlds: i
     if actor_loop and not loop:
         raise ConfigError(source, 'control_actor', 'true needs control_loop true (the loop that '
                           'acts)')
-    if actor_loop and worlds < 2:
+    if actor_loop and num_envs < 2:
         raise ConfigError(source, 'control_actor', f'true needs batched actors of >= 2 worlds '
-                          f'(worlds {worlds}): their chunks start iterations, the loop\'s '
+                          f'(num_envs {num_envs}): their chunks start iterations, the loop\'s '
                           '1-world chunks only join them')
     return actor_loop
 
@@ -346,7 +346,7 @@ GRAPHS: dict[str, Graph] = {graph.name: graph for graph in (
           'operator-driven safety state machine, verified model', DEPLOY_ARGUMENTS, _deploy),
     Graph('train', 'live training: trainer_node learning from N batched actor_nodes, pushing '
           'each new student back to them and to the realtime control loop (sim_node + '
-          'policy_node)', (CONFIG, ACTORS, WORLDS, RUN_DIR, RESUME, TEACHER, TIME_BUDGET,
+          'policy_node)', (CONFIG, ACTORS, NUM_ENVS, RUN_DIR, RESUME, TEACHER, TIME_BUDGET,
                            OVERLAP, TRAINER_THREADS, TRAIN_ROBOT, CONTROL_LOOP, LOOP_SPEED,
                            CONTROL_ACTOR, MODE, NAMESPACE, SET),
           _train),

@@ -135,13 +135,13 @@ class PolicyController:
                 raise ValueError(f'{name} = {value!r}; must be a finite number >= 0 (0: '
                                  + ('off)' if name == 'cmd_vel_timeout_s' else 'default)'))
         self.robot = robot
-        self.dt = robot.control_dt
-        self.max_age = stale_after_periods * self.dt
+        self.control_dt = robot.control_dt
+        self.max_age = stale_after_periods * self.control_dt
         self.clock = clock
-        # The watchdog's limits: polled every dt / WATCHDOG_POLLS, it fires within max_age.
-        self.stale_limit = self.max_age - self.dt / WATCHDOG_POLLS
+        # The watchdog's limits: polled every control_dt / WATCHDOG_POLLS, it fires within max_age.
+        self.stale_limit = self.max_age - self.control_dt / WATCHDOG_POLLS
         wall = wall_stale_after_s or (SIM_WALL_STALE_S if clock == 'sim' else self.max_age)
-        self.wall_stale_limit = max(wall, self.max_age) - self.dt / WATCHDOG_POLLS
+        self.wall_stale_limit = max(wall, self.max_age) - self.control_dt / WATCHDOG_POLLS
         self.cmd_vel_timeout = cmd_vel_timeout_s
         self._monotonic = monotonic
         self._mono = 0.0  # the receive time of the call being handled
@@ -295,7 +295,8 @@ class PolicyController:
         wall_age = self._mono - self._last_good_mono
         if age <= self.stale_limit and wall_age <= self.wall_stale_limit:
             return None
-        if self._last_output is not None and self._mono - self._last_output < 0.9 * self.dt:
+        if self._last_output is not None and \
+                self._mono - self._last_output < 0.9 * self.control_dt:
             return None
         self.holds.add('stale')
         what = (f'{age * 1e3:.0f} ms' if age > self.stale_limit else
@@ -376,7 +377,7 @@ class PolicyController:
     def _imu_for(self, stamp: float):
         """The IMU reading of the tick stamped ``stamp``: the newest within half a period
         either side; None: not arrived yet; False: none of this tick although newer exist."""
-        tol = IMU_SYNC_PERIODS * self.dt
+        tol = IMU_SYNC_PERIODS * self.control_dt
         if not self._imus or self._newest_imu() < stamp - tol:
             return None
         best = None

@@ -66,8 +66,8 @@ def _observation_lines(have: list, want: list) -> list[str]:
             for h, w in zip(have, want) if not metadata_match(w, h, 1e-6)]
 
 
-def _rate_line(topic: str, period: float | None, dt: float, at_least: bool) -> list[str]:
-    want = 1.0 / dt
+def _rate_line(topic: str, period: float | None, control_dt: float, at_least: bool) -> list[str]:
+    want = 1.0 / control_dt
     if period is None or not period > 0:
         return [f'{topic} rate: no timing yet (need a few stamped messages); is it published?']
     rate = 1.0 / period
@@ -75,7 +75,7 @@ def _rate_line(topic: str, period: float | None, dt: float, at_least: bool) -> l
     high = not at_least and rate > want * (1 + RATE_TOLERANCE)
     if low or high:
         return [f'{topic} rate: {rate:.1f} Hz, the model was trained at {want:g} Hz (control dt '
-                f'{dt:g} s); set the broadcaster\'s update_rate to {want:g}'
+                f'{control_dt:g} s); set the broadcaster\'s update_rate to {want:g}'
                 + (' or more' if at_least else '')]
     return []
 
@@ -93,7 +93,6 @@ def self_check(robot: RobotSpec, model_spec: dict[str, Any] | None, *,
     ``usable``: (usable, received) of the last joint states, judged, not just received
     (``last_drop``: why the last one was dropped).
     """
-    dt = robot.control_dt
     out = ['model: none loaded'] if model_spec is None else model_lines(robot, model_spec)
     if joint_state_names is None:
         out.append('missing joint: no /joint_states received yet')
@@ -103,8 +102,8 @@ def self_check(robot: RobotSpec, model_spec: dict[str, Any] | None, *,
     if usable is not None and usable[1] and usable[0] < USABLE_FRACTION * usable[1]:
         out.append(f'usable states: {usable[0]} of the last {usable[1]} /joint_states were '
                    f'usable (last drop: {last_drop or "none"})')
-    out += _rate_line('/joint_states', joint_state_period, dt, at_least=False)
-    out += _rate_line('imu', imu_period, dt, at_least=True)
+    out += _rate_line('/joint_states', joint_state_period, robot.control_dt, at_least=False)
+    out += _rate_line('imu', imu_period, robot.control_dt, at_least=True)
     if command_joints is not None:
         out += [f'command interface {line}' for line in _joint_lines(
             'the command controller', command_joints, output_joints,

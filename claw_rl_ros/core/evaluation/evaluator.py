@@ -185,7 +185,7 @@ class _Tally:
 def run_episodes(env: VecLocomotionEnv, policy_fn: PolicyFn, settle_s: float) -> _Tally:
     """Step every world until its first episode has ended (at most max_episode_length steps)."""
     tally = _Tally(env.num_envs)
-    settle_steps = int(round(settle_s / env.dt))
+    settle_steps = int(round(settle_s / env.control_dt))
     groups = obs_groups_of(policy_fn)
     obs, _ = env.reset()
     for step in range(env.max_episode_length):

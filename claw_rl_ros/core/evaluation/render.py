@@ -84,10 +84,10 @@ def _heading(quat: np.ndarray) -> float:
     return math.atan2(2.0 * (w * z + x * y), 1.0 - 2.0 * (y * y + z * z))
 
 
-def frame_steps(seconds: float, fps: float, dt: float) -> np.ndarray:
+def frame_steps(seconds: float, fps: float, control_dt: float) -> np.ndarray:
     """[F] control step at which each frame is taken: frame k shows time k / fps."""
     count = max(1, int(round(seconds * fps)))
-    return np.round(np.arange(count) / fps / dt).astype(np.int64)
+    return np.round(np.arange(count) / fps / control_dt).astype(np.int64)
 
 
 def record(policy_fn: Callable[[np.ndarray], np.ndarray], env: VecLocomotionEnv,
@@ -144,7 +144,7 @@ def render_gait(policy_fn: Callable[[np.ndarray], np.ndarray], robot: RobotSpec,
     renderer = None
     try:
         renderer = open_renderer(env.physics.model, width, height)
-        steps = frame_steps(seconds, fps, env.dt)
+        steps = frame_steps(seconds, fps, env.control_dt)
         keep = np.arange(len(steps)) if suffix == '.gif' else \
             np.unique(np.linspace(0, len(steps) - 1, STRIP_FRAMES).round().astype(np.int64))
         frames = record(policy_fn, env, renderer, steps, set(keep.tolist()))

@@ -141,9 +141,9 @@ def policy_card(model: str | Path) -> str:
     policy = OnnxPolicy(model)
     spec, meta = policy.spec, policy.metadata
     extras = {k: json.loads(meta[k]) for k in RUN_KEYS if k in meta}
-    dt = float(spec.get('control_dt', 0.0))
+    control_dt = float(spec.get('control_dt', 0.0))
     gait = spec.get('gait') or {}
-    period = f'{dt:g} s ({1 / dt:g} Hz)' if dt > 0 else '?'
+    period = f'{control_dt:g} s ({1 / control_dt:g} Hz)' if control_dt > 0 else '?'
     lines = [
         f'# Policy card: {model.name}', '',
         f'- sha256: `{policy.sha256}`',

@@ -42,7 +42,7 @@ def hold_default_pose(robot: str = 'claw_quadruped', seconds: float = 5.0,
     """Step zero actions (targets = default pose) and measure how well the robot stands."""
     env = stand_env(robot, num_envs, seed)
     try:
-        steps = int(round(seconds / env.dt))
+        steps = int(round(seconds / env.control_dt))
         zeros = np.zeros((num_envs, env.num_actions))
         fell = np.zeros(num_envs, dtype=bool)
         heights, tilts, errors, contacts = [], [], [], []
@@ -58,10 +58,10 @@ def hold_default_pose(robot: str = 'claw_quadruped', seconds: float = 5.0,
             contacts.append(env.foot_contact.mean(axis=1))
         elapsed = time.perf_counter() - start
         # Judge the pose once the drop from the reset height has settled (after 1 s).
-        settled = slice(min(steps - 1, int(1.0 / env.dt)), None)
+        settled = slice(min(steps - 1, int(1.0 / env.control_dt)), None)
         h = np.array(heights)
         return StandReport(
-            seconds=steps * env.dt, num_envs=num_envs, fell=int(fell.sum()),
+            seconds=steps * env.control_dt, num_envs=num_envs, fell=int(fell.sum()),
             mean_height=float(h[settled].mean()), min_height=float(h.min()),
             max_tilt_deg=float(np.max(tilts)), max_joint_error=float(np.max(errors[settled])),
             feet_in_contact=float(np.mean(contacts[settled])),

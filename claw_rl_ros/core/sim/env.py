@@ -67,8 +67,8 @@ class VecLocomotionEnv:
             if cfg.policy_history > 1 else None
         # {group: H} of the groups that are windows (rollout chunks send them as frames).
         self.obs_windows = observation_windows(cfg)
-        self.dt = r.control_dt
-        self.max_episode_length = int(math.ceil(cfg.episode_length_s / self.dt))
+        self.control_dt = r.control_dt
+        self.max_episode_length = int(math.ceil(cfg.episode_length_s / self.control_dt))
         self.rng = np.random.default_rng(cfg.seed)
         self._build_terrain()
         # Worlds share randomised model copies when the config says so (model_variants.py).
@@ -84,8 +84,8 @@ class VecLocomotionEnv:
         if lat[1] >= r.decimation:
             raise ValueError(f'randomization.action_latency_substeps {list(lat)} must stay below '
                              f'the decimation ({r.decimation})')
-        self._resample_steps = max(1, round(cfg.commands.resample_time_s / self.dt))
-        self._push_steps = round(cfg.randomization.push_interval_s / self.dt)
+        self._resample_steps = max(1, round(cfg.commands.resample_time_s / self.control_dt))
+        self._push_steps = round(cfg.randomization.push_interval_s / self.control_dt)
         half_range = 0.5 * (r.joint_upper - r.joint_lower) * cfg.rewards.soft_joint_limit
         mid = 0.5 * (r.joint_upper + r.joint_lower)
         # Robot-sized constants: the env config may override the robot's.
@@ -102,7 +102,7 @@ class VecLocomotionEnv:
                 default_joint_pos=r.default_joint_pos,
                 soft_joint_lower=mid - half_range, soft_joint_upper=mid + half_range,
                 swing_height_target=robot_sized(rw.swing_height_target, r.swing_height)),
-            self.dt, n, cfg.rewards.only_positive)
+            self.control_dt, n, cfg.rewards.only_positive)
         noise = cfg.noise
         self.noise_vec = (r.policy_obs.term_vector(noise.levels) * r.policy_obs.scale
                           * noise.scale) if noise.enabled else None
@@ -138,7 +138,7 @@ class VecLocomotionEnv:
     def _build_terrain(self) -> None:
         """With env.terrain on: the map, each world's tile and (scan on) the scan's size."""
         cfg = self.cfg
-        self.placement = TerrainPlacement(cfg.terrain, self.robot, self.num_envs, self.dt,
+        self.placement = TerrainPlacement(cfg.terrain, self.robot, self.num_envs, self.control_dt,
                                           cfg.episode_length_s, self.rng) \
             if cfg.terrain.enabled else None
         self.terrain = self.placement.terrain if self.placement else None
@@ -198,7 +198,7 @@ class VecLocomotionEnv:
         self.actions = actions
         self.episode_step += 1
         if r.gait_period > 0:
-            self.gait_phase = (self.gait_phase + self.dt / r.gait_period) % 1.0
+            self.gait_phase = (self.gait_phase + self.control_dt / r.gait_period) % 1.0
 
         diverged = self.physics.diverged(cfg.termination.max_joint_vel) | bad_action
         if diverged.any():
@@ -396,7 +396,7 @@ class VecLocomotionEnv:
         self.last_contacts = contact
         self.foot_contact = contact
         first_contact = (self.feet_air_time > 0) & contact_filt
-        self.feet_air_time += self.dt
+        self.feet_air_time += self.control_dt
         air_time = self.feet_air_time.copy()
         self.feet_air_time *= ~contact_filt
         # Rewards and failures judge the trunk itself (true state), not the IMU's reading of it.
@@ -413,7 +413,7 @@ class VecLocomotionEnv:
         return StepData(
             **vars(s), projected_gravity=gravity,
             trunk_ang_vel=self.physics.qvel[:, 3:6].copy(),  # free joint: body-frame rates
-            joint_acc=(s.joint_vel - self.last_joint_vel) / self.dt,
+            joint_acc=(s.joint_vel - self.last_joint_vel) / self.control_dt,
             joint_torque=np.sqrt(torque_sq_mean), previous_action=self.last_actions.copy(),
             foot_air_time=air_time, first_contact=first_contact,
             penalised_contact=penalised,
@@ -456,7 +456,7 @@ class VecLocomotionEnv:
         """Per finished world: return, length [s], and each reward term's episode sum."""
         log = {f'reward/{k}': v for k, v in self.reward_manager.pop_episode_sums(ids).items()}
         log['return'] = self.episode_return[ids].copy()
-        log['length_s'] = self.episode_step[ids] * self.dt
+        log['length_s'] = self.episode_step[ids] * self.control_dt
         log['env_ids'] = ids
         return log
 

@@ -141,7 +141,7 @@ class GymVecEnv:
         self.action_low = np.broadcast_to(space.low, space.shape).reshape(-1).astype(np.float64)
         self.action_high = np.broadcast_to(space.high, space.shape).reshape(-1).astype(np.float64)
         self.action_dtype = space.dtype
-        self.dt = float(getattr(self.envs[0].unwrapped, 'dt', 1.0))
+        self.control_dt = float(getattr(self.envs[0].unwrapped, 'dt', 1.0))
         self.episode_step = np.zeros(self.num_envs, dtype=np.int64)
         self.episode_return = np.zeros(self.num_envs)
         self._obs = np.zeros((self.num_envs, self.obs_dim), dtype=np.float32)
@@ -250,7 +250,7 @@ class GymVecEnv:
         for i, obs in final.items():
             final_obs[i] = obs
         episode = {'return': self.episode_return[ids].copy(),
-                   'length_s': self.episode_step[ids] * self.dt, 'env_ids': ids}
+                   'length_s': self.episode_step[ids] * self.control_dt, 'env_ids': ids}
         self.episode_step[ids] = 0
         self.episode_return[ids] = 0.0
         return {'final_obs': self._observation(final_obs), 'episode': episode}

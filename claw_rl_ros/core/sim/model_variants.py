@@ -19,11 +19,11 @@ from typing import Any
 import numpy as np
 
 
-def pool_size(num_worlds: int, worlds_per_model: int) -> int:
-    """Copies a batch of ``num_worlds`` needs: twice the copies in use when every copy holds
+def pool_size(num_envs: int, worlds_per_model: int) -> int:
+    """Copies a batch of ``num_envs`` needs: twice the copies in use when every copy holds
     ``worlds_per_model`` worlds, so worlds that reset find a free one while earlier copies
     still wait for their last world (at most one per world)."""
-    return min(num_worlds, 2 * math.ceil(num_worlds / worlds_per_model))
+    return min(num_envs, 2 * math.ceil(num_envs / worlds_per_model))
 
 
 class ModelVariants:
@@ -36,12 +36,12 @@ class ModelVariants:
     onto a full pool).
     """
 
-    def __init__(self, num_worlds: int, worlds_per_model: int):
+    def __init__(self, num_envs: int, worlds_per_model: int):
         if worlds_per_model < 1:
             raise ValueError(f'worlds_per_model = {worlds_per_model}: expected >= 1')
         self.share = worlds_per_model
-        self.size = pool_size(num_worlds, worlds_per_model)
-        self.of_world = np.full(num_worlds, -1, dtype=np.int64)
+        self.size = pool_size(num_envs, worlds_per_model)
+        self.of_world = np.full(num_envs, -1, dtype=np.int64)
         self.users = np.zeros(self.size, dtype=np.int64)
         self.filling, self.places_left = -1, 0
 

@@ -172,14 +172,14 @@ TERMS: dict[str, Callable[[StepData, RewardParams], np.ndarray]] = {
 class RewardManager:
     """Weighted sum of named terms; keeps per-term episode sums for logging."""
 
-    def __init__(self, scales: dict[str, float], params: RewardParams, dt: float,
+    def __init__(self, scales: dict[str, float], params: RewardParams, control_dt: float,
                  num_envs: int, only_positive: bool):
         unknown = sorted(set(scales) - set(TERMS))
         if unknown:
             raise ValueError(f'unknown reward term {unknown[0]!r}; available: '
                              f'{", ".join(TERMS)}')
-        # Scales are per second: multiply by dt so rewards do not depend on the control rate.
-        self.scales = {k: v * dt for k, v in scales.items() if v != 0.0}
+        # Scales are per second: times control_dt, rewards do not depend on the control rate.
+        self.scales = {k: v * control_dt for k, v in scales.items() if v != 0.0}
         self.params = params
         self.only_positive = only_positive
         self.episode_sums = {k: np.zeros(num_envs) for k in self.scales}

@@ -175,7 +175,7 @@ class SimSession:
         self.pushes = pushes and cfg.randomization.push_interval_s > 0
         self.noise = noise
         self.command_timeout_s = command_timeout_s
-        self.dt = robot.control_dt
+        self.control_dt = robot.control_dt
         self.rng = np.random.default_rng(seed)
         self.tile = terrain if terrain is not None and terrain.config is not None else None
         self.terrain: Terrain | None = generate_terrain(self.tile.config, robot) \
@@ -184,7 +184,7 @@ class SimSession:
         self.physics = physics if physics is not None else BatchedPhysics(
             robot, 1, **solver_options(cfg), terrain=self.terrain)
         self._data = mujoco.MjData(self.physics.models[0])
-        self._push_steps = max(1, round(cfg.randomization.push_interval_s / self.dt))
+        self._push_steps = max(1, round(cfg.randomization.push_interval_s / self.control_dt))
         self.time = 0.0
         self.steps = 0
         self.falls = 0
@@ -222,7 +222,7 @@ class SimSession:
         self._history.append(np.array(targets, dtype=np.float64))
         p.step(self._history[0][None], self._prev_targets[None], self._latency)
         self._prev_targets = self._history[0]
-        self.time += self.dt
+        self.time += self.control_dt
         self.steps += 1
         if self.pushes and self.steps % self._push_steps == 0:
             v = self.cfg.randomization.push_velocity

@@ -52,11 +52,11 @@ class TerrainPlacement:
     command_distance [N]: the planar distance [m] its commands asked for so far.
     """
 
-    def __init__(self, cfg: TerrainConfig, robot: RobotSpec, num_envs: int, dt: float,
+    def __init__(self, cfg: TerrainConfig, robot: RobotSpec, num_envs: int, control_dt: float,
                  episode_length_s: float, rng: np.random.Generator):
         self.cfg = cfg
         self.terrain: Terrain = generate_terrain(cfg, robot)
-        self.dt, self.episode_length_s = dt, episode_length_s
+        self.control_dt, self.episode_length_s = control_dt, episode_length_s
         # A world leaving the map's edge ends its episode as a time-out (IsaacLab's
         # terrain_out_of_bounds), while its feet are still on the border.
         self.edge_margin = robot.standing_height
@@ -80,7 +80,7 @@ class TerrainPlacement:
 
     def accumulate(self, commands: np.ndarray) -> None:
         """Add one control step of the [N, 3] commands' planar speed to each world's distance."""
-        self.command_distance += np.linalg.norm(commands[:, :2], axis=1) * self.dt
+        self.command_distance += np.linalg.norm(commands[:, :2], axis=1) * self.control_dt
 
     def finish(self, ids: np.ndarray, xy: np.ndarray, episode_steps: np.ndarray,
                failed: np.ndarray, rng: np.random.Generator) -> None:
@@ -93,7 +93,7 @@ class TerrainPlacement:
             return
         walked = np.where(failed, 0.0, np.linalg.norm(xy - self.spawn_xy[ids], axis=1))
         # The commands' mean speed over the steps lived, for a full episode (a fall is short).
-        speed = self.command_distance[ids] / (np.maximum(episode_steps, 1) * self.dt)
+        speed = self.command_distance[ids] / (np.maximum(episode_steps, 1) * self.control_dt)
         self.levels[ids] = curriculum_levels(self.levels[ids], walked,
                                              speed * self.episode_length_s,
                                              self.terrain.tile_size, self.terrain.num_levels,

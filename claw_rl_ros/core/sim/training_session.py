@@ -98,7 +98,7 @@ class TrainingSession(SimSession):
         if action is None:
             action = (targets - r.default_joint_pos) / r.action_scale
         _, reward, terminated, truncated, extras = self.env.step(action[None], targets[None])
-        self.time += self.dt
+        self.time += self.control_dt
         self.steps += 1
         ended, timed_out = bool(terminated[0] or truncated[0]), bool(truncated[0])
         self.falls += int(terminated[0])
