@@ -17,7 +17,7 @@ Chunks are collected only while ``chunk_topic`` has a subscriber (a chunk publis
 trainer's subscription is matched would be lost, and with it the credit); one that is lost
 anyway is made up for after ``credit_timeout_s`` without a new model.
 
-Parameters: :class:`~.node_params.ActorParams` (``ros2 param describe``; all but
+Parameters: :class:`~..core.params.node_config.ActorParams` (``ros2 param describe``; all but
 ``model_sha256`` read-only).
 """
 

@@ -57,8 +57,8 @@ from .wire_io import StateDecoder, WireError
 
 
 class PolicyNode(Node):
-    """Parameters: :class:`~.node_params.PolicyParams` (``ros2 param describe``; all but
-    ``model_path`` and ``model_sha256`` read-only), use_sim_time."""
+    """Parameters: :class:`~..core.params.node_config.PolicyParams` (``ros2 param describe``;
+    all but ``model_path`` and ``model_sha256`` read-only), use_sim_time."""
 
     def __init__(self, **node_options):  # (rclpy Node options: node_container)
         super().__init__('policy_node', **node_options)

@@ -6,7 +6,7 @@ serialised CDR bytes as DDS delivered them, never re-encoded) to ``joint_states`
 (relative names: a namespace or remapping moves them; a topic nobody publishes just stays
 empty). The QoS matches each publisher's (sensor data best effort; commands reliable; the
 model version latched). ``publish_time`` is the publisher's source timestamp, so replay can
-order states and commands causally. Parameters: :class:`~.node_params.RecorderParams`
+order states and commands causally. Parameters: :class:`~..core.params.node_config.RecorderParams`
 (``path`` is required). The file is complete after Ctrl-C (written as ``<path>.part``, renamed
 on shutdown). Diagnostics count the messages written and the publishers matched per topic
 (``publishers /joint_commands``: a graph can wait for the recorder to hear a node before
@@ -52,7 +52,7 @@ def type_name(msg_type) -> str:
 
 
 class RecorderNode(Node):
-    """Parameters: :class:`~.node_params.RecorderParams` (``ros2 param describe``)."""
+    """Parameters: :class:`~..core.params.node_config.RecorderParams` (``ros2 param describe``)."""
 
     rec: Recorder | None = None  # None: __init__ refused before it was built
 

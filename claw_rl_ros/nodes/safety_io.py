@@ -1,7 +1,8 @@
 """The policy node's safety wiring (thin ROS glue around core/control/safety.py).
 
 * parameters of the state machine, command shaping, verification gate and self-check
-  (:class:`~.node_params.SafetyParams`) -> PolicyController arguments (:func:`safety_kwargs`);
+  (:class:`~..core.params.node_config.SafetyParams`) -> PolicyController arguments
+  (:func:`safety_kwargs`);
 * operator requests: ``~/operator`` (``std_msgs/String``: stand_up, rl, sit_down, passive,
   estop, reset) and one ``std_srvs/Trigger`` service per request (``~/stand_up`` ...), plus
   ``~/self_check`` (the start-up self-check report, success when nothing mismatches);

@@ -47,7 +47,7 @@ STATE_PUBLISH_QOS = {'reliable': RELIABLE_STATE_QOS, 'sensor_data': SENSOR_QOS}
 
 
 class SimNode(Node):
-    """Parameters: :class:`~.node_params.SimParams` (``ros2 param describe``)."""
+    """Parameters: :class:`~..core.params.node_config.SimParams` (``ros2 param describe``)."""
 
     def __init__(self, **node_options):  # (rclpy Node options: node_container)
         super().__init__('sim_node', **node_options)

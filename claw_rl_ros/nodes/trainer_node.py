@@ -17,7 +17,8 @@ counters also once a second with ``/diagnostics``. At ``max_iterations`` or the 
 node writes student.onnx, its evaluation, learning_curve.png and summary.json and exits 0;
 Ctrl-C writes the curve and summary (the checkpoint of the last iteration is already on disk).
 
-Parameters: :class:`~.node_params.TrainerParams` (``ros2 param describe``; all read-only).
+Parameters: :class:`~..core.params.node_config.TrainerParams` (``ros2 param describe``; all
+read-only).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from ..sim.gym_vec import GymVecEnv
 
 def deterministic_actor(policy: Any) -> Callable[[np.ndarray], np.ndarray]:
     """``obs [N, obs_dim] float32 -> actions [N, A]`` of a torch student (its
-    ``act_inference``) or of an :class:`~.onnx_policy.OnnxPolicy` (called as is)."""
+    ``act_inference``) or of an :class:`~..export.onnx_policy.OnnxPolicy` (called as is)."""
     if not isinstance(policy, torch.nn.Module):
         return policy
 

@@ -3,7 +3,7 @@
 sim_node in training mode runs a :class:`~..sim.training_session.TrainingSession`. For every
 control step it gives :meth:`ControlLoopActor.step` the stamp of the state the applied command
 answered and the joint targets (spec order); the actor pairs them with the policy node's
-:class:`~..deploy.loop_record.PolicyRecord` of that state, makes the env adopt the policy's
+:class:`~..control.loop_record.PolicyRecord` of that state, makes the env adopt the policy's
 memory (last action, gait clock), takes the env's noise-free and privileged observation of the
 state, steps the env (reward, terminated, truncated with its final observation, episode logs:
 the env's own code) and appends the step to a :class:`ChunkBuilder`. A chunk of ``num_steps``

@@ -4,7 +4,7 @@ Plain Python (no ROS): ``nodes/node_params.py`` declares these on a node. A fiel
 :func:`param` carries its default, its description, whether it is read-only after start-up
 and the values it may take. The safety state machine's limits are not restated here:
 :data:`SafetyLimits` takes their names, defaults and descriptions from
-:class:`~.safety.SafetyConfig`. config/*.yaml and launch_graph/graphs.py state only
+:class:`~..control.safety.SafetyConfig`. config/*.yaml and launch_graph/graphs.py state only
 what differs from these defaults; test/test_node_params.py checks every key they give is a
 field here.
 """

@@ -2,25 +2,25 @@
 commands replayed in MuJoCo.
 
 **Actions** (:func:`replay_actions`). Every recorded command is one tick of the policy node.
-Messages are taken in the order they were published (the publishers' source timestamps), so
-the inputs of a tick are the last ``joint_states`` and ``cmd_vel`` published before its
-command, and the IMU reading the node pairs with that state (below). The observation is
-rebuilt with the policy node's own code (:class:`~.state_input.JointOrder`,
-:func:`~.state_input.imu_arrays`, :class:`~.state_input.ObservationAssembler`: joints by name,
-the IMU, the command, the last action, the gait clock), the model computes the action, clipped
-to the model's ``action_clip`` as the node clips it (the action and the last-action
-observation; :data:`~.state_input.CLIP_ACTIONS` only for a policy object without
+Messages are taken in the order they were published (the publishers' source timestamps), so the
+inputs of a tick are the last ``joint_states`` and ``cmd_vel`` published before its command, and
+the IMU reading the node pairs with that state (below). The observation is rebuilt with the policy
+node's own code (:class:`~..control.state_input.JointOrder`,
+:func:`~..control.state_input.imu_arrays`, :class:`~..control.state_input.ObservationAssembler`:
+joints by name, the IMU, the command, the last action, the gait clock), the model computes the
+action, clipped to the model's ``action_clip`` as the node clips it (the action and the last-action
+observation; :data:`~..control.state_input.CLIP_ACTIONS` only for a policy object without
 ``action_clip``), and the target ``q0 + scale * a`` (clamped, in the command's joint order) is
-compared with the recorded command. A matching tick goes on with its own action as the next
-last action; a differing one with the action read back from the recorded command (what the
-robot was sent), so a difference is reported where it happens and does not propagate. A
-recorded default-pose hold is a hold (last action 0). A ``cmd_vel`` reaches the policy node
-some ticks after it was published: until a tick shows the new command in effect, ticks are
-tried with the new one, then the one before. The gait clock counts ticks from the policy's
-first output; if the recording started later, the clock offset is inferred (the offset whose
-first ticks match best) and reported; a first tick that does not match is skipped (the last
-action before it is unknown). With a ``safety/state`` topic, only ticks in a state named
-``RL...`` are compared (the others are shaped by the safety layer, not the model).
+compared with the recorded command. A matching tick goes on with its own action as the next last
+action; a differing one with the action read back from the recorded command (what the robot was
+sent), so a difference is reported where it happens and does not propagate. A recorded default-pose
+hold is a hold (last action 0). A ``cmd_vel`` reaches the policy node some ticks after it was
+published: until a tick shows the new command in effect, ticks are tried with the new one, then the
+one before. The gait clock counts ticks from the policy's first output; if the recording started
+later, the clock offset is inferred (the offset whose first ticks match best) and reported; a first
+tick that does not match is skipped (the last action before it is unknown). With a ``safety/state``
+topic, only ticks in a state named ``RL...`` are compared (the others are shaped by the safety
+layer, not the model).
 
 **IMU pairing.** As the node (``PolicyController._imu_for``), a joint state is paired with the
 newest IMU reading stamped within ``IMU_SYNC_PERIODS`` control periods of its stamp, either
