@@ -61,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     spec.set_defaults(func=_cmd_spec)
 
     from .commands import evaluate, export, replay, train, up, verify
-    from .gateway import cli as gateway
+    from .gateway import check_command as gateway
     for module in (train, export, evaluate, up, verify, replay, gateway):
         module.add_parser(sub)
     return parser

@@ -6,7 +6,7 @@ import logging
 
 from claw_rl_ros.gateway.client import (
     GatewayClient, mentions_unknown_model, parse_retry_after, sanitize_proxy)
-from claw_rl_ros.gateway.config import make_config
+from claw_rl_ros.gateway.gateway_config import make_config
 from claw_rl_ros.gateway.errors import (
     GatewayAuthError, GatewayConnectionError, GatewayError, GatewayHTTPError, GatewayModelError,
     GatewayProxyError, GatewayRateLimitError, GatewayResponseError, GatewayServerError,

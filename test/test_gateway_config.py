@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from claw_rl_ros.gateway.config import (
+from claw_rl_ros.gateway.gateway_config import (
     candidate_paths, chat_completions_url, config_from_mapping, DEFAULT_TIMEOUT, find_config_file,
     GatewayConfig, load_gateway_config, make_config, normalize_base_url)
 from claw_rl_ros.gateway.errors import GatewayConfigError, GatewayError, mask_key, redact

@@ -15,7 +15,7 @@ from claw_rl_ros.core.config import ConfigError, from_dict
 from claw_rl_ros.core.learning.learner import Learner
 from claw_rl_ros.core.learning.networks import ActorCritic
 from claw_rl_ros.core.learning.ppo import PPO
-from claw_rl_ros.core.learning.symmetry import build_obs_mirror, ObsMirror
+from claw_rl_ros.core.learning.mirror_augmentation import build_obs_mirror, ObsMirror
 from claw_rl_ros.core.learning.train_config import (DistillationConfig, PPOConfig,
                                                     SymmetryConfig, TrainConfig)
 from claw_rl_ros.core.sim.env_config import EnvConfig

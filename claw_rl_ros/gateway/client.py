@@ -25,7 +25,7 @@ import zlib
 import requests
 import urllib3
 
-from .config import GatewayConfig, PROXY_VARS, RETRY_WAIT_CAP
+from .gateway_config import GatewayConfig, PROXY_VARS, RETRY_WAIT_CAP
 from .errors import (
     GatewayAuthError, GatewayConnectionError, GatewayError, GatewayHTTPError,
     GatewayModelError, GatewayProxyError, GatewayRateLimitError, GatewayResponseError,

@@ -38,7 +38,7 @@ from .ppo import PPO
 from .run_artifacts import run_ended
 from .sac import SAC
 from .sac_networks import SACPolicy
-from .symmetry import build_obs_mirror
+from .mirror_augmentation import build_obs_mirror
 from .train_config import TrainConfig
 
 # The trainer of each ``algorithm`` value: the only place the algorithm is chosen.

@@ -14,7 +14,7 @@ from .networks import ActorCritic, gaussian_entropy, gaussian_log_prob, sample_g
 from .opd import combined_loss, compute_distillation_loss, gaussian_kl
 from .registry import Obs
 from .storage import MiniBatch, RolloutStorage
-from .symmetry import augment_mini_batch, mirror_loss, ObsMirror
+from .mirror_augmentation import augment_mini_batch, mirror_loss, ObsMirror
 from .train_config import DistillationConfig, PPOConfig
 
 

@@ -16,7 +16,7 @@ import sys
 import textwrap
 from typing import Optional, TextIO, TYPE_CHECKING, Union
 
-from .config import CONFIG_ENV_VAR, GatewayConfig, KEY_ENV_VARS, load_gateway_config
+from .gateway_config import CONFIG_ENV_VAR, GatewayConfig, KEY_ENV_VARS, load_gateway_config
 from .errors import GatewayError, Redactor, show
 
 if TYPE_CHECKING:
