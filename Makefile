@@ -11,11 +11,11 @@ TRAIN_CONFIG ?= config/train_ppo.yaml
 # A new run directory per `make train` (expanded once, so every step of the job sees the same).
 RUN_STAMP := $(shell date +%Y%m%d-%H%M%S)
 RUN_DIR ?= runs/$(RUN_STAMP)
-# Extra arguments of the train graph, e.g. TRAIN_ARGS='--actors 4 --worlds 64 --teacher x.pt'.
+# Extra arguments of the train graph, e.g. TRAIN_ARGS='--actors 4 --num-envs 64 --teacher x.pt'.
 TRAIN_ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: venv sysdeps train train-rough train-offline test bench bench-sac bench-opd bench-ros mutation clean-venv
+.PHONY: venv sysdeps train train-rough train-offline test docs bench bench-sac bench-opd bench-ros mutation clean-venv
 
 venv: $(STAMP)
 
@@ -43,12 +43,12 @@ $(STAMP): requirements.txt setup.py
 # `ros2 launch claw_rl_ros train.launch.py`), export student.onnx and evaluate it at 0.5 m/s,
 # then render its gait.
 # Two actors of 128 worlds: together the config's 256, the batch offline learns from (with 256
-# each the student first walked at a median 50 s of training instead of 31 s, README).
-# TRAIN_WORLDS=0 gives each actor the config's env.num_envs (e.g. with another TRAIN_CONFIG).
-TRAIN_WORLDS ?= 128
+# each the student first walked at a median 50 s of training instead of 31 s, docs/benchmarks.md).
+# TRAIN_NUM_ENVS=0 gives each actor the config's env.num_envs (e.g. with another TRAIN_CONFIG).
+TRAIN_NUM_ENVS ?= 128
 train: venv sysdeps
 	$(BIN)/claw-rl up train --config $(TRAIN_CONFIG) --run-dir $(RUN_DIR) \
-	  --worlds $(TRAIN_WORLDS) $(TRAIN_ARGS)
+	  --num-envs $(TRAIN_NUM_ENVS) $(TRAIN_ARGS)
 	$(BIN)/claw-rl eval --model $(RUN_DIR)/student.onnx --config $(TRAIN_CONFIG) \
 	  --command 0.5 0 0 --episodes 1 --gif $(RUN_DIR)/gait.png
 
@@ -60,7 +60,7 @@ train: venv sysdeps
 # set becomes student.onnx; 52 minutes for all of it, measured); then the student's evaluation
 # on the terrain tiles it has to walk on. The student trains overlapped (actors
 # collect while the trainer learns): the main job's synchronous default ran no more iterations
-# on this job (526 against 535 in 1,140 s, 2026-12-06; README results).
+# on this job (526 against 535 in 1,140 s, 2026-12-06; docs/changelog.md).
 ROUGH_DIR ?= runs/rough-$(RUN_STAMP)
 ROUGH_ALPHA ?= 1.0
 train-rough: venv sysdeps
@@ -76,9 +76,14 @@ train-offline: venv sysdeps
 	$(BIN)/claw-rl train --config $(TRAIN_CONFIG) --run-dir $(RUN_DIR)
 
 # pytest exit 5 (no test collected) means the suite is broken: fail on it like any other error.
+# The suite builds the docs too (test/test_docs.py): sphinx and myst-parser come with the venv.
 test: venv sysdeps
 	@$(BIN)/python -m pytest test $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo 'pytest collected no tests: failing'; exit 1; fi; exit $$rc
+
+# The docs site (Sphinx + MyST, the pages of docs/) into docs/_build/html; warnings are errors.
+docs: venv
+	$(BIN)/python -m sphinx -W --keep-going -b html docs docs/_build/html
 
 # Benchmarks print ratios measured side by side; stable-baselines3 is a bench-only dependency.
 bench: venv
