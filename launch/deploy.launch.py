@@ -1,4 +1,4 @@
-"""The policy node alone on a real robot driven by ros2_control (README, "Deploying").
+"""The policy node alone on a real robot driven by ros2_control (docs/deploy.md).
 
     ros2 launch claw_rl_ros deploy.launch.py model:=student.onnx \
         imu_topic:=/imu_sensor_broadcaster/imu command_topic:=/forward_position_controller/commands

@@ -5,7 +5,7 @@ stand-ins for the handful of launch classes they use (same constructor keywords 
 ones): it checks our translation (arguments declared with their defaults and choices; one Node
 per resolved node with the same executable, name, namespace, parameter files, inline
 parameters, remappings and arguments), not launch itself. ``ros2 launch`` with the real packages
-was checked by hand (README, "Running the control loop").
+was checked by hand (docs/control_loop.md).
 """
 
 from pathlib import Path

@@ -1,4 +1,4 @@
-"""Bringing another robot (README "Porting a robot"): a structurally different robot description
+"""Bringing another robot (docs/porting.md): a structurally different robot description
 (test/robots/strider: 8 joints, no gait clock in its YAML, point feet on their own links, an IMU
 mounted upside down, a mesh, no <mujoco> block in the URDF) loads, trains, exports and evaluates
 with no code change, and the mistakes a new user makes get errors that say what to do."""
@@ -112,7 +112,7 @@ def test_unknown_robot_name_says_how_to_pass_a_path():
 
 
 def test_strider_trains_exports_and_evaluates_through_the_cli(tmp_path):
-    """The worked example of the README, end to end, a few iterations."""
+    """The worked example of docs/porting.md, end to end, a few iterations."""
     config = tmp_path / 'train_strider.yaml'
     config.write_text(
         f'env:\n  robot: {STRIDER}\n  num_envs: 16\n  episode_length_s: 2.0\n'

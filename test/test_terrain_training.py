@@ -153,7 +153,8 @@ def test_a_teacher_run_ends_with_its_torch_evaluation_and_no_student_file(tmp_pa
 def test_the_blind_students_swing_clears_the_top_riser_it_cannot_see(robot):
     """feet_clearance stops rewarding lift at its target: below the top stairs' riser, a blind
     foot would be taught to stop under the edge (the config's choice; its measured effect is
-    within seed spread, README). The teacher, which sees the steps, keeps the robot's own."""
+    within seed spread, docs/changelog.md). The teacher, which sees the steps, keeps the robot's
+    own."""
     student = load_train_config('config/train_rough.yaml').env
     teacher = load_train_config('config/train_rough_teacher.yaml').env
     riser = student.terrain.step_height * robot.standing_height

@@ -169,7 +169,8 @@ def policy_card(model: str | Path) -> str:
         '## Terrain', '', f'- trained on: {_trained_on(meta)}', *_verified_on(model), '',
         '## Verification', '', *_verification(model, policy.sha256), '',
         '## Deploying', '',
-        f'`claw-rl up deploy --model {model.name}` (README, "Deploying on hardware").', '']
+        f'`claw-rl up deploy --model {model.name}` (docs/deploy.md: deploying to a real robot).',
+        '']
     return '\n'.join(lines)
 
 
