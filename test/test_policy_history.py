@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from claw_rl_ros.core.config import ConfigError, from_dict
-from claw_rl_ros.core.replay import offline_replay as replay
+from claw_rl_ros.core.replay import action_replay as replay
 from claw_rl_ros.core.evaluation.evaluator import evaluate
 from claw_rl_ros.core.evaluation.final_student import export_and_evaluate
 from claw_rl_ros.core.export.onnx_export import export_checkpoint, export_onnx

@@ -21,7 +21,8 @@ from sensor_msgs.msg import JointState
 from std_srvs.srv import SetBool
 
 from claw_rl_ros import cli
-from claw_rl_ros.core.replay import offline_replay as replay
+from claw_rl_ros.core.replay import action_replay as replay, recording_events as events
+from claw_rl_ros.core.replay import sim_comparison
 from claw_rl_ros.core.export.onnx_policy import OnnxPolicy
 from claw_rl_ros.core.replay.recording import (message_definition, msg_file, read_messages,
                                                read_metadata, Recorder, SEPARATOR)
@@ -141,7 +142,7 @@ def test_replay_with_the_serving_model_is_identical(run):
     result = claw_rl('replay', path, '--model', model)
     assert result.returncode == 0, result.stdout + result.stderr
     assert 'identical' in result.stdout and 'max |recomputed - recorded| 0 rad' in result.stdout
-    rec = replay.load_recording(path)
+    rec = events.load_recording(path)
     assert len({tuple(c) for _, c in rec.cmd_vel}) == 2  # the command changed mid-run
     out = replay.replay_actions(rec, replay_robot(), OnnxPolicy(model))
     assert out.compared.sum() >= 0.9 * len(out.kind) and not out.differing.any()
@@ -166,7 +167,7 @@ def test_another_model_is_reported_as_differing(run):
     # From the first tick the policy acted in RL on (the autostart state machine may publish
     # its RL state one tick after the first command).
     assert 'DIFFERENT' in result.stdout and re.search(r'ticks [01]-', result.stdout)
-    out = replay.replay_actions(replay.load_recording(path), replay_robot(), OnnxPolicy(other))
+    out = replay.replay_actions(events.load_recording(path), replay_robot(), OnnxPolicy(other))
     assert out.differing.sum() == out.compared.sum() >= 150  # every compared tick differs
 
 
@@ -188,20 +189,20 @@ def test_lost_states_are_skipped_and_a_late_start_finds_the_gait_clock(run, robo
     path, model, _ = run
     policy = OnnxPolicy(model)
     # Every 10th joint state lost (best effort): those ticks are skipped, the rest match.
-    lossy = replay.load_recording(rewrite(path, tmp_path / 'lossy.mcap', lambda t, i: not (
+    lossy = events.load_recording(rewrite(path, tmp_path / 'lossy.mcap', lambda t, i: not (
         t == '/joint_states' and i % 10 == 5)))
     out = replay.replay_actions(lossy, robot, policy)
     assert out.kind.count('skipped') >= 15 and not out.differing.any()
     # The sim replay steps once per control period between the states that were recorded.
-    assert replay.compare_sim(lossy, robot).rms().max() < 1e-3
+    assert sim_comparison.compare_sim(lossy, robot).rms().max() < 1e-3
     # Every 10th command lost: the policy acted all the same (the clock moves on).
-    deaf = replay.load_recording(rewrite(path, tmp_path / 'deaf.mcap', lambda t, i: not (
+    deaf = events.load_recording(rewrite(path, tmp_path / 'deaf.mcap', lambda t, i: not (
         t == '/joint_commands' and i % 10 == 5)))
     out = replay.replay_actions(deaf, robot, policy)
     assert out.kind.count('missing') >= 15 and not out.differing.any()
     assert out.compared.sum() >= 0.8 * len(out.kind)
     # The recorder joined 7 ticks later: the clock offset is found, the ticks match.
-    late = replay.load_recording(rewrite(path, tmp_path / 'late.mcap', lambda t, i: i >= 7 or
+    late = events.load_recording(rewrite(path, tmp_path / 'late.mcap', lambda t, i: i >= 7 or
                                          t in ('/policy/model_version', '/cmd_vel')))
     out = replay.replay_actions(late, robot, policy)
     assert out.phase_offset == expected_offset(out) and out.kind[0] == 'skipped'
@@ -217,7 +218,7 @@ def test_compare_sim_replays_the_commands_and_plots(run, tmp_path):
         assert image.format == 'PNG' and image.size[0] > 600
         assert np.asarray(image.convert('L')).std() > 10
     # The loop ran the nominal sim: replaying its commands there reproduces its joints.
-    cmp = replay.compare_sim(replay.load_recording(path), replay_robot())
+    cmp = sim_comparison.compare_sim(events.load_recording(path), replay_robot())
     assert len(cmp.t) >= 200 and cmp.rms().max() < 1e-3
     assert np.ptp(cmp.recorded, axis=0).max() > 0.02  # the joints did move
 

@@ -6,7 +6,7 @@ Also: commands and states lost from such a recording."""
 
 import numpy as np
 
-from claw_rl_ros.core.replay import offline_replay as replay
+from claw_rl_ros.core.replay import action_replay as replay, recording_events as events
 from claw_rl_ros.core.export.onnx_policy import OnnxPolicy
 from claw_rl_ros.core.control.policy_controller import PolicyController
 from control_models import good_model
@@ -28,7 +28,7 @@ def backlog_recording(robot, model, ticks=180, seed=0, backlogs=BACKLOGS):
     ctrl = PolicyController(robot)
     ctrl.load_path(model)
     rng = np.random.default_rng(seed)
-    rec = replay.Recording(robot=robot.name, joints=list(robot.joint_names))
+    rec = events.Recording(robot=robot.name, joints=list(robot.joint_names))
     dt, names = robot.control_dt, list(robot.joint_names)
     imus, cmds, states = [], [], []  # what waits in the node's queues
     until = -1  # the last tick of the current stall
@@ -65,7 +65,7 @@ def backlog_recording(robot, model, ticks=180, seed=0, backlogs=BACKLOGS):
 
 def drop(rec, states=(), commands=()):
     """A copy of ``rec`` without the states and commands at these indices."""
-    out = replay.Recording(robot=rec.robot, joints=rec.joints, imus=rec.imus,
+    out = events.Recording(robot=rec.robot, joints=rec.joints, imus=rec.imus,
                            cmd_vel=rec.cmd_vel, safety=rec.safety)
     out.states = [s for i, s in enumerate(rec.states) if i not in states]
     out.commands = [c for i, c in enumerate(rec.commands) if i not in commands]

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from claw_rl_ros import cli
-from claw_rl_ros.core.replay import offline_replay as replay
+from claw_rl_ros.core.replay import action_replay as replay, recording_events as events
 from claw_rl_ros.core.export.onnx_policy import OnnxPolicy
 from claw_rl_ros.core.control.policy_controller import PolicyController
 from claw_rl_ros.core.control.state_input import CLIP_ACTIONS
@@ -27,7 +27,7 @@ class Loop:
         self.robot, self.mono = robot, 0.0
         self.ctrl = PolicyController(robot, monotonic=lambda: self.mono, **kwargs)
         self.ctrl.load_path(model)
-        self.rec = replay.Recording(robot=robot.name, joints=list(robot.joint_names))
+        self.rec = events.Recording(robot=robot.name, joints=list(robot.joint_names))
         self.messages = []  # (receive [s], publish [s], topic, payload)
 
     def imu(self, publish, receive, stamp, quat, gyro):
@@ -172,7 +172,7 @@ def test_replay_zeroes_the_command_after_the_cmd_vel_timeout(robot, tmp_path):
     # One command past the timeout that differs (here: corrupted) is reported where it is (and
     # at the next tick, whose last action is read back from it); it does not end the held
     # command for the ticks after it.
-    glitch = replay.Recording(**{**held.rec.__dict__, 'commands': list(held.rec.commands)})
+    glitch = events.Recording(**{**held.rec.__dict__, 'commands': list(held.rec.commands)})
     t, command = glitch.commands[45]
     glitch.commands[45] = (t, command + np.eye(robot.num_joints)[0] * 0.01)
     out = replay.replay_actions(glitch, robot, policy)

@@ -6,7 +6,7 @@ import dataclasses
 
 import numpy as np
 
-from claw_rl_ros.core.replay import offline_replay as replay
+from claw_rl_ros.core.replay import action_replay as replay, recording_events as events
 from claw_rl_ros.core.control.command_shaping import CommandShaper
 from claw_rl_ros.core.export.onnx_policy import OnnxPolicy
 from claw_rl_ros.core.control.policy_controller import PolicyController
@@ -19,7 +19,7 @@ def controller_recording(robot, model, ticks=200, seed=0):
     ctrl = PolicyController(robot)
     ctrl.load_path(model)
     rng = np.random.default_rng(seed)
-    rec = replay.Recording(robot=robot.name, joints=list(robot.joint_names))
+    rec = events.Recording(robot=robot.name, joints=list(robot.joint_names))
     for k in range(ticks):
         t, ns = 10.0 + k * robot.control_dt, (k + 1) * 1000
         pos = robot.default_joint_pos + rng.normal(0.0, 0.2, robot.num_joints)

@@ -5,7 +5,7 @@ own observation code) and reports where the targets differ from the recorded com
 every compared tick matches within ``--tolerance``, 1 when some differ (or none was compared).
 States the node skipped for a newer one queued behind (a backlog worked off at its newest,
 ``superseded_states`` in its diagnostics) are counted and move no gait clock, as on the node; how
-they are told from lost commands and lost states is in ``core/replay/offline_replay.py``. As on the
+they are told from lost commands and lost states is in ``core/replay/action_replay.py``. As on the
 node, actions are clipped to the model's ``action_clip``, a state is paired with the IMU reading of
 its tick (one without it is the node's fault hold: ``no_imu``, not compared), and the velocity
 command goes zero ``--cmd-vel-timeout`` seconds after the last ``cmd_vel``: give the policy node's
@@ -27,7 +27,7 @@ from ..core.config import ConfigError
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
-    from ..core.replay import offline_replay as replay
+    from ..core.replay import action_replay as replay, recording_events as events, sim_comparison
     from ..core.control.model_swap import ModelRejected
     from ..core.export.onnx_policy import ModelError, OnnxPolicy
     from ..core.replay.recording import DefinitionNotFound
@@ -43,7 +43,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         raise ConfigError('claw-rl replay', 'recording', f'{args.recording}: no such file; '
                           'give an MCAP file written by recorder_node')
     try:
-        rec = replay.load_recording(args.recording)
+        rec = events.load_recording(args.recording)
     except (ValueError, DefinitionNotFound) as exc:
         raise ConfigError('claw-rl replay', 'recording', str(exc)) from None
     except Exception as exc:  # noqa: BLE001 - mcap raises its own errors on a damaged file
@@ -64,10 +64,11 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         print(result.format())
         code = 1 if result.differing.any() or not result.compared.any() else 0
     if args.compare_sim:
-        cmp = replay.compare_sim(rec, robot, args.seconds)
+        cmp = sim_comparison.compare_sim(rec, robot, args.seconds)
         png = args.png or str(Path(args.recording).with_suffix('')) + '.sim.png'
-        replay.plot_comparison(cmp, png, f'{Path(args.recording).name}: recorded joint '
-                               'positions vs the recorded commands replayed in MuJoCo')
+        title = (f'{Path(args.recording).name}: recorded joint positions vs the recorded '
+                 'commands replayed in MuJoCo')
+        sim_comparison.plot_comparison(cmp, png, title)
         print(cmp.format())
         print(f'wrote {png}')
     return code

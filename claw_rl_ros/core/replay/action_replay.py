@@ -1,5 +1,7 @@
-"""Offline replay of an MCAP recording (recorder_node): actions recomputed, and the recorded
-commands replayed in MuJoCo.
+"""Offline replay of an MCAP recording (recorder_node): every tick's action recomputed from
+what the policy node saw, and compared with the command it sent (``claw-rl replay --model``).
+The recorded commands replayed in MuJoCo are :mod:`.sim_comparison`'s; the recording read as
+typed events is :mod:`.recording_events`'s.
 
 **Actions** (:func:`replay_actions`). Every recorded command is one tick of the policy node.
 Messages are taken in the order they were published (the publishers' source timestamps), so the
@@ -71,16 +73,10 @@ command, so the rule is:
   newest of a backlog): ``skipped`` too, not judged. Otherwise a tick that matches no story is
   judged as the node's own (superseded) story: a difference.
 
-**Sim** (:func:`compare_sim`). From the first recorded state (joints from ``joint_states``,
-trunk from ``odom`` when recorded, else the IMU orientation at the standing height), the
-recorded commands drive a nominal MuJoCo world one control period each; the simulated and
-recorded joint trajectories are plotted side by side (PNG) with their RMS difference.
-
-**Code.** :func:`recording_events` turns a :class:`Recording` into typed events
-(:class:`StateEvent`, :class:`ImuEvent`, :class:`CmdVelEvent`, :class:`SafetyEvent`,
-:class:`CommandEvent`) in publish order; :class:`Replayer` holds what the node holds and takes
-them one method per kind (``on_state`` ... ``on_command``); each command is one tick, tried
-under the stories above (``_Story``: observation, velocity bookkeeping, rate-limit origin).
+**Code.** :func:`~.recording_events.recording_events` turns a :class:`~.recording_events.Recording`
+into typed events in publish order; :class:`Replayer` holds what the node holds and takes them one
+method per kind (``on_state`` ... ``on_command``); each command is one tick, tried under the
+stories above (``_Story``: observation, velocity bookkeeping, rate-limit origin).
 """
 
 from __future__ import annotations
@@ -89,94 +85,24 @@ from collections import deque
 import copy
 from dataclasses import dataclass, field
 from enum import Enum
-import io
-import json
-from pathlib import Path
-from typing import Optional, Sequence, Union
+from typing import Optional
 
 import numpy as np
 
-from ..io import atomic_write_bytes
-from ..sim.env_config import EnvConfig
-from ..sim.robot_spec import RobotSpec
-from ..sim.sim_session import SimSession
 from ..control.command_shaping import CommandShaper
 from ..control.model_swap import policy_clip
 from ..control.policy_controller import IMU_READINGS
-from .recording import read_messages, read_metadata
 from ..control.safety import SafetyConfig
 from ..control.state_input import (BadInput, CLIP_ACTIONS, IMU_SYNC_PERIODS, imu_arrays,
                                    JointOrder, ObservationAssembler)
+from ..sim.robot_spec import RobotSpec
+from .recording_events import (CmdVelEvent, CommandEvent, ImuEvent, NS, Recording,
+                               recording_events, SafetyEvent, StateEvent)
 
-NS = 1e-9
 # Publish and receive times differ by the messages' latencies (a reliable cmd_vel may wait for
 # a repair, a state may queue behind a busy node): this close to the cmd_vel timeout, a tick is
 # tried with both the zero command and the last cmd_vel [s].
 TIMEOUT_SLACK_S = 0.1
-
-
-def _stamp(header) -> float:
-    return header.stamp.sec + header.stamp.nanosec * NS
-
-
-@dataclass
-class Recording:
-    """A recording's messages as arrays, each list sorted by publish time [ns].
-
-    ``states``: (t, stamp, names, [n] pos, [n] vel); ``imus``: (t, stamp, [4] xyzw, [3] gyro);
-    ``cmd_vel``: (t, [3]); ``commands``: (t, [J] targets in ``joints`` order); ``odom``:
-    (t, stamp, [3] position, [4] quat wxyz, [3] body linear velocity, [3] angular velocity);
-    ``versions`` and ``safety``: (t, text).
-    """
-
-    robot: str
-    joints: list[str]
-    states: list = field(default_factory=list)
-    imus: list = field(default_factory=list)
-    cmd_vel: list = field(default_factory=list)
-    commands: list = field(default_factory=list)
-    odom: list = field(default_factory=list)
-    versions: list = field(default_factory=list)
-    safety: list = field(default_factory=list)
-
-
-def load_recording(path: str | Path) -> Recording:
-    """Read a recorder_node MCAP (topics by the recorded roles, else by their last name)."""
-    meta = read_metadata(path)
-    rec = Recording(robot=meta.get('robot', ''),
-                    joints=[j for j in meta.get('joints', '').split(',') if j])
-    # Roles by recorded topic name (remapped topics, e.g. a ros2_control robot's); recordings
-    # without them fall back to the last name component.
-    roles = {k: v.split('/')[-1] for k, v in json.loads(meta.get('roles', '{}')).items()}
-    for topic, _, t, m in read_messages(path):
-        name = roles.get(topic, topic.rstrip('/').split('/')[-1])
-        if name == 'joint_states':
-            rec.states.append((t, _stamp(m.header), list(m.name), np.asarray(m.position),
-                               np.asarray(m.velocity)))
-        elif name == 'imu':
-            q, w = m.orientation, m.angular_velocity
-            rec.imus.append((t, _stamp(m.header), (q.x, q.y, q.z, q.w), (w.x, w.y, w.z)))
-        elif name == 'cmd_vel':
-            rec.cmd_vel.append((t, np.array([m.linear.x, m.linear.y, m.angular.z])))
-        elif name == 'joint_commands':
-            rec.commands.append((t, np.asarray(m.data, dtype=np.float64)))
-        elif name == 'odom':
-            p, o = m.pose.pose.position, m.pose.pose.orientation
-            v, w = m.twist.twist.linear, m.twist.twist.angular
-            rec.odom.append((t, _stamp(m.header), np.array([p.x, p.y, p.z]),
-                             np.array([o.w, o.x, o.y, o.z]), np.array([v.x, v.y, v.z]),
-                             np.array([w.x, w.y, w.z])))
-        elif name == 'model_version':
-            rec.versions.append((t, m.data))
-        elif name == 'state' and (topic in roles or topic.rstrip('/').endswith('safety/state')):
-            rec.safety.append((t, m.data))
-    for part in (rec.states, rec.imus, rec.cmd_vel, rec.commands, rec.odom, rec.versions,
-                 rec.safety):
-        part.sort(key=lambda e: e[0])
-    if not rec.commands:
-        raise ValueError(f'{path}: no joint_commands recorded; record a running policy '
-                         '(record:=run.mcap in the control graph)')
-    return rec
 
 
 @dataclass
@@ -262,67 +188,6 @@ class ActionReplay:
                      'still saw the last cmd_vel: the node\'s timeout was longer or off (give '
                      'it as --cmd-vel-timeout, 0: off)')
         return line
-
-
-@dataclass(frozen=True)
-class StateEvent:
-    """A recorded ``joint_states``: publish time ``t`` [ns], header ``stamp`` [s], the joint
-    ``names`` and their ``position`` and ``velocity`` as published."""
-
-    t: int
-    stamp: float
-    names: list[str]
-    position: np.ndarray
-    velocity: np.ndarray
-
-
-@dataclass(frozen=True)
-class ImuEvent:
-    """A recorded ``imu``: publish time ``t`` [ns], header ``stamp`` [s], ``orientation``
-    (x, y, z, w) and ``angular_velocity`` [3] as published."""
-
-    t: int
-    stamp: float
-    orientation: Sequence[float]
-    angular_velocity: Sequence[float]
-
-
-@dataclass(frozen=True)
-class CmdVelEvent:
-    """A ``cmd_vel``: publish time ``t`` [ns], ``command`` [3] (vx, vy, yaw rate)."""
-
-    t: int
-    command: np.ndarray
-
-
-@dataclass(frozen=True)
-class SafetyEvent:
-    """A recorded ``safety/state``: publish time ``t`` [ns], the ``state``'s name (RL...)."""
-
-    t: int
-    state: str
-
-
-@dataclass(frozen=True)
-class CommandEvent:
-    """A recorded ``joint_commands``: publish time ``t`` [ns], ``targets`` [J] in the
-    recording's joint order."""
-
-    t: int
-    targets: np.ndarray
-
-
-Event = Union[StateEvent, ImuEvent, CmdVelEvent, SafetyEvent, CommandEvent]
-# At equal publish times the inputs come first and the command they may have caused last.
-EVENT_ORDER = (StateEvent, ImuEvent, CmdVelEvent, SafetyEvent, CommandEvent)
-
-
-def recording_events(rec: Recording) -> list[Event]:
-    """Every input and command of ``rec`` as a typed event, in publish order."""
-    out: list[Event] = [StateEvent(*e) for e in rec.states] + [ImuEvent(*e) for e in rec.imus]
-    out += [CmdVelEvent(*e) for e in rec.cmd_vel] + [SafetyEvent(*e) for e in rec.safety]
-    out += [CommandEvent(*e) for e in rec.commands]
-    return sorted(out, key=lambda e: (e.t, EVENT_ORDER.index(type(e))))
 
 
 def _is_rl(safety: Optional[str]) -> bool:
@@ -848,125 +713,3 @@ def replay_actions(rec: Recording, robot: RobotSpec, policy, model_version: str 
                         tolerance, versions, model_version, superseded=ticks.superseded,
                         cmd_vel_timeout=cmd_vel_timeout_s, timeouts=ticks.timeouts,
                         held_past_timeout=ticks.held_past_timeout)
-
-
-@dataclass
-class SimComparison:
-    """Recorded vs simulated joint positions [T, J] (spec order) at times ``t`` [T] s."""
-
-    t: np.ndarray
-    recorded: np.ndarray
-    simulated: np.ndarray
-    joints: list[str]
-
-    def rms(self) -> np.ndarray:
-        """[J] root-mean-square difference per joint [rad]."""
-        return np.sqrt(np.mean((self.simulated - self.recorded) ** 2, axis=0))
-
-    def format(self) -> str:
-        rms = self.rms()
-        worst = int(np.argmax(rms))
-        return (f'sim vs recorded over {len(self.t)} ticks ({self.t[-1] - self.t[0]:.2f} s): '
-                f'RMS joint error mean {rms.mean():.4f} rad, worst {rms[worst]:.4f} rad '
-                f'({self.joints[worst]})')
-
-
-def _initial_state(sim: SimSession, rec: Recording, order: JointOrder, first: StateEvent
-                   ) -> None:
-    """Write the recorded state ``first`` (and the odom/IMU trunk state) into the sim world."""
-    p = sim.physics
-    pos, vel = order.joint_arrays(first.names, first.position, first.velocity)
-    qpos = p.standing_qpos.copy()
-    qvel = np.zeros(p.qvel.shape[1])
-    odom = [o for o in rec.odom if o[1] == first.stamp]
-    imu = [ImuEvent(*i) for i in rec.imus if i[1] == first.stamp]
-    if odom:
-        _, _, position, quat, linear, angular = odom[0]
-        qpos[0:3], qpos[3:7] = position, quat
-        # Free joint: world-frame linear velocity (rotate the body-frame one), body angular.
-        w, x, y, z = quat
-        rot = np.array([[1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)],
-                        [2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)],
-                        [2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)]])
-        qvel[0:3], qvel[3:6] = rot @ linear, angular
-    elif imu:
-        qpos[3:7] = imu_arrays(imu[0].orientation, imu[0].angular_velocity)[0]
-    qpos[p.qadr], qvel[p.vadr] = pos, vel
-    sim.set_state(qpos, qvel)
-
-
-def compare_sim(rec: Recording, robot: RobotSpec, seconds: Optional[float] = None
-                ) -> SimComparison:
-    """Drive a nominal MuJoCo world with the recorded commands from the first recorded state."""
-    order = JointOrder(robot, rec.joints or None)
-    events = recording_events(rec)
-    first_cmd = next(i for i, e in enumerate(events) if isinstance(e, CommandEvent))
-    first = [e for e in events[:first_cmd] if isinstance(e, StateEvent)]
-    if not first:
-        raise ValueError('no joint_states recorded before the first command: nothing to start '
-                         'the simulation from')
-    start = first[-1]
-    sim = SimSession(robot, EnvConfig(num_envs=1))
-    try:
-        _initial_state(sim, rec, order, start)
-        t, recorded, simulated = [start.stamp], [_joint_pos(order, start)], \
-            [sim.readings().joint_pos]
-        sent: list[np.ndarray] = []
-        last = order.from_output(events[first_cmd].targets)
-        for e in events[first_cmd:]:
-            if isinstance(e, CommandEvent):
-                sent.append(order.from_output(e.targets))
-            elif isinstance(e, StateEvent) and e.stamp > t[-1] + 0.5 * robot.control_dt:
-                # The next recorded state, n control periods later: n steps, each with the
-                # next command sent meanwhile (the last one again if commands were lost).
-                for k in range(max(1, round((e.stamp - t[-1]) / robot.control_dt))):
-                    last = sent[k] if k < len(sent) else last
-                    sim.step(np.clip(last, robot.joint_lower, robot.joint_upper))
-                sent = []
-                t.append(e.stamp)
-                recorded.append(_joint_pos(order, e))
-                simulated.append(sim.readings().joint_pos)
-                if seconds is not None and t[-1] - t[0] >= seconds:
-                    break
-    finally:
-        sim.close()
-    return SimComparison(np.asarray(t), np.asarray(recorded), np.asarray(simulated),
-                         list(robot.joint_names))
-
-
-def _joint_pos(order: JointOrder, state: StateEvent) -> np.ndarray:
-    """[J] joint positions (spec order) of a recorded state."""
-    return order.joint_arrays(state.names, state.position, state.velocity)[0]
-
-
-def plot_comparison(cmp: SimComparison, path: str | Path, title: str = '') -> Path:
-    """A PNG: one panel per joint, recorded (solid) vs simulated (dashed) position [rad]."""
-    import matplotlib
-    matplotlib.use('Agg')
-    import matplotlib.pyplot as plt
-    n = len(cmp.joints)
-    cols = 3
-    rows = -(-n // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 2.2 * rows), sharex=True,
-                             squeeze=False)
-    t = cmp.t - cmp.t[0]
-    rms = cmp.rms()
-    for j, ax in enumerate(axes.flat):
-        if j >= n:
-            ax.axis('off')
-            continue
-        ax.plot(t, cmp.recorded[:, j], 'k-', lw=1.2, label='recorded')
-        ax.plot(t, cmp.simulated[:, j], 'C1--', lw=1.2, label='MuJoCo replay')
-        ax.set_title(f'{cmp.joints[j]} (RMS {rms[j]:.3f} rad)', fontsize=8)
-        ax.tick_params(labelsize=7)
-    axes[0][0].legend(fontsize=7)
-    for ax in axes[-1]:
-        ax.set_xlabel('time [s]', fontsize=8)
-    fig.suptitle(title or 'joint position: recorded vs recorded commands replayed in MuJoCo',
-                 fontsize=10)
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format='png', dpi=90)
-    plt.close(fig)
-    atomic_write_bytes(path, buf.getvalue())
-    return Path(path)
