@@ -16,8 +16,8 @@ import sys
 import textwrap
 from typing import Optional, TextIO, TYPE_CHECKING, Union
 
-from .gateway_config import CONFIG_ENV_VAR, GatewayConfig, KEY_ENV_VARS, load_gateway_config
 from .errors import GatewayError, Redactor, show
+from .gateway_config import CONFIG_ENV_VAR, GatewayConfig, KEY_ENV_VARS, load_gateway_config
 
 if TYPE_CHECKING:
     from .client import ChatReply, GatewayClient

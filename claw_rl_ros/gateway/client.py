@@ -25,11 +25,11 @@ import zlib
 import requests
 import urllib3
 
-from .gateway_config import GatewayConfig, PROXY_VARS, RETRY_WAIT_CAP
 from .errors import (
     GatewayAuthError, GatewayConnectionError, GatewayError, GatewayHTTPError,
     GatewayModelError, GatewayProxyError, GatewayRateLimitError, GatewayResponseError,
     GatewayServerError, GatewayTimeoutError, mask_key)
+from .gateway_config import GatewayConfig, PROXY_VARS, RETRY_WAIT_CAP
 
 logger = logging.getLogger(__name__)
 

@@ -56,17 +56,17 @@ import numpy as np
 
 from .command_shaping import CommandShaper
 from .control_stats import Counters
+from ..export.onnx_policy import OnnxPolicy
+from ..export.verification_record import verification_blocker
 from .loop_record import GaussianSampler, PolicyRecord
 from .model_swap import (DEFAULT_MAX_MODEL_BYTES, ModelCache, ModelRejected, policy_clip,
                          read_model_file, version_of)
-from ..export.onnx_policy import OnnxPolicy
 from .safety import PASSIVE, RL, SafetyConfig, SafetyMachine
 from .self_check import self_check
 from ..sim.robot_spec import RobotSpec
 from .state_input import (BadInput, check_fresh, command_array, DROP_CAUSES, imu_arrays,
                           IMU_SYNC_PERIODS, JointOrder, ObservationAssembler)
 from .tick_guard import Alerts, TickGuard
-from ..export.verification_record import verification_blocker
 
 HOLD_REASONS = ('bad_input', 'no_model', 'stale', 'exception')
 # Input drop cause -> safety fault (stale and unsynced are told apart by topic).

@@ -17,9 +17,9 @@ from typing import Sequence
 
 import numpy as np
 
+from ..sim.env_config import EnvConfig
 from ..sim.observations import ObservationHistory, RobotState
 from ..sim.robot_spec import RobotSpec
-from ..sim.env_config import EnvConfig
 
 # Why an input message was dropped (counted per cause in the diagnostics).
 DROP_CAUSES = ('non_finite', 'out_of_range', 'missing_joint', 'unknown_joint', 'wrong_length',

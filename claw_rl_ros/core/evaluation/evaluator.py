@@ -25,10 +25,10 @@ import numpy as np
 import torch
 
 from ..config import ConfigError, from_dict, merge, to_dict
-from ..sim.env import VecLocomotionEnv
-from ..sim.env_config import EnvConfig
 from ..learning.networks import ActorCritic
 from ..learning.rollout import obs_to_torch
+from ..sim.env import VecLocomotionEnv
+from ..sim.env_config import EnvConfig
 from ..sim.robot_spec import RobotSpec
 from ..sim.sim_session import terrain_tiles, TerrainTile, tile_config
 from ..sim.terrain import EVAL_TERRAIN_SEED

@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import Any
 
 from ..config import to_dict
+from .evaluator import evaluate, evaluate_terrains, PolicyFn, TERRAIN_COMMAND, torch_policy_fn
 from ..export.onnx_export import export_onnx
 from ..export.onnx_policy import OnnxPolicy
-from ..sim.robot_spec import RobotSpec
-from .evaluator import evaluate, evaluate_terrains, PolicyFn, TERRAIN_COMMAND, torch_policy_fn
 from .selection import select_student
+from ..sim.robot_spec import RobotSpec
 
 
 def export_and_evaluate(learner: Any, robot: RobotSpec, run_dir: str | Path) -> dict[str, Any]:

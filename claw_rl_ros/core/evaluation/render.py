@@ -20,9 +20,9 @@ import numpy as np
 from PIL import Image
 
 from ..config import from_dict
+from .evaluator import fixed_command_overrides, on_tile
 from ..sim.env import VecLocomotionEnv
 from ..sim.env_config import EnvConfig
-from .evaluator import fixed_command_overrides, on_tile
 from ..sim.physics import STATE_SPEC
 from ..sim.robot_spec import RobotSpec
 from ..sim.sim_session import TerrainTile

@@ -27,10 +27,10 @@ from typing import Any
 import torch
 
 from ..config import ConfigError
+from .evaluator import evaluate_terrains, PolicyFn
 from ..export.onnx_policy import OnnxPolicy
 from ..learning import checkpoint as ckpt
 from ..sim.robot_spec import RobotSpec
-from .evaluator import evaluate_terrains, PolicyFn
 
 
 @dataclass

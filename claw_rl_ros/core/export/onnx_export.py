@@ -31,6 +31,7 @@ from torch import nn
 
 from ..config import ConfigError, to_dict
 from ..io import atomic_write_bytes
+from ..learning.learner import load_policy
 from ..learning.networks import ActorCritic
 from .onnx_policy import INPUT_NAME, OUTPUT_NAME, session_options
 from ..sim.env_config import EnvConfig
@@ -38,7 +39,6 @@ from ..sim.gym_spec import gym_task_spec, GymTaskSpec
 from ..sim.observations import check_history, HEIGHT_SCAN
 from ..sim.robot import load_robot
 from ..sim.robot_spec import METADATA_KEY, RobotSpec
-from ..learning.learner import load_policy
 
 EXPORT_FORMAT = 1
 MIN_OPSET = 17

@@ -32,13 +32,13 @@ import torch
 
 from . import checkpoint as ckpt
 from ..config import ConfigError, from_dict, to_dict
+from .mirror_augmentation import build_obs_mirror
 from .networks import ActorCritic
 from .opd import alpha_at
 from .ppo import PPO
 from .run_artifacts import run_ended
 from .sac import SAC
 from .sac_networks import SACPolicy
-from .mirror_augmentation import build_obs_mirror
 from .train_config import TrainConfig
 
 # The trainer of each ``algorithm`` value: the only place the algorithm is chosen.

@@ -15,9 +15,9 @@ from typing import Any
 import torch
 
 from ..config import ConfigError
+from .registry import Obs
 from ..sim.robot import load_robot
 from ..sim.symmetry import env_group_mirrors
-from .registry import Obs
 from .storage import MiniBatch
 
 

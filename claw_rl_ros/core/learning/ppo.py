@@ -10,11 +10,11 @@ from __future__ import annotations
 import torch
 
 from .algorithm import Algorithm
+from .mirror_augmentation import augment_mini_batch, mirror_loss, ObsMirror
 from .networks import ActorCritic, gaussian_entropy, gaussian_log_prob, sample_gaussian
 from .opd import combined_loss, compute_distillation_loss, gaussian_kl
 from .registry import Obs
 from .storage import MiniBatch, RolloutStorage
-from .mirror_augmentation import augment_mini_batch, mirror_loss, ObsMirror
 from .train_config import DistillationConfig, PPOConfig
 
 

@@ -16,10 +16,10 @@ import torch
 
 from . import checkpoint as ckpt
 from ..config import ConfigError
-from ..sim.env import VecLocomotionEnv
-from ..sim.gym_vec import GymVecEnv
 from .learner import Learner
 from .rollout import collect_rollout, obs_to_torch
+from ..sim.env import VecLocomotionEnv
+from ..sim.gym_vec import GymVecEnv
 from .train_config import TrainConfig
 
 

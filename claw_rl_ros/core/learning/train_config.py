@@ -6,11 +6,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Optional
 
+from .. import paths
 from ..config import ConfigError, from_dict, load_yaml, MAX_THREADS, merge, param
 from ..sim.env_config import EnvConfig
-from ..sim.terrain import EVAL_TERRAIN_SEED
 from ..sim.observations import HEIGHT_SCAN, OBS_GROUPS, POLICY, POLICY_NOISE_FREE
-from .. import paths
+from ..sim.terrain import EVAL_TERRAIN_SEED
 
 
 @dataclass

@@ -14,14 +14,14 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from .actor_roster import ChunkTiming
 from ..control.loop_record import behaviour_metadata, behaviour_squash
 from ..learning.networks import ActorCritic, sample_gaussian
 from ..learning.ppo import sample_transition
 from ..learning.rollout import collect_rollout, obs_to_torch
 from ..learning.rollout_summary import episode_arrays, rollout_stats
-from .actor_roster import ChunkTiming
-from .rollout_chunk import RolloutChunk, stack_rows
 from ..learning.sac_networks import squashed_log_prob
+from .rollout_chunk import RolloutChunk, stack_rows
 
 
 class OnnxBehaviour:

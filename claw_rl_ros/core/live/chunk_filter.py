@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any
 
-from ..control.control_stats import Counters
 from .chunk_encoding import expand
+from ..control.control_stats import Counters
 from .rollout_chunk import (CAUSES, ChunkError, ChunkSpec, decode_chunk, RolloutChunk,
                             STALE_VERSION, UNKNOWN_VERSION)
 

@@ -34,8 +34,8 @@ from ..learning.learner import Learner
 from ..learning.networks import ActorCritic, gaussian_log_prob
 from ..learning.storage import RolloutStorage
 from ..learning.train_config import TrainConfig
-from ..sim.env_config import observation_windows
 from .rollout_chunk import ChunkSpec, RolloutChunk
+from ..sim.env_config import observation_windows
 
 
 def state_sha(policy: ActorCritic) -> str:

@@ -34,17 +34,17 @@ import sys
 import time
 from typing import Any, Callable, TextIO
 
+from .actor_roster import ActorRoster, ChunkTiming
+from .chunk_filter import ChunkGate, PolicyLagFilter
+from .chunk_learner import ChunkLearner
 from ..config import ConfigError
 from ..evaluation.final_student import export_and_evaluate
 from ..learning import checkpoint as ckpt
 from ..learning.run_artifacts import run_ended, RunArtifacts, write_config
 from ..learning.train_config import TrainConfig
-from ..sim.env_config import observation_dims
-from .actor_roster import ActorRoster, ChunkTiming
-from .chunk_filter import ChunkGate, PolicyLagFilter
-from .chunk_learner import ChunkLearner
 from .rollout_chunk import ChunkError
 from .sac_chunk_learner import SACChunkLearner
+from ..sim.env_config import observation_dims
 
 # The checkpoint entry holding the chunk counters (LiveTrainer's addition to the learner's).
 COUNTERS = 'chunk_counters'

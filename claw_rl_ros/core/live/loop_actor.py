@@ -32,11 +32,11 @@ from typing import Any
 
 import numpy as np
 
-from ..sim.observations import POLICY, POLICY_NOISE_FREE
 from ..control.control_stats import Counters
 from ..control.loop_record import PolicyRecord
 from ..learning.rollout_summary import episode_arrays, rollout_stats
 from .rollout_chunk import RolloutChunk, stack_rows
+from ..sim.observations import POLICY, POLICY_NOISE_FREE
 
 CAUSES = ('missing_record', 'command_mismatch', 'obs_mismatch', 'reset', 'model_changed')
 # A record belongs to a state when their stamps agree to this [s] (both are the same ROS time).

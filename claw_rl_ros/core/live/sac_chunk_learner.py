@@ -36,12 +36,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..config import to_dict
-from ..export.onnx_export import export_onnx
 from .chunk_learner import ChunkLearner
+from ..config import to_dict
 from ..control.loop_record import BEHAVIOUR_KIND
-from .rollout_chunk import RolloutChunk
+from ..export.onnx_export import export_onnx
 from ..learning.sac import SAC
+from .rollout_chunk import RolloutChunk
 
 
 class SACChunkLearner(ChunkLearner):

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 import math
 import typing
 
-from ..verify.episode_record import MAX_EPISODE_S
 from ..control.model_swap import DEFAULT_MAX_MODEL_BYTES
 from ..control.safety import SafetyConfig
 from ..sim.terrain import TERRAIN_TYPES
+from ..verify.episode_record import MAX_EPISODE_S
 
 # Executors (parameter ``executor``): rclpy's C++ EventsExecutor takes each message as it
 # arrives; the Python SingleThreadedExecutor rebuilds its wait set on every wake-up (measured

@@ -95,9 +95,9 @@ from ..control.policy_controller import IMU_READINGS
 from ..control.safety import SafetyConfig
 from ..control.state_input import (BadInput, CLIP_ACTIONS, IMU_SYNC_PERIODS, imu_arrays,
                                    JointOrder, ObservationAssembler)
-from ..sim.robot_spec import RobotSpec
 from .recording_events import (CmdVelEvent, CommandEvent, ImuEvent, NS, Recording,
                                recording_events, SafetyEvent, StateEvent)
+from ..sim.robot_spec import RobotSpec
 
 # Publish and receive times differ by the messages' latencies (a reliable cmd_vel may wait for
 # a repair, a state may queue behind a busy node): this close to the cmd_vel timeout, a tick is

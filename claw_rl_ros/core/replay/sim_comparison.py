@@ -16,10 +16,10 @@ import numpy as np
 
 from ..control.state_input import imu_arrays, JointOrder
 from ..io import atomic_write_bytes
+from .recording_events import CommandEvent, ImuEvent, Recording, recording_events, StateEvent
 from ..sim.env_config import EnvConfig
 from ..sim.robot_spec import RobotSpec
 from ..sim.sim_session import SimSession
-from .recording_events import CommandEvent, ImuEvent, Recording, recording_events, StateEvent
 
 
 @dataclass

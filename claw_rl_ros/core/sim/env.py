@@ -26,15 +26,15 @@ import warnings
 import numpy as np
 
 from .env_config import EnvConfig, GAIT_REWARDS, robot_sized, solver_options
+from .env_config import observation_windows
 from ..math_utils import gravity_in_body, quat_mul, quat_rotate_inverse, yaw_quat
 from .model_variants import ModelVariants
+from .observations import (HEIGHT_SCAN, ObservationHistory, POLICY, POLICY_NOISE_FREE, PRIVILEGED,
+                           RobotState)
 from .physics import BatchedPhysics
 from .rewards import is_moving, RewardManager, RewardParams, StepData
 from .robot import load_robot
 from .robot_spec import RobotSpec
-from .observations import (HEIGHT_SCAN, ObservationHistory, POLICY, POLICY_NOISE_FREE, PRIVILEGED,
-                           RobotState)
-from .env_config import observation_windows
 from .terrain import base_yaw
 from .terrain_curriculum import TerrainPlacement
 

@@ -18,8 +18,8 @@ import xml.etree.ElementTree as ET
 import mujoco
 import numpy as np
 
-from .robot_spec import RobotSpec
 from .ground import GROUND_BOX
+from .robot_spec import RobotSpec
 from .terrain import Terrain
 
 FLOOR = 'floor'

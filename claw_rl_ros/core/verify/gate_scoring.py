@@ -42,10 +42,10 @@ from typing import Any, Optional
 import numpy as np
 
 from ..config import param
+from ..export.verification_record import verification_path
 from ..io import atomic_write_bytes
 from ..sim.robot_spec import RobotSpec
 from ..sim.terrain import Terrain
-from ..export.verification_record import verification_path
 
 
 @dataclass
