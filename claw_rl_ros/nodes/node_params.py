@@ -4,8 +4,13 @@
 ``ParameterDescriptor`` (its description, read-only flag and choices) and returns the
 dataclass holding what the node got (the default, then ``--params-file`` YAML, then ``-p``).
 ``ros2 param describe <node> <name>`` shows the description and the read-only flag; rclpy
-itself refuses ``set_parameters`` on a read-only one. An empty list default is declared by its
-element type (``STRING_ARRAY`` ...) and reads back as ``[]``.
+itself refuses ``set_parameters`` on a read-only one.
+
+Every parameter has a value, so ``get_parameters`` (``ros2 param get`` / ``dump``) answers for
+each: rclpy answers a whole request with an empty list when one name in it has none. A list
+parameter that is empty (its default, or ``[]`` given in a file or with ``-p``, which rcl reads
+as NOT_SET) holds an empty list of its element type (``STRING_ARRAY`` ...): the dataclass
+reads ``[]``, 'not given'.
 """
 
 from __future__ import annotations
@@ -36,6 +41,24 @@ def ros_type(cls: type, name: str) -> Parameter.Type:
     return TYPES[hint]
 
 
+def declare_one(node: Node, name: str, default, kind: Parameter.Type,
+                descriptor: ParameterDescriptor):
+    """Declare parameter ``name`` with ``descriptor``; its value (None: not set, a scalar's
+    refusal). A list one that got no value (an empty default says nothing of its element
+    type, and rcl reads ``[]`` as NOT_SET) is then set to an empty list of ``kind``: declared
+    writable first, as rclpy sets and re-describes only a writable parameter (nothing is
+    spun in between, and no callback of the node's is registered yet)."""
+    if not isinstance(default, list):
+        return node.declare_parameter(name, default, descriptor).value
+    writable = ParameterDescriptor(description=descriptor.description)
+    value = node.declare_parameter(name, kind if default == [] else default, writable).value
+    if value is None:
+        node.set_parameters([Parameter(name, kind, [])])
+    descriptor.type = kind.value
+    node.set_descriptor(name, descriptor)
+    return value
+
+
 def declare(node: Node, cls: type[T]) -> T:
     """Declare every field of dataclass ``cls`` on ``node``; the values it got, as a ``cls``.
 
@@ -47,10 +70,8 @@ def declare(node: Node, cls: type[T]) -> T:
         descriptor = ParameterDescriptor(
             description=f.metadata['doc'], read_only=f.metadata['read_only'],
             additional_constraints=f'one of {choices}' if choices else '')
-        # An empty list says nothing of its element type: declared by type (value not set).
         try:
-            value = node.declare_parameter(f.name, kind if default == [] else default,
-                                           descriptor).value
+            value = declare_one(node, f.name, default, kind, descriptor)
         except InvalidParameterTypeException as exc:  # e.g. time_budget_s:=120 for a double
             raise ValueError(f'parameter {f.name}: {exc.args[0]}; give a value of its type '
                              f'(default {f.name}:={default!r})') from None
