@@ -1,5 +1,5 @@
-"""``claw-rl``: the user commands (stand, train, eval, export, check-urdf, spec, up, verify,
-replay, gateway).
+"""``claw-rl``: the user commands (stand, stand-pose, train, eval, export, check-urdf, spec,
+up, verify, replay, gateway).
 
 Every command returns an exit status; a configuration error prints one line naming the file,
 key, value and fix, and exits with status 2 (no traceback). A ``--ros-args ...`` tail (launch_ros
@@ -21,6 +21,13 @@ def _cmd_stand(args: argparse.Namespace) -> int:
     return run_stand(robot=args.robot, seconds=args.seconds, num_envs=args.num_envs)
 
 
+def _cmd_stand_pose(args: argparse.Namespace) -> int:
+    from .core.sim.robot import load_robot
+    from .core.sim.stand_pose import stand_pose
+    print(stand_pose(load_robot(args.robot, sizes=False), args.height).to_yaml())
+    return 0
+
+
 def _cmd_check_urdf(args: argparse.Namespace) -> int:
     from .core.sim.urdf import check_urdf
     model, problems = check_urdf(args.urdf)
@@ -38,7 +45,8 @@ def _cmd_check_urdf(args: argparse.Namespace) -> int:
 
 def _cmd_spec(args: argparse.Namespace) -> int:
     from .core.sim.robot import load_robot
-    print(json.dumps(load_robot(args.robot).to_metadata(), indent=2))
+    robot = load_robot(args.robot)
+    print(json.dumps({**robot.to_metadata(), 'training': robot.training_sizes()}, indent=2))
     return 0
 
 
@@ -52,11 +60,24 @@ def build_parser() -> argparse.ArgumentParser:
     stand.add_argument('--num-envs', type=int, default=16, help='worlds to simulate')
     stand.set_defaults(func=_cmd_stand)
 
+    pose = sub.add_parser('stand-pose', help='print a default_joint_pos (YAML) that stands the '
+                          'trunk at --height with each foot under its hip (the anchor of its '
+                          "leg's first pitch joint)")
+    pose.add_argument('--robot', default='claw_quadruped', help='robot name or YAML path (its '
+                      'default_joint_pos is the starting guess: the way the knees bend)')
+    pose.add_argument('--height', type=float, required=True,
+                      help="trunk origin's height above the ground [m]")
+    pose.set_defaults(func=_cmd_stand_pose)
+
     check = sub.add_parser('check-urdf', help='validate a URDF like check_urdf')
     check.add_argument('urdf', help='path to the URDF file')
     check.set_defaults(func=_cmd_check_urdf)
 
-    spec = sub.add_parser('spec', help='print the robot spec written into exported models')
+    spec = sub.add_parser(
+        'spec', help='print the robot spec written into exported models (JSON), then under '
+        '"training" what training sizes to the robot: total mass, standing height, the '
+        'robot-sized constants (those the YAML leaves out listed as derived) and the contact '
+        'links')
     spec.add_argument('--robot', default='claw_quadruped', help='robot name or YAML path')
     spec.set_defaults(func=_cmd_spec)
 

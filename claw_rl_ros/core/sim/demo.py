@@ -1,4 +1,9 @@
-"""``claw-rl stand``: the robot holds its default pose under PD control; prints a summary."""
+"""``claw-rl stand``: the robot holds its default pose under PD control; prints a summary.
+
+The tilt is the trunk's (the base body's orientation), not the IMU's: an IMU may be mounted
+at any angle (upside down on the porting example), and its reading says nothing of how the
+robot stands.
+"""
 
 from __future__ import annotations
 
@@ -22,10 +27,16 @@ class StandReport:
     fell: int
     mean_height: float
     min_height: float
-    max_tilt_deg: float
+    max_tilt_deg: float  # the trunk's angle from upright
     max_joint_error: float
     feet_in_contact: float
     steps_per_second: float
+
+
+def trunk_tilt_deg(trunk_quat: np.ndarray) -> np.ndarray:
+    """[N] angle [deg] between the trunk's z axis and the world's up, from [N, 4] (w, x, y, z)
+    base body orientations."""
+    return np.degrees(np.arccos(np.clip(-gravity_in_body(trunk_quat)[:, 2], -1.0, 1.0)))
 
 
 def stand_env(robot: str, num_envs: int, seed: int = 0) -> VecLocomotionEnv:
@@ -52,8 +63,7 @@ def hold_default_pose(robot: str = 'claw_quadruped', seconds: float = 5.0,
             fell |= terminated
             state = env.robot_state()
             heights.append(state.base_height.copy())
-            tilts.append(np.degrees(np.arccos(np.clip(-gravity_in_body(state.base_quat)[:, 2],
-                                                      -1.0, 1.0))))
+            tilts.append(trunk_tilt_deg(env.physics.qpos[:, 3:7]))
             errors.append(np.abs(state.joint_pos - env.robot.default_joint_pos).max(axis=1))
             contacts.append(env.foot_contact.mean(axis=1))
         elapsed = time.perf_counter() - start
@@ -77,7 +87,7 @@ def run_stand(robot: str, seconds: float, num_envs: int) -> int:
           f'{report.steps_per_second:,.0f} env steps/s')
     print(f'  fell:               {report.fell}')
     print(f'  trunk height:       mean {report.mean_height:.3f} m, min {report.min_height:.3f} m')
-    print(f'  max tilt:           {report.max_tilt_deg:.2f} deg')
+    print(f'  max trunk tilt:     {report.max_tilt_deg:.2f} deg')
     print(f'  max joint error:    {report.max_joint_error:.3f} rad (PD sag under gravity)')
     print(f'  feet in contact:    {100 * report.feet_in_contact:.0f} %')
     return 1 if report.fell else 0

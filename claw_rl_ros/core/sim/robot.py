@@ -35,8 +35,11 @@ def _per_joint(gains: dict[str, float], joints: list[str], what: str, source: st
     return np.asarray(out, dtype=np.float64)
 
 
-def load_robot(name_or_path: str | Path = 'claw_quadruped') -> RobotSpec:
-    """Load ``config/robots/<name>.yaml`` (or a YAML path) and its URDF into a RobotSpec."""
+def load_robot(name_or_path: str | Path = 'claw_quadruped', sizes: bool = True) -> RobotSpec:
+    """Load ``config/robots/<name>.yaml`` (or a YAML path) and its URDF into a RobotSpec.
+
+    ``sizes`` false leaves the robot-sized constants unresolved (zero): for tools that look
+    for a default pose (``claw-rl stand-pose``), where the YAML's may not stand yet."""
     path = Path(name_or_path)
     if path.suffix not in ('.yaml', '.yml'):
         path = paths.config_path(f'robots/{name_or_path}.yaml')
@@ -52,7 +55,7 @@ def load_robot(name_or_path: str | Path = 'claw_quadruped') -> RobotSpec:
     raw = load_yaml(path)
     cfg = from_dict(RobotConfig, raw.get('robot', raw), source=source,
                     prefix='robot' if 'robot' in raw else '')
-    return spec_from_config(cfg, source)
+    return spec_from_config(cfg, source, sizes)
 
 
 def resolve_model_file(model_file: str, source: str) -> Path:
@@ -72,8 +75,10 @@ def resolve_model_file(model_file: str, source: str) -> Path:
                       'robot YAML or an absolute one')
 
 
-def spec_from_config(cfg: RobotConfig, source: str = '<robot config>') -> RobotSpec:
-    """Validate a RobotConfig against its URDF and resolve it into a RobotSpec."""
+def spec_from_config(cfg: RobotConfig, source: str = '<robot config>',
+                     sizes: bool = True) -> RobotSpec:
+    """Validate a RobotConfig against its URDF and resolve it into a RobotSpec (``sizes``:
+    see :func:`load_robot`)."""
     model_path = resolve_model_file(cfg.model_file, source)
     try:
         urdf = load_urdf(model_path)
@@ -147,7 +152,7 @@ def spec_from_config(cfg: RobotConfig, source: str = '<robot config>') -> RobotS
         policy_obs=policy, privileged_obs=privileged, total_mass=urdf.total_mass,
         gait_period=gait.period_s or 0.0, gait_duty=gait.duty,
         gait_offsets=np.asarray(gait.offsets, dtype=np.float64), source={'config': source})
-    return _resolve_sizes(spec, cfg, source)
+    return _resolve_sizes(spec, cfg, source) if sizes else spec
 
 
 def trot_offsets(spec: RobotSpec, source: str) -> np.ndarray:
@@ -175,8 +180,14 @@ def trot_offsets(spec: RobotSpec, source: str) -> np.ndarray:
     return offsets
 
 
+# The robot-sized constants a robot YAML may leave out (derived by _resolve_sizes).
+SIZES = ('init_base_height', 'base_height_target', 'swing_height', 'min_base_height',
+         'payload_range', 'com_offset_range')
+
+
 def _resolve_sizes(spec: RobotSpec, cfg: RobotConfig, source: str) -> RobotSpec:
-    """Fill the robot-sized constants the YAML leaves out from the URDF's geometry and mass."""
+    """Fill the robot-sized constants the YAML leaves out from the URDF's geometry and mass;
+    ``spec.source['derived']`` names them."""
     h = spec.standing_height = standing_height(spec)
     m = spec.total_mass
     if not h > 0:
@@ -196,4 +207,8 @@ def _resolve_sizes(spec: RobotSpec, cfg: RobotConfig, source: str) -> RobotSpec:
         spec.gait_offsets = trot_offsets(spec, source)
     if cfg.mirror.swap:
         spec.mirror = derive_mirror(spec, cfg.mirror.swap, source)
+    given = {key: getattr(cfg, key) for key in SIZES}
+    given.update({'gait.period_s': cfg.gait.period_s,
+                  'gait.offsets': cfg.gait.offsets or (None if spec.gait_period > 0 else [])})
+    spec.source['derived'] = [key for key, value in given.items() if value is None]
     return spec

@@ -179,6 +179,27 @@ class RobotSpec:
                      'offsets': self.gait_offsets.tolist()},
         }
 
+    def training_sizes(self) -> dict[str, Any]:
+        """What training sizes to this robot and a model's metadata leaves out (``claw-rl
+        spec`` prints it after the metadata): total mass [kg], standing height [m] at the
+        default pose, the robot-sized constants by their robot-YAML keys ([m], payload [kg]),
+        rounded to 0.1 mm / 0.1 g, ``derived``: the keys the YAML left out (derived from the
+        URDF), and the contact links."""
+        def mm(x: float) -> float:
+            return round(float(x), 4)
+        return {
+            'total_mass': mm(self.total_mass), 'standing_height': mm(self.standing_height),
+            'init_base_height': mm(self.init_base_height),
+            'base_height_target': mm(self.base_height_target),
+            'swing_height': mm(self.swing_height), 'min_base_height': mm(self.min_base_height),
+            'payload_range': [mm(x) for x in self.payload_range],
+            'com_offset_range': [mm(x) for x in self.com_offset_range],
+            'derived': list(self.source.get('derived', [])),
+            'foot_bodies': list(self.foot_bodies),
+            'penalised_contact_bodies': list(self.penalised_contact_bodies),
+            'termination_contact_bodies': list(self.termination_contact_bodies),
+        }
+
     def mismatches(self, metadata: dict[str, Any], tol: float = 1e-6) -> list[str]:
         """Differences between this robot and a model's metadata (empty when they agree)."""
         kind = metadata.get('kind', 'robot')
