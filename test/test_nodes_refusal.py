@@ -23,13 +23,18 @@ def refusal(tmp_path):
         'trainer_node': ({'run_dir': str(run_dir)}, 'set resume to true'),
         'actor_node': ({'config': str(tmp_path / 'nope.yaml')}, 'nope.yaml'),
         'recorder_node': ({}, 'parameter path is empty'),
+        # rclpy's EventsExecutor fails on the recorder's subscriptions: refused, not a crash.
+        'recorder_node events': ({'path': str(tmp_path / 'r.mcap'), 'executor': 'events'},
+                                 "executor = 'events'"),
         'sim_node': ({'mode': 'fast'}, "mode = 'fast'"),
     }
 
 
-@pytest.mark.parametrize('node', ['trainer_node', 'actor_node', 'recorder_node', 'sim_node'])
-def test_a_refusal_is_one_line_and_exit_status_1(ros_env, tmp_path, node):
-    params, words = refusal(tmp_path)[node]
+@pytest.mark.parametrize('case', ['trainer_node', 'actor_node', 'recorder_node',
+                                  'recorder_node events', 'sim_node'])
+def test_a_refusal_is_one_line_and_exit_status_1(ros_env, tmp_path, case):
+    node = case.split()[0]
+    params, words = refusal(tmp_path)[case]
     cmd = [sys.executable, '-m', f'claw_rl_ros.nodes.{node}', '--ros-args']
     for key, value in params.items():
         cmd += ['-p', f'{key}:={ros_value(value)}']

@@ -35,10 +35,11 @@ from rclpy.utilities import remove_ros_args
 
 from .ros_io import exit_without_teardown, spin_nodes
 
-# The nodes a container can host: executable -> (module, class).
+# The nodes a container can host: executable -> (module, class). Not recorder_node: the
+# container runs the EventsExecutor, which fails on the recorder's subscriptions (their
+# callbacks take the message info; core/params/node_config.py, RECORDER_EXECUTORS).
 HOSTABLE = {'sim_node': ('claw_rl_ros.nodes.sim_node', 'SimNode'),
-            'policy_node': ('claw_rl_ros.nodes.policy_node', 'PolicyNode'),
-            'recorder_node': ('claw_rl_ros.nodes.recorder_node', 'RecorderNode')}
+            'policy_node': ('claw_rl_ros.nodes.policy_node', 'PolicyNode')}
 
 
 def parameter(key: str, value) -> Parameter:

@@ -25,6 +25,10 @@ from ..verify.episode_record import MAX_EPISODE_S
 # arrives; the Python SingleThreadedExecutor rebuilds its wait set on every wake-up (measured
 # in bench/ros_control.py: it doubled the realtime joint_states -> command latency).
 EXECUTORS = ('events', 'single_threaded')
+# The recorder's: rclpy's EventsExecutor fails (SystemError) on the first message to a
+# subscription whose callback takes the message info, which the recorder's do (it records each
+# message's source timestamp): the events executor is refused for it, by name.
+RECORDER_EXECUTORS = ('single_threaded',)
 # How an actor's chunks travel (core/live/chunk_encoding.py encodes each).
 CHUNK_ENCODINGS = ('raw', 'zstd', 'zstd_f16')
 
@@ -285,7 +289,9 @@ class RecorderParams:
     robot: str = param('claw_quadruped', ROBOT)
     joints: list[str] = param([], 'the command element order, stored as metadata (empty: the '
                               'spec order)')
-    executor: str = param('single_threaded', EXECUTOR, choices=EXECUTORS)
+    executor: str = param('single_threaded', 'callback executor: single_threaded only (rclpy\'s '
+                          'EventsExecutor fails on callbacks that take the message info)',
+                          choices=RECORDER_EXECUTORS)
 
 
 # Each node executable's parameters (the nodes use the same classes).
