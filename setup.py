@@ -43,8 +43,8 @@ setup(
             'claw-rl = claw_rl_ros.cli:main',
             # The nodes under their own names in a venv's bin/ (lib/claw_rl_ros has sim_node,
             # policy_node, actor_node and trainer_node from scripts/ for ros2 run / launch).
-            'claw-rl-sim-node = claw_rl_ros.nodes.sim_node:main',
-            'claw-rl-policy-node = claw_rl_ros.nodes.policy_node:main',
+            'claw-rl-sim-node = claw_rl_ros.nodes.sim.sim_node:main',
+            'claw-rl-policy-node = claw_rl_ros.nodes.policy.policy_node:main',
             'claw-rl-actor-node = claw_rl_ros.nodes.actor_node:main',
             'claw-rl-trainer-node = claw_rl_ros.nodes.trainer_node:main',
             'claw-rl-recorder-node = claw_rl_ros.nodes.recorder_node:main',

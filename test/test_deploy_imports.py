@@ -21,8 +21,8 @@ def loaded_after(code: str, modules) -> list[str]:
 
 
 def test_policy_node_and_sim_node_import_without_torch():
-    assert loaded_after('import claw_rl_ros.nodes.policy_node, claw_rl_ros.nodes.sim_node',
-                        HEAVY) == []
+    assert loaded_after('import claw_rl_ros.nodes.policy.policy_node, '
+                        'claw_rl_ros.nodes.sim.sim_node', HEAVY) == []
 
 
 def test_the_cli_and_the_verify_gate_load_without_torch():
@@ -40,5 +40,5 @@ def test_the_policy_node_does_not_load_the_training_env():
     they sit beside (the sim node's, in training): ~35 ms less of every policy node's start-up.
     (It still loads MuJoCo when it loads the robot: the robot's sizes come from its kinematics.)
     """
-    assert loaded_after('import claw_rl_ros.nodes.policy_node', (
+    assert loaded_after('import claw_rl_ros.nodes.policy.policy_node', (
         'claw_rl_ros.core.sim.training_session', 'claw_rl_ros.core.sim.env', *HEAVY)) == []

@@ -97,11 +97,11 @@ def test_the_check_sees_references_and_finds_a_planted_stale_one(tmp_path):
         target = copy / path.relative_to(ROOT / PACKAGE)
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(path.read_text())
-    node = copy / 'nodes' / 'sim_node.py'
+    node = copy / 'nodes' / 'sim' / 'sim_node.py'
     node.write_text(node.read_text()
                     + '\n"""See :class:`~..core.deploy.node_config.SimParams`."""\n'
                     '"""And :meth:`~..core.params.node_config.SimParams.nothing_here`."""\n')
     found = broken_references(tmp_path)
-    assert len(found) == 2 and all('nodes/sim_node.py' in f for f in found), found
+    assert len(found) == 2 and all('nodes/sim/sim_node.py' in f for f in found), found
     assert resolves('claw_rl_ros.core.params.node_config.SimParams', ROOT)
     assert resolves('claw_rl_ros.core.control.policy_controller.PolicyController.on_imu', ROOT)

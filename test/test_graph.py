@@ -73,8 +73,8 @@ def test_control_defaults_resolve_to_sim_and_policy_nodes():
     assert dict(policy.parameters) == {'robot': 'claw_quadruped', 'model_path': '',
                                        'use_sim_time': True}
     assert sim.remappings == () and sim.arguments == () and not sim.exits
-    assert sim.module == 'claw_rl_ros.nodes.sim_node'
-    assert policy.module == 'claw_rl_ros.nodes.policy_node'
+    assert sim.module == 'claw_rl_ros.nodes.sim.sim_node'
+    assert policy.module == 'claw_rl_ros.nodes.policy.policy_node'
 
 
 def test_every_argument_reaches_the_nodes(placeholder_model, tmp_path, monkeypatch):

@@ -291,7 +291,7 @@ def test_the_graph_checks_see_imports():
     # Parsers that found nothing would pass the two tests above.
     edges = module_edges()
     assert ('claw_rl_ros.core.sim.robot', 'claw_rl_ros.core.sim.scene') in edges
-    assert ('claw_rl_ros.nodes.policy_node', 'claw_rl_ros.nodes.ros_io') in edges
+    assert ('claw_rl_ros.nodes.policy.policy_node', 'claw_rl_ros.nodes.ros_io') in edges
     assert lazy_imports(folders=('commands',)), 'the CLI\'s lazy dispatch is not seen'
 
 

@@ -23,9 +23,9 @@ from claw_rl_ros.core.params.node_config import (ActorParams, default_of, PARAME
 from claw_rl_ros.core.control.safety import SafetyConfig
 from claw_rl_ros.launch_graph.description import resolve
 from claw_rl_ros.launch_graph.graphs import GRAPHS
-from claw_rl_ros.nodes import sim_node
+from claw_rl_ros.nodes.sim import sim_node
 from claw_rl_ros.nodes.node_params import ros_type
-from claw_rl_ros.nodes.safety_io import QOS
+from claw_rl_ros.nodes.policy.safety_io import QOS
 from control_models import good_model
 from ros_helpers import NodeProcess, ROOT
 

@@ -159,7 +159,7 @@ class LatePolicy(NodeProcess):
         self.log_path = log_dir / f'{self.name}.log'
         self._log = open(self.log_path, 'w')
         self.proc = subprocess.Popen(
-            [sys.executable, '-m', 'claw_rl_ros.nodes.policy_node', '--ros-args', '-r',
+            [sys.executable, '-m', 'claw_rl_ros.nodes.policy.policy_node', '--ros-args', '-r',
              f'__ns:={ns}', '-p', 'use_sim_time:=true',
              # DEBUG: the "received and validated" line the test waits for.
              '--log-level', f'{ns.strip("/").replace("/", ".")}.policy_node:=debug'],

@@ -126,7 +126,7 @@ def test_sim_params_refuse_a_terrain_in_training_and_a_stalled_clock():
 
 def test_a_bad_terrain_parameter_is_a_one_line_refusal(ros_env, tmp_path):
     result = subprocess.run(
-        [sys.executable, '-m', 'claw_rl_ros.nodes.sim_node', '--ros-args', '-p',
+        [sys.executable, '-m', 'claw_rl_ros.nodes.sim.sim_node', '--ros-args', '-p',
          f'terrain:={ros_value("stairs:2")}'], cwd=ROOT, env=ros_env, capture_output=True,
         text=True, timeout=180)
     fatal = [line for line in result.stderr.splitlines() if line.startswith('[FATAL]')]

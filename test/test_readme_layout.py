@@ -30,10 +30,16 @@ def test_every_module_and_package_is_named_in_the_layout():
 
 
 def test_the_layout_names_nothing_that_is_gone():
-    """Every ``claw_rl_ros/...`` path and every core sub-package the Layout lists exists."""
+    """Every ``claw_rl_ros/...`` path and every sub-package the Layout lists exists (an
+    indented ``name/`` is a sub-package of the ``claw_rl_ros/...`` line above it)."""
     block = layout_block()
     paths = re.findall(r'claw_rl_ros/[a-z_/]*[a-z_]', block)
     gone = [p for p in paths if not (ROOT / p).is_dir() and not (ROOT / f'{p}.py').is_file()]
-    core = re.findall(r'^  ([a-z_]+)/', block, re.M)  # indented: sub-packages of core
-    gone += [f'core/{name}' for name in core if not (PACKAGE / 'core' / name).is_dir()]
-    assert paths and core and not gone, f'{LABEL} lists what does not exist: {gone}'
+    parent, subs = None, []
+    for line in block.split('\n'):
+        if top := re.match(r'^(claw_rl_ros/[a-z_/]*[a-z_])', line):
+            parent = top.group(1)
+        elif (sub := re.match(r'^  ([a-z_]+)/', line)) and parent:
+            subs.append(f'{parent}/{sub.group(1)}')
+    gone += [s for s in subs if not (ROOT / s).is_dir()]
+    assert paths and subs and not gone, f'{LABEL} lists what does not exist: {gone}'

@@ -11,7 +11,7 @@ from std_srvs.srv import SetBool, Trigger
 
 from claw_rl_ros.core.verify.episode_record import episode_steps, EpisodeRecorder, read_episode
 from claw_rl_ros.nodes.ros_io import RELIABLE_STATE_QOS, STATE_QOS, to_sec
-from claw_rl_ros.nodes.sim_state_io import episode_layout
+from claw_rl_ros.nodes.sim.sim_state_io import episode_layout
 from control_models import good_model
 from ros_helpers import NodeProcess, stop_all
 

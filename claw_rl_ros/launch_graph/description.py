@@ -29,8 +29,8 @@ PACKAGE = 'claw_rl_ros'
 # Installed executable (lib/claw_rl_ros/<name>, a scripts/ launcher) -> the module it runs.
 EXECUTABLES = {
     'claw_rl': 'claw_rl_ros.cli',
-    'sim_node': 'claw_rl_ros.nodes.sim_node',
-    'policy_node': 'claw_rl_ros.nodes.policy_node',
+    'sim_node': 'claw_rl_ros.nodes.sim.sim_node',
+    'policy_node': 'claw_rl_ros.nodes.policy.policy_node',
     'actor_node': 'claw_rl_ros.nodes.actor_node',
     'trainer_node': 'claw_rl_ros.nodes.trainer_node',
     'recorder_node': 'claw_rl_ros.nodes.recorder_node',

@@ -38,8 +38,8 @@ from .ros_io import exit_without_teardown, spin_nodes
 # The nodes a container can host: executable -> (module, class). Not recorder_node: the
 # container runs the EventsExecutor, which fails on the recorder's subscriptions (their
 # callbacks take the message info; core/params/node_config.py, RECORDER_EXECUTORS).
-HOSTABLE = {'sim_node': ('claw_rl_ros.nodes.sim_node', 'SimNode'),
-            'policy_node': ('claw_rl_ros.nodes.policy_node', 'PolicyNode')}
+HOSTABLE = {'sim_node': ('claw_rl_ros.nodes.sim.sim_node', 'SimNode'),
+            'policy_node': ('claw_rl_ros.nodes.policy.policy_node', 'PolicyNode')}
 
 
 def parameter(key: str, value) -> Parameter:

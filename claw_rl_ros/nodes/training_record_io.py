@@ -2,7 +2,7 @@
 
 policy_node (``training: true``) publishes a ``std_msgs/Float64MultiArray`` whose fields are
 labelled in ``layout.dim`` (:mod:`~claw_rl_ros.core.control.loop_record`) just before the
-command it belongs to; sim_node's training mode (:mod:`.loop_actor_io`) pairs it with the step.
+command it belongs to; sim_node's training mode (:mod:`.sim.loop_actor_io`) pairs it with the step.
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ from ..core.verify.gate_scoring import (Episode, episode_end, episode_of, latenc
                                         measured_latency)
 from ..core.sim.robot_spec import RobotSpec
 from .ros_io import STATE_QOS, steady_timer
-from .sim_state_io import episode_layout
+from .sim.sim_state_io import episode_layout
 
 
 CMD_VEL_PERIOD_S = 0.1

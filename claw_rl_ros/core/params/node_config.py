@@ -175,7 +175,7 @@ class SimParams:
 
 @dataclass(frozen=True)
 class SafetyParams(SafetyLimits):
-    """The policy node's safety parameters (wiring in nodes/safety_io.py): the state
+    """The policy node's safety parameters (wiring in nodes/policy/safety_io.py): the state
     machine's limits above, then the node's own."""
 
     publish_gains: bool = param(False, 'publish [Kp x J, Kd x J] on joint_gains with every '

@@ -29,25 +29,25 @@ from rclpy.node import Node
 from std_msgs.msg import Float64MultiArray
 from std_srvs.srv import SetBool, Trigger
 
-from ..core.control.control_stats import Counters, LatencyStats, RateMeter, TickMonitor
-from ..core.control.state_input import JointOrder
-from ..core.learning.train_config import split_overrides
-from ..core.sim.robot import load_robot
-from ..core.sim.sim_session import env_section, SimSession, terrain_tile
+from ...core.control.control_stats import Counters, LatencyStats, RateMeter, TickMonitor
+from ...core.control.state_input import JointOrder
+from ...core.learning.train_config import split_overrides
+from ...core.sim.robot import load_robot
+from ...core.sim.sim_session import env_section, SimSession, terrain_tile
 from .loop_actor_io import LoopActorIO
-from ..core.params.node_config import SimParams
-from .node_params import declare
-from .ros_io import (COMMAND_QOS, diagnostics, exit_without_teardown, now_sec, publisher,
-                     RELIABLE_STATE_QOS, SENSOR_QOS, spin, steady_timer)
+from ...core.params.node_config import SimParams
+from ..node_params import declare
+from ..ros_io import (COMMAND_QOS, diagnostics, exit_without_teardown, now_sec, publisher,
+                      RELIABLE_STATE_QOS, SENSOR_QOS, spin, steady_timer)
 from .sim_episode_io import SimEpisodeIO
 from .sim_state_io import SimStateIO
-from .wire_io import command_data, WireError
+from ..wire_io import command_data, WireError
 
 STATE_PUBLISH_QOS = {'reliable': RELIABLE_STATE_QOS, 'sensor_data': SENSOR_QOS}
 
 
 class SimNode(Node):
-    """Parameters: :class:`~..core.params.node_config.SimParams` (``ros2 param describe``)."""
+    """Parameters: :class:`~...core.params.node_config.SimParams` (``ros2 param describe``)."""
 
     def __init__(self, **node_options):  # (rclpy Node options: node_container)
         super().__init__('sim_node', **node_options)

@@ -1,7 +1,7 @@
 """The control loop as an actor: ROS glue of sim_node's and policy_node's training mode.
 
 policy_node (``training: true``) publishes one record per RL tick on ``policy/training_step``
-(:mod:`.training_record_io`), just before the command it belongs to.
+(:mod:`..training_record_io`), just before the command it belongs to.
 
 sim_node (``training: true``) runs :class:`~claw_rl_ros.core.sim.training_session.
 TrainingSession` (a 1-world env of the train config's ``env:``) through :class:`LoopActorIO`:
@@ -22,14 +22,14 @@ import numpy as np
 from rclpy.node import Node
 from std_msgs.msg import Float64MultiArray, UInt8MultiArray
 
-from ..core.learning.train_config import load_train_config, split_overrides
-from ..core.live.loop_actor import ControlLoopActor
-from ..core.live.rollout_chunk import encode_chunk
-from ..core.sim.robot_spec import RobotSpec
-from ..core.params.node_config import SimParams
-from ..core.sim.training_session import TrainingSession
-from .ros_io import COMMAND_QOS, publisher
-from .training_record_io import msg_record, RECORD_TOPIC
+from ...core.learning.train_config import load_train_config, split_overrides
+from ...core.live.loop_actor import ControlLoopActor
+from ...core.live.rollout_chunk import encode_chunk
+from ...core.sim.robot_spec import RobotSpec
+from ...core.params.node_config import SimParams
+from ...core.sim.training_session import TrainingSession
+from ..ros_io import COMMAND_QOS, publisher
+from ..training_record_io import msg_record, RECORD_TOPIC
 
 
 class LoopActorIO:

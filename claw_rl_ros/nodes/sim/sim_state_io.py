@@ -3,8 +3,8 @@
 The messages are made once and refilled each step; ``send()`` publishes what ``fill()`` put in,
 so an unanswered lockstep state is re-sent unchanged. joint_states goes out last: the policy acts
 on it, after everything it needs. joint_states, imu and /clock go out as their CDR bytes,
-refilled in place (:mod:`..core.wire_format`): no message object converted per step. The
-episode record (:mod:`..core.verify.episode_record`) goes out on ``~/episode``, latched, once per
+refilled in place (:mod:`...core.wire_format`): no message object converted per step. The
+episode record (:mod:`...core.verify.episode_record`) goes out on ``~/episode``, latched, once per
 episode.
 """
 
@@ -21,10 +21,10 @@ from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import Imu, JointState
 from std_msgs.msg import Float64MultiArray, MultiArrayDimension
 
-from ..core.verify.episode_record import EpisodeRecorder, ROW_DIM
-from ..core.wire_format import ClockWriter, ImuWriter, JointStateWriter
-from ..core.sim.robot_spec import RobotSpec
-from .ros_io import publisher, STATE_QOS, to_stamp
+from ...core.verify.episode_record import EpisodeRecorder, ROW_DIM
+from ...core.wire_format import ClockWriter, ImuWriter, JointStateWriter
+from ...core.sim.robot_spec import RobotSpec
+from ..ros_io import publisher, STATE_QOS, to_stamp
 
 # Seconds between two looks at odom's subscriber count: a new listener (a probe, rqt, the
 # sim2sim gate's recorder) gets ground truth within this long of its discovery.

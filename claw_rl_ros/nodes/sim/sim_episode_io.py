@@ -15,8 +15,8 @@ import numpy as np
 from rcl_interfaces.msg import SetParametersResult
 from std_srvs.srv import Trigger
 
-from ..core.verify.episode_record import episode_steps, EpisodeRecorder
-from ..core.params.node_config import check_episode_seed
+from ...core.verify.episode_record import episode_steps, EpisodeRecorder
+from ...core.params.node_config import check_episode_seed
 
 
 class SimEpisodeIO:

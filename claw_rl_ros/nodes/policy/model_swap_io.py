@@ -19,8 +19,8 @@ import hashlib
 from rcl_interfaces.msg import SetParametersResult
 from std_msgs.msg import String, UInt8MultiArray
 
-from ..core.control.model_swap import ModelNotReceived, ModelRejected
-from .ros_io import LATCHED_QOS, publisher
+from ...core.control.model_swap import ModelNotReceived, ModelRejected
+from ..ros_io import LATCHED_QOS, publisher
 
 # Seconds an activation waits for the validation of bytes still in the pool.
 VALIDATION_WAIT_S = 10.0

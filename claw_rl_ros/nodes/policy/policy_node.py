@@ -27,7 +27,7 @@ logged once at ERROR with its fix. A node whose previous process died (:mod:`run
 starts with a ``restarted`` fault, latched under the deploy graph (no autostart).
 
 Training mode (``training``, default false; never in the deploy graph): the control loop as an
-actor (:mod:`.loop_actor_io`): actions sampled around the mean (``seed``), one record per RL
+actor (:mod:`..sim.loop_actor_io`): actions sampled around the mean (``seed``), one record per RL
 tick on ``policy/training_step``; only trainer exports (``action_std`` metadata) are served.
 """
 
@@ -41,23 +41,23 @@ from rclpy.node import Node
 from sensor_msgs.msg import Imu, JointState
 from std_msgs.msg import Float64MultiArray
 
-from ..core.control.control_stats import LatencyStats, RateMeter
-from ..core.control.policy_controller import PolicyController, WATCHDOG_POLLS
-from ..core.control.run_marker import RunMarker
-from ..core.wire_format import Float64ArrayWriter
-from ..core.sim.robot import load_robot
-from .training_record_io import record_msg, RECORD_TOPIC
-from ..core.params.node_config import PolicyParams
+from ...core.control.control_stats import LatencyStats, RateMeter
+from ...core.control.policy_controller import PolicyController, WATCHDOG_POLLS
+from ...core.control.run_marker import RunMarker
+from ...core.wire_format import Float64ArrayWriter
+from ...core.sim.robot import load_robot
+from ..training_record_io import record_msg, RECORD_TOPIC
+from ...core.params.node_config import PolicyParams
 from .model_swap_io import ModelSwapIO
-from .node_params import declare
-from .ros_io import (COMMAND_QOS, diagnostics, exit_without_teardown, now_sec, publisher,
-                     spin, steady_timer, take_queued)
+from ..node_params import declare
+from ..ros_io import (COMMAND_QOS, diagnostics, exit_without_teardown, now_sec, publisher,
+                      spin, steady_timer, take_queued)
 from .safety_io import QOS, safety_kwargs, SafetyIO
-from .wire_io import StateDecoder, WireError
+from ..wire_io import StateDecoder, WireError
 
 
 class PolicyNode(Node):
-    """Parameters: :class:`~..core.params.node_config.PolicyParams` (``ros2 param describe``;
+    """Parameters: :class:`~...core.params.node_config.PolicyParams` (``ros2 param describe``;
     all but ``model_path`` and ``model_sha256`` read-only), use_sim_time."""
 
     def __init__(self, **node_options):  # (rclpy Node options: node_container)

@@ -1,7 +1,7 @@
 """The policy node's safety wiring (thin ROS glue around core/control/safety.py).
 
 * parameters of the state machine, command shaping, verification gate and self-check
-  (:class:`~..core.params.node_config.SafetyParams`) -> PolicyController arguments
+  (:class:`~...core.params.node_config.SafetyParams`) -> PolicyController arguments
   (:func:`safety_kwargs`);
 * operator requests: ``~/operator`` (``std_msgs/String``: stand_up, rl, sit_down, passive,
   estop, reset) and one ``std_srvs/Trigger`` service per request (``~/stand_up`` ...), plus
@@ -20,10 +20,10 @@ from typing import Any
 from std_msgs.msg import Float64MultiArray, String
 from std_srvs.srv import Trigger
 
-from ..core.control.safety import REQUESTS, SafetyConfig
-from ..core.control.self_check import controller_joints
-from ..core.params.node_config import SafetyParams
-from .ros_io import COMMAND_QOS, doubles, LATCHED_QOS, now_sec, publisher, SENSOR_QOS
+from ...core.control.safety import REQUESTS, SafetyConfig
+from ...core.control.self_check import controller_joints
+from ...core.params.node_config import SafetyParams
+from ..ros_io import COMMAND_QOS, doubles, LATCHED_QOS, now_sec, publisher, SENSOR_QOS
 
 # QoS of the joint_states / imu subscriptions by parameter state_qos.
 QOS = {'sensor_data': SENSOR_QOS, 'reliable': COMMAND_QOS}
