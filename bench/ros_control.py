@@ -284,9 +284,9 @@ def composed_lockstep(model: Path, seconds: float) -> None:
     import rclpy
     from rclpy.experimental import EventsExecutor
     from rclpy.task import Future
-    from claw_rl_ros.nodes.policy_node import PolicyNode
+    from claw_rl_ros.nodes.policy.policy_node import PolicyNode
     from claw_rl_ros.nodes.ros_io import steady_timer
-    from claw_rl_ros.nodes.sim_node import SimNode
+    from claw_rl_ros.nodes.sim.sim_node import SimNode
     with tempfile.NamedTemporaryFile('w', suffix='.yaml', delete=False) as f:
         f.write('sim_node:\n  ros__parameters:\n    mode: lockstep\n    command_timeout_s: 0.2\n'
                 'policy_node:\n  ros__parameters:\n    use_sim_time: true\n'
