@@ -26,6 +26,8 @@ from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rcl_interfaces.srv import SetParameters
 
+from claw_rl_ros.launch_graph.description import EXECUTABLES
+
 ROOT = Path(__file__).resolve().parents[1]
 # Every NodeProcess not stopped yet: the ros_env fixture stops them at the end of a module.
 _STARTED: list['NodeProcess'] = []
@@ -42,11 +44,16 @@ def ros_value(value: Any) -> str:
     return repr(value)
 
 
+def node_module(node: str) -> str:
+    """The module a node executable runs (the graph's own map: nodes live in folders)."""
+    return EXECUTABLES[node]
+
+
 def node_command(node: str, params: dict | None = None, remaps: list[str] = (),
                  log_level: str | None = None, logger: str = '') -> list[str]:
     """The command line of node module ``node`` with ``-p`` params, ``-r`` remaps and the
     level of logger ``logger``."""
-    cmd = [sys.executable, '-m', f'claw_rl_ros.nodes.{node}', '--ros-args']
+    cmd = [sys.executable, '-m', node_module(node), '--ros-args']
     for key, value in (params or {}).items():
         cmd += ['-p', f'{key}:={ros_value(value)}']
     for remap in remaps:

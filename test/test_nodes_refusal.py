@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from ros_helpers import ROOT, ros_value
+from ros_helpers import node_module, ROOT, ros_value
 
 
 def refusal(tmp_path):
@@ -35,7 +35,7 @@ def refusal(tmp_path):
 def test_a_refusal_is_one_line_and_exit_status_1(ros_env, tmp_path, case):
     node = case.split()[0]
     params, words = refusal(tmp_path)[case]
-    cmd = [sys.executable, '-m', f'claw_rl_ros.nodes.{node}', '--ros-args']
+    cmd = [sys.executable, '-m', node_module(node), '--ros-args']
     for key, value in params.items():
         cmd += ['-p', f'{key}:={ros_value(value)}']
     result = subprocess.run(cmd, cwd=ROOT, env=ros_env, capture_output=True, text=True,

@@ -22,7 +22,7 @@ from std_msgs.msg import Float32, String, UInt8MultiArray
 
 from claw_rl_ros.core.live.rollout_chunk import encode_chunk, RolloutChunk
 from claw_rl_ros.nodes.ros_io import COMMAND_QOS, LATCHED_QOS, STATE_QOS
-from ros_helpers import NodeProcess, ros_value, ROOT
+from ros_helpers import node_module, NodeProcess, ros_value, ROOT
 
 TINY_YAML = '''
 env: {num_envs: 8, episode_length_s: 0.5, num_threads: 1}
@@ -38,7 +38,7 @@ class NamespacedNode(NodeProcess):
     def __init__(self, node, env, log_dir, params, namespace):
         self.name = f'{node}{namespace.replace("/", "_")}'
         self.log_path = Path(log_dir) / f'{self.name}.log'
-        cmd = [sys.executable, '-m', f'claw_rl_ros.nodes.{node}', '--ros-args',
+        cmd = [sys.executable, '-m', node_module(node), '--ros-args',
                '-r', f'__ns:={namespace}']
         for key, value in params.items():
             cmd += ['-p', f'{key}:={ros_value(value)}']
