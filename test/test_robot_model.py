@@ -8,7 +8,7 @@ import pytest
 
 from claw_rl_ros.core.config import ConfigError
 from claw_rl_ros.core.sim.demo import hold_default_pose
-from claw_rl_ros.core.sim.robot import load_robot, spec_from_config
+from claw_rl_ros.core.sim.robot import load_robot, per_joint, spec_from_config
 from claw_rl_ros.core.sim.robot_spec import RobotConfig
 from claw_rl_ros.core.config import load_yaml, from_dict
 from claw_rl_ros.core import paths
@@ -114,6 +114,35 @@ def test_bad_robot_config_is_rejected(change, key):
     with pytest.raises(ConfigError) as err:
         spec_from_config(cfg, 'robot.yaml')
     assert f'robot.yaml: {key}' in str(err.value)
+
+
+def test_a_gain_key_of_the_joints_exact_name_wins_whatever_the_yaml_order():
+    # The exact keys listed after the partial one that also matches them still win (front hips
+    # both, so the robot stays mirror-symmetric).
+    exact = {'FL_hip_joint': 20.0, 'FR_hip_joint': 20.0}
+    for stiffness in ({'hip': 30.0, 'thigh': 31.0, 'calf': 32.0, **exact},
+                      {**exact, 'hip': 30.0, 'thigh': 31.0, 'calf': 32.0}):
+        spec = spec_from_config(dataclasses.replace(robot_config(), stiffness=stiffness),
+                                'robot.yaml')
+        np.testing.assert_array_equal(spec.kp, [20.0, 31.0, 32.0, 20.0, 31.0, 32.0,
+                                                30.0, 31.0, 32.0, 30.0, 31.0, 32.0])
+
+
+def test_numbered_joints_take_their_own_gains_not_a_prefix_keys():
+    # Joints named '0'..'11' (a held-out robot): key '1' is a part of '10' and '11', but a
+    # joint with a key of its own name takes that; one without takes its only partial match.
+    joints = [str(i) for i in range(12)]
+    gains = {'1': 1.0, '10': 10.0, **{str(i): float(i) for i in (0, 2, 3, 4, 5, 6, 7, 8, 9)}}
+    np.testing.assert_array_equal(per_joint(gains, joints, 'stiffness', 'r.yaml'),
+                                  [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 1])
+
+
+def test_a_joint_two_partial_keys_match_is_refused_naming_both():
+    stiffness = {'hip': 30.0, 'FL': 25.0, 'thigh': 30.0, 'calf': 30.0}
+    with pytest.raises(ConfigError) as err:
+        spec_from_config(dataclasses.replace(robot_config(), stiffness=stiffness), 'robot.yaml')
+    assert "robot.yaml: stiffness: joint 'FL_hip_joint' is matched alike by keys ['FL', 'hip']" \
+        in str(err.value)
 
 
 def test_default_pose_outside_limits_is_rejected():

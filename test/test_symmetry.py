@@ -132,7 +132,7 @@ REFUSALS = {
                  ('mirror.swap', 'matches no joint name')),
     'default_pose': (lambda r: r['default_joint_pos'].__setitem__(3, 0.05), None,
                      ('mirror.swap', 'default_joint_pos', 'FL_hip_joint')),
-    'stiffness': (lambda r: r.update(stiffness={'FL_hip': 25.0, 'hip': 30.0, 'thigh': 30.0,
+    'stiffness': (lambda r: r.update(stiffness={'FL_hip_joint': 25.0, 'hip': 30.0, 'thigh': 30.0,
                                                 'calf': 30.0}), None,
                   ('mirror.swap', 'stiffness', 'FL_hip_joint')),
     'gait': (lambda r: r['gait'].update(offsets=[0.0, 0.25, 0.5, 0.75]), None,

@@ -23,15 +23,26 @@ from .symmetry import derive_mirror
 from .urdf import load_urdf, UrdfError
 
 
-def _per_joint(gains: dict[str, float], joints: list[str], what: str, source: str) -> np.ndarray:
-    """Expand {substring: value} to one value per joint; every joint must match."""
+def per_joint(gains: dict[str, float], joints: list[str], what: str, source: str) -> np.ndarray:
+    """[J] values from {joint name or part of one: value}: a key equal to the joint's name
+    wins, else the one key that is a substring of it. A joint no key matches, or that two
+    substring keys match alike (key "1" and key "10" for joint "10" without a key "10" of its
+    own would be one such), is refused naming the joint and the keys; the YAML's key order
+    never decides."""
     out = []
     for joint in joints:
-        hits = [v for k, v in gains.items() if k in joint]
-        if not hits:
+        if joint in gains:
+            out.append(gains[joint])
+            continue
+        keys = [k for k in gains if k in joint]
+        if not keys:
             raise ConfigError(source, what, f'no entry matches joint {joint!r}; add a key that '
-                              f'is a substring of it (have {sorted(gains)})')
-        out.append(hits[0])
+                              f'is its name or a part of it (have {sorted(gains)})')
+        if len(keys) > 1:
+            raise ConfigError(source, what, f'joint {joint!r} is matched alike by keys '
+                              f'{sorted(keys)} (each a part of its name); give it a key of its '
+                              'exact name, or keys that match one each')
+        out.append(gains[keys[0]])
     return np.asarray(out, dtype=np.float64)
 
 
@@ -142,8 +153,8 @@ def spec_from_config(cfg: RobotConfig, source: str = '<robot config>',
         default_joint_pos=q0, joint_lower=lower, joint_upper=upper,
         effort_limit=np.array([urdf.joints[j].effort for j in joints]),
         velocity_limit=np.array([urdf.joints[j].velocity for j in joints]),
-        kp=_per_joint(cfg.stiffness, joints, 'stiffness', source),
-        kd=_per_joint(cfg.damping, joints, 'damping', source),
+        kp=per_joint(cfg.stiffness, joints, 'stiffness', source),
+        kd=per_joint(cfg.damping, joints, 'damping', source),
         action_scale=cfg.action_scale, armature=cfg.armature, sim_dt=cfg.sim_dt,
         decimation=cfg.decimation, init_base_height=cfg.init_base_height or 0.0,
         foot_friction=cfg.foot_friction,

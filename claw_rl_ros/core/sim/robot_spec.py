@@ -76,8 +76,10 @@ class RobotConfig:
     foot_bodies: list[str] = param([], 'links whose ground contact counts as a foot contact')
     joint_names: list[str] = param([], 'actuated joints in policy/action order')
     default_joint_pos: list[float] = param([], 'default pose q0 [rad], one per joint')
-    stiffness: dict[str, float] = param({}, 'PD Kp [N m/rad] by joint-name substring', ge=0)
-    damping: dict[str, float] = param({}, 'PD Kd [N m s/rad] by joint-name substring', ge=0)
+    stiffness: dict[str, float] = param({}, 'PD Kp [N m/rad] by joint name or a part of it (an '
+                                        'exact name wins)', ge=0)
+    damping: dict[str, float] = param({}, 'PD Kd [N m s/rad] by joint name or a part of it '
+                                      '(an exact name wins)', ge=0)
     action_scale: float = param(0.25, 'target = q0 + action_scale * action [rad]', gt=0)
     armature: float = param(0.01, 'reflected rotor inertia per joint [kg m^2]', ge=0)
     sim_dt: float = param(0.005, 'physics step [s]', gt=0, le=0.02)
