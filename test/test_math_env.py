@@ -6,6 +6,7 @@ import math
 import numpy as np
 import pytest
 
+from claw_rl_ros.core.config import ConfigError
 from claw_rl_ros.core.sim import rewards as R
 from claw_rl_ros.core.sim.observations import ObservationLayout, RobotState
 
@@ -414,8 +415,9 @@ def test_constructor_derives_rates_limits_and_noise_from_the_config(make_env, ro
 
 
 def test_latency_at_or_above_the_decimation_is_refused(make_env):
-    with pytest.raises(ValueError, match=r'randomization.action_latency_substeps \[0, 4\] must '
-                                         r'stay below the decimation \(4\)'):
+    with pytest.raises(ConfigError, match=r'randomization.action_latency_substeps: \[0, 4\]: '
+                                          r'must stay below the decimation of robot '
+                                          r'.*\(4 physics steps'):
         make_env(num_envs=1, randomization={'action_latency_substeps': [0, 4]})
     make_env(num_envs=1, randomization={'action_latency_substeps': [0, 3]})
 

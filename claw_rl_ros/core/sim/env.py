@@ -25,8 +25,9 @@ import warnings
 
 import numpy as np
 
-from .env_config import EnvConfig, GAIT_REWARDS, robot_sized, solver_options
-from .env_config import observation_windows
+from ..config import ConfigError
+from .env_config import (EnvConfig, GAIT_REWARDS, observation_windows, robot_sized,
+                         solver_options)
 from ..math_utils import gravity_in_body, quat_mul, quat_rotate_inverse, yaw_quat
 from .model_variants import ModelVariants
 from .observations import (HEIGHT_SCAN, ObservationHistory, POLICY, POLICY_NOISE_FREE, PRIVILEGED,
@@ -82,8 +83,10 @@ class VecLocomotionEnv:
         scales = self._reward_scales()
         lat = cfg.randomization.action_latency_substeps
         if lat[1] >= r.decimation:
-            raise ValueError(f'randomization.action_latency_substeps {list(lat)} must stay below '
-                             f'the decimation ({r.decimation})')
+            raise ConfigError('env', 'randomization.action_latency_substeps',
+                              f'{list(lat)}: must stay below the decimation of robot '
+                              f'{r.name!r} ({r.decimation} physics steps per control period); '
+                              f'give a maximum of at most {r.decimation - 1}')
         self._resample_steps = max(1, round(cfg.commands.resample_time_s / self.control_dt))
         self._push_steps = round(cfg.randomization.push_interval_s / self.control_dt)
         half_range = 0.5 * (r.joint_upper - r.joint_lower) * cfg.rewards.soft_joint_limit
