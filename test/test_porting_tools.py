@@ -123,6 +123,9 @@ def test_stand_pose_of_the_tuned_height_finds_the_tuned_pose(capsys):
               'try at least']),
     ('0', ['--height: 0.0; give the trunk origin']),
     ('nan', ['--height: nan; give']),
+    ('inf', ['--height: inf; give']),
+    ('1e308', ['--height: 1e+308; give', '<= 100']),
+    ('50', ['--height: 50 m is out of reach for strider', 'try at most 0.29']),
 ])
 def test_stand_pose_refuses_an_unreachable_height_by_name(capsys, height, words):
     assert main(['stand-pose', '--robot', str(STRIDER), '--height', height]) == 2

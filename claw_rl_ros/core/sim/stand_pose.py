@@ -25,6 +25,9 @@ from ..config import ConfigError
 from .robot_spec import RobotSpec
 from .scene import build_model, joint_addresses, lowest_foot_points, standing_qpos
 
+# The highest trunk height asked about [m]: far above any legged robot, and low enough that
+# the solver's distances keep their precision (at 1e308 m the reach was printed as 0 m).
+MAX_HEIGHT_M = 100.0
 # A foot this far [m] from its target at the solution is out of reach.
 REACH_TOL_M = 1e-3
 PITCH_AXIS_COS = math.cos(math.radians(45.0))
@@ -153,9 +156,9 @@ def _solve(legs: _Legs, q0: np.ndarray, lower: np.ndarray, upper: np.ndarray) ->
 def stand_pose(robot: RobotSpec, height: float) -> StandPose:
     """The pose with the trunk's origin ``height`` [m] above the ground and each foot under its
     hip; ConfigError naming ``--height`` when no pose within the joint limits reaches it."""
-    if not 0 < height < math.inf:
+    if not 0 < height <= MAX_HEIGHT_M:
         raise ConfigError('command line', '--height', f'{height!r}; give the trunk origin\'s '
-                          'height above the ground in metres (> 0)')
+                          f'height above the ground in metres (> 0, <= {MAX_HEIGHT_M:g})')
     legs = _Legs(robot, height)
     # Start inside the limits, so a straight knee at a limit still knows which way it bends.
     margin = 0.01 * (robot.joint_upper - robot.joint_lower)
