@@ -25,6 +25,14 @@ Contract (what the node publishes on ``joint_commands``):
   ``clock_step_back`` fault that forgets every stamp, so the node re-arms once time is sane
   again; stamps of another clock than the node's (a ``use_sim_time`` mismatch) are a
   ``clock_mismatch`` fault whose message names the fix (raised once in :attr:`alerts`);
+* the gait clock and the default rate limit follow the stamps: a command that answers an
+  accepted state stands for the time since the state before it (the one the previous command
+  answered, or a superseded one skipped since: a backlog's stall is not counted), by their
+  stamps (the node's clock, as the watchdog reads them), bounded to
+  :data:`~claw_rl_ros.core.sim.observations.ELAPSED_BOUNDS_PERIODS` control periods, so a
+  robot whose states come at 48 or 52 Hz keeps its gait in phase; the first command after the
+  start or a clock step back, and a command that answers no new state (a watchdog or fault
+  hold) and the one after it, stand for one control period;
 * :meth:`PolicyController.watchdog` (called 4 times per control period) faults to PASSIVE when
   the last accepted state is older than ``stale_after_periods`` control periods by the node's
   clock or by the monotonic time it was received (``wall_stale_after_s``), so damping starts
@@ -176,6 +184,11 @@ class PolicyController:
         self._pending: tuple[float, np.ndarray, np.ndarray] | None = None
         self._pose: np.ndarray | None = None  # [J] last measured pose of a complete state
         self._last_state_stamp: float | None = None
+        # The gait clock's stamps: of the accepted state the next command answers (None: it
+        # answers none) and of the state before it (the one the last command answered, or a
+        # superseded one skipped since; None: unknown, one control period).
+        self._tick_stamp: float | None = None
+        self._clock_stamp: float | None = None
         self._last_good_mono: float | None = None  # receive time of the last accepted state
         self._last_output: float | None = None  # monotonic time of the last command
         self._last_now: float | None = None  # the node clock at the previous call
@@ -201,7 +214,9 @@ class PolicyController:
         skipped without a command, without a stale verdict and without moving the gait clock:
         its age is the node's own backlog, and judging it against a clock that has moved on
         (``/clock`` keeps only the newest) faulted and re-armed the loop over and over under
-        load. The newest state of the backlog is judged as usual.
+        load. The newest state of the backlog is judged as usual; its command's gait clock
+        step is its own interval since the skipped state before it (a stall's time is not
+        the gait clock's, as before: the replay models it so).
         """
         self._clock(now)
         stamp = float(stamp)
@@ -215,6 +230,8 @@ class PolicyController:
             if superseded:
                 check_fresh('joint_states', stamp, stamp, self.max_age)  # finite stamp only
                 self.superseded += 1
+                if self._clock_stamp is not None:  # the next step counts from this stamp
+                    self._clock_stamp = max(self._clock_stamp, stamp)
                 return None
             check_fresh('joint_states', stamp, now, self.max_age, self.clock)
         except BadInput as exc:
@@ -357,6 +374,7 @@ class PolicyController:
         # The clock stepped back (a /clock restart, an NTP step): every stamp seen is from
         # another time line; forget them, so the node re-arms once states are fresh again.
         self._last_state_stamp, self._pending = None, None
+        self._tick_stamp = self._clock_stamp = None
         self._imus.clear()
         for stamps in self._stamps.values():
             stamps.clear()
@@ -410,7 +428,7 @@ class PolicyController:
             return self._drop(exc, 'stale_imu', now)
         _, quat, gyro = reading
         self.started = True
-        self._last_state_stamp = self._stamp = stamp
+        self._last_state_stamp = self._stamp = self._tick_stamp = stamp
         self._last_good_mono = self._mono
         self._pose = pos
         self._usable.append(quat is not None)
@@ -440,7 +458,7 @@ class PolicyController:
             self.drops.add('no_model')
             self.holds.add('no_model')
         self.guard.stage = 'shaping'
-        target, _ = self.shaper.shape(safety.target(now, pos))
+        target, _ = self.shaper.shape(safety.target(now, pos), self._tick_elapsed())
         return self._out(now, target, None)
 
     def _act(self, now: float, pos: np.ndarray, vel: np.ndarray, quat: np.ndarray,
@@ -475,7 +493,7 @@ class PolicyController:
         # target = q0 + fade * scale * a, then joint limits and rate limit.
         q0 = self.robot.default_joint_pos
         raw = q0 + self.safety.fade(now) * self.robot.action_scale * action
-        target, cut = self.shaper.shape(raw)
+        target, cut = self.shaper.shape(raw, self._tick_elapsed())
         self.safety.note_policy_tick(now, self.inference_s, cut > self.safety.cfg.saturation_tol)
         if self.safety.state != RL:
             return None
@@ -501,9 +519,21 @@ class PolicyController:
         record, self.record = self.record, None
         return record
 
+    def _tick_elapsed(self) -> float | None:
+        """Measured time [s] the coming command stands for: the stamp of the accepted state it
+        answers minus that of the state before it (the one the previous command answered, or a
+        superseded one skipped since); None: either unknown, the gait clock and the rate limit
+        then take one control period."""
+        if self._tick_stamp is None or self._clock_stamp is None:
+            return None
+        return self._tick_stamp - self._clock_stamp
+
     def _out(self, now: float, target: np.ndarray, action: np.ndarray | None,
              frame: np.ndarray | None = None) -> Targets:
-        self.assembler.advance(action, frame)
+        # The gait clock moves on by the measured time; a command that answered no new state
+        # (a hold) leaves the next one without a reference, so no time is counted twice.
+        self.assembler.advance(action, frame, self._tick_elapsed())
+        self._clock_stamp, self._tick_stamp = self._tick_stamp, None
         self._last_output = self._mono
         self._passive_gains = self.safety.state == PASSIVE
         return self.order.to_output(target)

@@ -18,7 +18,7 @@ from typing import Sequence
 import numpy as np
 
 from ..sim.env_config import EnvConfig
-from ..sim.observations import ObservationHistory, RobotState
+from ..sim.observations import bounded_elapsed, ObservationHistory, RobotState
 from ..sim.robot_spec import RobotSpec
 
 # Why an input message was dropped (counted per cause in the diagnostics).
@@ -236,11 +236,14 @@ class ObservationAssembler:
     """The policy observation from measured arrays, plus the node's own last action and clock.
 
     Mirrors the env: ``obs_t`` reads the gait phase and the previous action; after acting,
-    :meth:`advance` stores the action and moves the phase on by one control period. A model
-    that reads ``obs_history`` frames (:meth:`set_history`) gets its window from
-    :meth:`model_input`, the env's :class:`~..sim.observations.ObservationHistory`: the frames
-    it acted on, tick after tick; a tick it did not act on (hold, fault, no model) restarts the
-    window at the next frame, as an env reset does.
+    :meth:`advance` stores the action and moves the phase on by the time the tick stood for:
+    the measured time since the previous acted-on state (bounded, :func:`bounded_elapsed`), so
+    a robot whose states come at 48 or 52 Hz keeps its gait in phase with real time; one
+    control period when that is unknown. A model that reads ``obs_history`` frames
+    (:meth:`set_history`) gets its window from :meth:`model_input`, the env's
+    :class:`~..sim.observations.ObservationHistory`: the frames it acted on, tick after tick; a
+    tick it did not act on (hold, fault, no model) restarts the window at the next frame, as an
+    env reset does.
     """
 
     def __init__(self, robot: RobotSpec, action_clip: float = CLIP_ACTIONS):
@@ -287,10 +290,13 @@ class ObservationAssembler:
                            gait_phase=self.gait_phase)
         return r.policy_obs.compute(state, r.default_joint_pos)[0]
 
-    def advance(self, action: np.ndarray | None, frame: np.ndarray | None = None) -> None:
+    def advance(self, action: np.ndarray | None, frame: np.ndarray | None = None,
+                elapsed: float | None = None) -> None:
         """After a control tick: remember [J] ``action`` (None = default pose = action 0) and
         the [obs_dim] ``frame`` it was computed from (None with an action: unknown, the window
-        restarts), and advance the gait clock by one control period."""
+        restarts), and advance the gait clock by ``elapsed`` [s], the measured time since the
+        previous acted-on state, bounded by :func:`bounded_elapsed` (None, non-finite or
+        negative: one control period)."""
         r = self.robot
         if action is None:
             self.last_action[0] = 0.0
@@ -305,7 +311,9 @@ class ObservationAssembler:
             else:
                 self.history.push(frame[None])
         if r.gait_period > 0:
-            self.gait_phase = (self.gait_phase + r.control_dt / r.gait_period) % 1.0
+            # phase += (bounded elapsed time) / gait period, wrapped into [0, 1).
+            step = bounded_elapsed(elapsed, r.control_dt) / r.gait_period
+            self.gait_phase = (self.gait_phase + step) % 1.0
 
     def reset(self) -> None:
         """Forget the last action and the observation window, and restart the gait clock."""

@@ -8,6 +8,7 @@ terms (true base velocity, contacts, randomised physics) exist only in simulatio
 from __future__ import annotations
 
 from dataclasses import dataclass
+import math
 from typing import Any, Callable, Optional
 
 import numpy as np
@@ -23,6 +24,29 @@ from ..math_utils import gravity_in_body
 POLICY, POLICY_NOISE_FREE, PRIVILEGED = 'policy', 'policy_noise_free', 'privileged'
 HEIGHT_SCAN = 'height_scan'
 OBS_GROUPS = (POLICY, POLICY_NOISE_FREE, PRIVILEGED, HEIGHT_SCAN)
+
+
+# The measured time a tick stands for (between the stamps of two acted-on states) is bounded to
+# this range of control periods: states at 0.5x to 2x the control rate (a robot at 48 or 52 Hz,
+# jitter, one lost state) are followed exactly, while a repeated stamp (0 s) still moves the
+# gait clock by half a tick instead of freezing it and a stall cannot jump it by more than the
+# two ticks one lost state explains (the env moves it by the same rule under control jitter).
+ELAPSED_BOUNDS_PERIODS = (0.5, 2.0)
+
+
+def bounded_elapsed(elapsed: float | None, control_dt: float) -> float:
+    """Seconds a tick stands for: measured ``elapsed`` [s] bounded to
+    :data:`ELAPSED_BOUNDS_PERIODS` x ``control_dt``; None, non-finite or negative (no previous
+    state, a clock that went back) -> ``control_dt``, the nominal period; never raises."""
+    try:
+        elapsed = float(elapsed)
+    except (TypeError, ValueError):  # None (or no number at all): nothing measured
+        return control_dt
+    if not (math.isfinite(elapsed) and elapsed >= 0.0):
+        return control_dt
+    # Clamp into [low, high] control periods.
+    low, high = ELAPSED_BOUNDS_PERIODS
+    return min(max(elapsed, low * control_dt), high * control_dt)
 
 
 @dataclass
