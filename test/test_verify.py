@@ -60,12 +60,12 @@ def test_latency_longer_than_a_control_period_is_a_delay_line(robot):
     assert late.episode_params['latency_ms'] == pytest.approx(30.0)
     # The late world's last command has not reached its actuators when the loop ends.
     for late_cmd, early_cmd in zip(commands + [robot.joint_upper],
-                                   [early._prev_targets.copy()] + commands):
+                                   [early.physics.delayed_targets[0, 0].copy()] + commands):
         late.step(late_cmd)
         early.step(early_cmd)
     np.testing.assert_array_equal(late.physics.state, early.physics.state)
     undelayed = fixed_latency_session(robot, 0)
-    undelayed.step(undelayed._prev_targets.copy())
+    undelayed.step(undelayed.physics.delayed_targets[0, 0].copy())
     for cmd in commands:
         undelayed.step(cmd)
     assert np.abs(undelayed.physics.qpos - late.physics.qpos).max() > 1e-3

@@ -19,23 +19,25 @@ edge is a time-out, ``extras['terrain_level']`` is {type: mean level}, and a sca
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 import warnings
 
 import numpy as np
 
-from ..config import ConfigError
 from .env_config import (EnvConfig, GAIT_REWARDS, observation_windows, robot_sized,
                          solver_options)
 from ..math_utils import gravity_in_body, quat_mul, quat_rotate_inverse, yaw_quat
 from .model_variants import ModelVariants
-from .observations import (HEIGHT_SCAN, ObservationHistory, POLICY, POLICY_NOISE_FREE, PRIVILEGED,
-                           RobotState)
+from .observations import (ELAPSED_BOUNDS_PERIODS, HEIGHT_SCAN, ObservationHistory, POLICY,
+                           POLICY_NOISE_FREE, PRIVILEGED, RobotState)
 from .physics import BatchedPhysics
+from .randomization import delay_range, draw_params, nominal_params, PER_JOINT, PHYSICAL
 from .rewards import is_moving, RewardManager, RewardParams, StepData
 from .robot import load_robot
 from .robot_spec import RobotSpec
+from .sensor_model import SensorModel, sensor_model_wanted
 from .terrain import base_yaw
 from .terrain_curriculum import TerrainPlacement
 
@@ -78,15 +80,14 @@ class VecLocomotionEnv:
         self.physics = BatchedPhysics(r, n, num_threads=cfg.num_threads,
                                       **solver_options(cfg), terrain=self.terrain,
                                       visuals=visuals, num_models=None if self.variants is None
-                                      else self.variants.size)
+                                      else self.variants.size,
+                                      max_delay_steps=delay_range(cfg.randomization, r)[1])
 
+        # What the robot's sensors report (offsets, biases, delays, control jitter), if any.
+        dr = cfg.randomization
+        self.sensor_model = SensorModel(dr, n, j, r.decimation) \
+            if dr.enabled and sensor_model_wanted(dr) else None
         scales = self._reward_scales()
-        lat = cfg.randomization.action_latency_substeps
-        if lat[1] >= r.decimation:
-            raise ConfigError('env', 'randomization.action_latency_substeps',
-                              f'{list(lat)}: must stay below the decimation of robot '
-                              f'{r.name!r} ({r.decimation} physics steps per control period); '
-                              f'give a maximum of at most {r.decimation - 1}')
         self._resample_steps = max(1, round(cfg.commands.resample_time_s / self.control_dt))
         self._push_steps = round(cfg.randomization.push_interval_s / self.control_dt)
         half_range = 0.5 * (r.joint_upper - r.joint_lower) * cfg.rewards.soft_joint_limit
@@ -130,6 +131,10 @@ class VecLocomotionEnv:
         self.mass_scale = np.ones(n)
         self.com_offset = np.zeros((n, 3))
         self.motor_strength = np.ones(n)
+        self.contact_timeconst = np.zeros(n)
+        # Per joint: the drive's Kp and Kd scales, the joints' friction, damping and armature.
+        for name in PER_JOINT:
+            setattr(self, name, np.ones((n, j)))
         if self.variants is not None:
             # The physical parameters of each shared copy (its worlds hold them too), nominal
             # until it is drawn.
@@ -196,12 +201,23 @@ class VecLocomotionEnv:
         targets = r.action_to_target(actions) if targets is None else np.clip(
             np.asarray(targets, dtype=np.float64).reshape(actions.shape), r.joint_lower,
             r.joint_upper)
-        sensordata = self.physics.step(targets, self.targets, self.latency)
+        sm = self.sensor_model
+        latency = self.latency
+        if sm is not None and sm.jitter:
+            # Sampled early by control jitter: the command reaches the motors as much earlier.
+            latency = np.maximum(latency - sm.next_jitter(self.rng), 0)
+        sensordata = self.physics.step(targets, latency)
+        if sm is not None:
+            sm.record(*self.physics.substep_readings())
         self.targets = targets
         self.actions = actions
         self.episode_step += 1
         if r.gait_period > 0:
-            self.gait_phase = (self.gait_phase + self.control_dt / r.gait_period) % 1.0
+            # The gait clock moves by the time between samples, as the policy node's does.
+            low, high = (b * self.control_dt for b in ELAPSED_BOUNDS_PERIODS)
+            elapsed = self.control_dt if sm is None or not sm.jitter else np.clip(
+                sm.elapsed_substeps() * r.sim_dt, low, high)
+            self.gait_phase = (self.gait_phase + elapsed / r.gait_period) % 1.0
 
         diverged = self.physics.diverged(cfg.termination.max_joint_vel) | bad_action
         if diverged.any():
@@ -263,9 +279,11 @@ class VecLocomotionEnv:
     _BUFFERS = ('commands', 'actions', 'last_actions', 'targets', 'last_joint_vel',
                 'episode_step', 'episode_return', 'feet_air_time', 'last_contacts',
                 'foot_contact', 'gait_phase', 'latency', 'friction', 'added_mass',
-                'mass_scale', 'com_offset', 'motor_strength', 'heading_target')
+                'mass_scale', 'com_offset', 'motor_strength', 'heading_target',
+                'contact_timeconst') + tuple(PER_JOINT)
     # Buffers a state saved before they existed may lack (restored to their reset value).
-    _NEW_BUFFERS = {'heading_target': np.nan}
+    _NEW_BUFFERS = {'heading_target': np.nan, 'contact_timeconst': 0.0,
+                    **{name: 1.0 for name in PER_JOINT}}
 
     def get_state(self) -> dict[str, Any]:
         """Everything needed to continue bit-for-bit: physics, buffers, RNG, episode sums."""
@@ -275,7 +293,13 @@ class VecLocomotionEnv:
             'episode_sums': {k: v.copy() for k, v in self.reward_manager.episode_sums.items()},
             'rng': self.rng.bit_generator.state,
             'diverged_count': self.diverged_count,
+            'delay_line': self.physics.delayed_targets.copy(),
         }
+        window = getattr(self.physics.actuator, 'window', None)
+        if window is not None:
+            state['actuator_window'] = window.copy()
+        if self.sensor_model is not None:
+            state['sensor_model'] = self.sensor_model.get_state()
         if self.placement is not None:
             state['terrain'] = self.placement.get_state()
         if self.history is not None:
@@ -320,6 +344,19 @@ class VecLocomotionEnv:
             self.reward_manager.episode_sums[k][:] = v
         self.rng.bit_generator.state = state['rng']
         self.diverged_count = int(state['diverged_count'])
+        # The delay line (a state saved before it existed, or with a shorter one: every
+        # world's motors hold its last targets).
+        line = state.get('delay_line')
+        if getattr(line, 'shape', None) == self.physics.delayed_targets.shape:
+            self.physics.delayed_targets[:] = line
+        else:
+            self.physics.hold(np.arange(self.num_envs), self.targets)
+        window = getattr(self.physics.actuator, 'window', None)
+        if window is not None and getattr(state.get('actuator_window'), 'shape',
+                                          None) == window.shape:
+            window[:] = state['actuator_window']
+        if self.sensor_model is not None and 'sensor_model' in state:
+            self.sensor_model.set_state(state['sensor_model'])
         if self.placement is not None:
             self.placement.set_state(state['terrain'])
         if self.history is not None:
@@ -407,12 +444,25 @@ class VecLocomotionEnv:
         gravity = gravity_in_body(trunk_quat)
         lo, hi = self.physics.sensors.joint_torque
         torque_sq_mean = np.mean(np.square(sensordata[:, :, lo:hi]), axis=1)
+        torque_steps = sensordata[:, :, lo:hi]
         tilted = gravity[:, 2] > -math.cos(cfg.termination.max_tilt)
         low = s.base_height < self.min_base_height
         terminated = term_contact.any(axis=1) | tilted | low | diverged
         s.foot_contact = contact.astype(np.float64)
         lo, hi = self.physics.sensors.foot_pos
-        foot_z = self._above_ground(sensordata[:, -1, lo:hi].reshape(self.num_envs, -1, 3))
+        feet = sensordata[:, -2:, lo:hi].reshape(self.num_envs, -1, self.num_feet, 3)
+        foot_z = self._above_ground(feet[:, -1])
+        foot_velocity = power = None
+        scales = self.reward_manager.scales
+        if 'feet_slip' in scales and feet.shape[1] > 1:
+            # Feet velocity over the last physics step (sensors read each step's start).
+            foot_velocity = (feet[:, -1] - feet[:, 0]) / self.robot.sim_dt
+        elif 'feet_slip' in scales:
+            foot_velocity = np.zeros_like(feet[:, -1])
+        if 'energy' in scales:
+            # Joint power: |torque x velocity| summed over joints, averaged over physics steps.
+            joint_vel_steps = self.physics.substep_readings()[1]
+            power = np.abs(torque_steps * joint_vel_steps).sum(axis=2).mean(axis=1)
         return StepData(
             **vars(s), projected_gravity=gravity,
             trunk_ang_vel=self.physics.qvel[:, 3:6].copy(),  # free joint: body-frame rates
@@ -421,7 +471,8 @@ class VecLocomotionEnv:
             foot_air_time=air_time, first_contact=first_contact,
             penalised_contact=penalised,
             terminated=terminated, desired_stance=self._desired_stance(s.commands),
-            foot_height=foot_z - self.physics.foot_ground_offset)
+            foot_height=foot_z - self.physics.foot_ground_offset,
+            foot_velocity=foot_velocity, joint_power=power)
 
     def _above_ground(self, pos: np.ndarray) -> np.ndarray:
         """[..., 3] world points -> [...] their height above the ground under them."""
@@ -441,7 +492,15 @@ class VecLocomotionEnv:
 
     def _observe(self, state: RobotState) -> dict[str, np.ndarray]:
         r = self.robot
-        clean = r.policy_obs.compute(state, r.default_joint_pos)
+        if self.sensor_model is not None:
+            # The policy terms read what the sensors report; the privileged ones the truth.
+            pos, vel, quat, gyro = self.sensor_model.measured(
+                state.joint_pos, state.joint_vel, state.base_quat, state.base_ang_vel)
+            measured = dataclasses.replace(state, joint_pos=pos, joint_vel=vel, base_quat=quat,
+                                           base_ang_vel=gyro)
+            clean = r.policy_obs.compute(measured, r.default_joint_pos)
+        else:
+            clean = r.policy_obs.compute(state, r.default_joint_pos)
         policy = clean.copy()
         if self.noise_vec is not None:
             # Uniform sensor noise in [-level, level] per element, on the student's input only.
@@ -503,10 +562,17 @@ class VecLocomotionEnv:
         self.episode_step[ids] = 0
         self.episode_return[ids] = 0.0
         self._resample_commands(ids)
+        # Until their first command arrives, the motors hold the reset pose.
+        p.hold(ids, self.targets[ids])
         # The IMU of a reset world reads its new state, not the one it ended in.
         p.forward(ids, self.targets[ids])
+        if self.sensor_model is not None:
+            self.sensor_model.draw(ids, rng)
+            quat, gyro, _ = p.imu()
+            self.sensor_model.restart(ids, p.qpos[ids][:, p.qadr], p.qvel[ids][:, p.vadr],
+                                      quat[ids], gyro[ids])
 
-    _PHYSICAL = ('friction', 'added_mass', 'mass_scale', 'com_offset', 'motor_strength')
+    _PHYSICAL = PHYSICAL
 
     def _randomise(self, ids: np.ndarray) -> None:
         """Physical parameters and action latency of the worlds ``ids`` that reset."""
@@ -535,23 +601,17 @@ class VecLocomotionEnv:
 
     def _write_copy(self, copy_id: int, params: dict[str, np.ndarray], row: int) -> None:
         """Model copy ``copy_id`` gets row ``row`` of the physical parameters ``params``."""
-        self.physics.set_physical_params(copy_id, *(params[name][row] for name in self._PHYSICAL))
+        self.physics.set_physical_params(copy_id, {name: params[name][row]
+                                                   for name in self._PHYSICAL})
 
     def _draw(self, k: int) -> dict[str, np.ndarray]:
         """k draws of the physical parameters and the action latency (nominal values with
         randomisation off)."""
-        dr, r, rng = self.cfg.randomization, self.robot, self.rng
+        dr = self.cfg.randomization
         if not dr.enabled:
-            return {'friction': np.full(k, r.foot_friction), 'added_mass': np.zeros(k),
-                    'mass_scale': np.ones(k), 'com_offset': np.zeros((k, 3)),
-                    'motor_strength': np.ones(k), 'latency': np.zeros(k, dtype=np.int64)}
-        return {'friction': rng.uniform(*dr.friction, k),
-                'added_mass': rng.uniform(*self.payload_range, k),
-                'mass_scale': rng.uniform(*dr.link_mass_scale, k),
-                'com_offset': rng.uniform(*self.com_offset_range, (k, 3)),
-                'motor_strength': rng.uniform(*dr.motor_strength, k),
-                'latency': rng.integers(dr.action_latency_substeps[0],
-                                        dr.action_latency_substeps[1] + 1, k)}
+            return nominal_params(self.robot, k)
+        return draw_params(dr, self.robot, self.rng, k, self.payload_range,
+                           self.com_offset_range)
 
     def _resample_commands(self, ids: np.ndarray) -> None:
         if len(ids) == 0:

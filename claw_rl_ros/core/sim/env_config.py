@@ -10,7 +10,13 @@ from ..config import ConfigError, MAX_THREADS, param
 from .observations import (HEIGHT_SCAN, MAX_HISTORY, POLICY, POLICY_NOISE_FREE, PRIVILEGED,
                            TERMS as OBS_TERMS)
 from .rewards import TERMS as REWARD_TERMS
+from .robot_spec import MAX_DELAY_STEPS
 from .terrain import scan_offsets, TerrainConfig
+
+
+# MuJoCo's constraint solvers and friction cones an env config may name.
+SOLVERS = ('newton', 'cg')
+CONES = ('pyramidal', 'elliptic')
 
 
 def robot_sized(override, robot_value):
@@ -57,6 +63,9 @@ DEFAULT_REWARD_SCALES = {
     # Gait terms need the robot's gait clock (robot YAML gait.period_s > 0).
     'gait_contact': 0.5,
     'feet_clearance': 0.5,
+    # Transfer terms (MuJoCo Playground's): feet sliding on the ground, mechanical power.
+    'feet_slip': 0.0,
+    'energy': 0.0,
 }
 GAIT_REWARDS = ('gait_contact', 'feet_clearance')
 
@@ -95,24 +104,63 @@ class TerminationConfig:
 
 @dataclass
 class RandomizationConfig:
-    """Domain randomisation, sampled per world at every reset; each part can be switched off."""
+    """Domain randomisation, sampled per world at every reset; each part can be switched off.
+    A range whose ends are equal is not drawn (it costs no random numbers)."""
 
     enabled: bool = param(True, 'master switch for everything below')
-    friction: tuple[float, float] = param((0.4, 1.25), 'ground friction range', ge=0.01,
+    friction: tuple[float, float] = param((0.4, 1.25), 'ground friction range', ge=0.01, le=10,
                                           ordered=True)
     added_mass: Optional[tuple[float, float]] = param(None, 'payload on the trunk [kg] (None: '
                                                       "the robot's payload_range)", ordered=True)
     link_mass_scale: tuple[float, float] = param((0.9, 1.1), 'every link mass x this', gt=0,
-                                                 ordered=True)
+                                                 le=10, ordered=True)
     com_offset: Optional[tuple[float, float]] = param(None, 'trunk CoM shift per axis [m] '
                                                       "(None: the robot's com_offset_range)",
                                                       ordered=True)
-    motor_strength: tuple[float, float] = param((0.9, 1.1), 'PD gains x this', gt=0,
+    motor_strength: tuple[float, float] = param((0.9, 1.1), 'the whole PD law (Kp and Kd '
+                                                'together) x this', gt=0, le=10, ordered=True)
+    kp_scale: tuple[float, float] = param((1.0, 1.0), "the drive's Kp x this, per joint "
+                                          '(drawn apart from Kd)', gt=0, le=10, ordered=True)
+    kd_scale: tuple[float, float] = param((1.0, 1.0), "the drive's Kd x this, per joint", ge=0,
+                                          le=10, ordered=True)
+    joint_friction_scale: tuple[float, float] = param((1.0, 1.0), "each joint's Coulomb "
+                                                      'friction (the URDF friction, MuJoCo '
+                                                      'frictionloss) x this', ge=0, le=100,
+                                                      ordered=True)
+    joint_damping_scale: tuple[float, float] = param((1.0, 1.0), "each joint's viscous damping "
+                                                     '(the URDF damping) x this', ge=0, le=100,
+                                                     ordered=True)
+    armature_scale: tuple[float, float] = param((1.0, 1.0), "each joint's rotor inertia (the "
+                                                "robot's armature) x this", ge=0, le=100,
                                                 ordered=True)
     push_interval_s: float = param(8.0, 'seconds between random pushes (0 = no pushes)', ge=0)
     push_velocity: float = param(0.5, 'max planar velocity kick of a push [m/s]', ge=0)
-    action_latency_substeps: tuple[int, int] = param((0, 2), 'physics steps the new target '
-                                                     'arrives late', ge=0, ordered=True)
+    action_latency_substeps: Optional[tuple[int, int]] = param(
+        None, 'physics steps a new target takes to reach the motors, drawn per world (may '
+        "exceed a control period; None: the robot's actuator.delay_steps)", ge=0,
+        le=MAX_DELAY_STEPS, ordered=True)
+    joint_state_delay_substeps: tuple[int, int] = param((0, 0), 'physics steps the joint '
+                                                        'states are old when the policy reads '
+                                                        'them, drawn per world', ge=0, le=20,
+                                                        ordered=True)
+    imu_delay_substeps: tuple[int, int] = param((0, 0), 'physics steps the IMU reading is old '
+                                                'when the policy reads it, drawn per world',
+                                                ge=0, le=20, ordered=True)
+    control_jitter_substeps: int = param(0, 'every control step the loop samples 0..this '
+                                         'physics steps early (the control period +- this; '
+                                         'the gait clock follows the samples)', ge=0, le=4)
+    encoder_offset: tuple[float, float] = param((0.0, 0.0), 'constant offset of each measured '
+                                                'joint position [rad]', ge=-0.5, le=0.5,
+                                                ordered=True)
+    imu_gyro_bias: tuple[float, float] = param((0.0, 0.0), 'constant bias of each gyro axis '
+                                               '[rad/s]', ge=-1.0, le=1.0, ordered=True)
+    imu_tilt_offset: tuple[float, float] = param((0.0, 0.0), "the IMU's mounting tilt, roll "
+                                                 'and pitch each [rad]', ge=-0.3, le=0.3,
+                                                 ordered=True)
+    contact_timeconst: Optional[tuple[float, float]] = param(
+        None, 'contact softness: MuJoCo solref time constant of every contact [s] (larger: '
+        'softer; None: the model\'s 0.02 s; at least 2 physics steps)', ge=0.002, le=0.5,
+        ordered=True)
     init_joint_pos_noise: float = param(0.1, 'reset pose noise per joint [rad]', ge=0)
     init_base_vel_noise: float = param(0.3, 'reset base velocity noise [m/s, rad/s]', ge=0)
     worlds_per_model: int = param(1, 'worlds that share one randomised model copy (1: each '
@@ -148,6 +196,8 @@ class EnvConfig:
                                 le=MAX_HISTORY)
     solver_iterations: int = param(4, 'MuJoCo Newton iterations per step', ge=1, le=100)
     solver_ls_iterations: int = param(6, 'MuJoCo line-search iterations', ge=1, le=100)
+    solver: str = param('newton', "MuJoCo's constraint solver: newton or cg")
+    cone: str = param('pyramidal', "MuJoCo's friction cone: pyramidal or elliptic")
     noslip_iterations: int = param(0, "MuJoCo noslip iterations per step (0: off). MuJoCo's "
                                    'soft contacts let friction creep under a steady sideways '
                                    'load: a standing robot slides ~1.2 cm/s down 10 deg at any '
@@ -160,6 +210,10 @@ class EnvConfig:
     terrain: TerrainConfig = param(TerrainConfig(), 'heightfield terrain (off: a flat plane)')
 
     def __post_init__(self):
+        for key, allowed in (('solver', SOLVERS), ('cone', CONES)):
+            if getattr(self, key) not in allowed:
+                raise ConfigError('', key, f'{getattr(self, key)!r}: use one of '
+                                  f'{", ".join(allowed)}')
         for name in self.rewards.scales:
             if name not in REWARD_TERMS:
                 raise ConfigError('', f'rewards.scales.{name}', 'unknown reward term; '
@@ -175,7 +229,7 @@ def solver_options(cfg: EnvConfig) -> dict[str, int]:
     training env and the sim node's session, so both step the same physics."""
     return {'solver_iterations': cfg.solver_iterations,
             'solver_ls_iterations': cfg.solver_ls_iterations,
-            'noslip_iterations': cfg.noslip_iterations}
+            'noslip_iterations': cfg.noslip_iterations, 'solver': cfg.solver, 'cone': cfg.cone}
 
 
 def observation_dims(robot: Any, env_cfg: Any) -> dict[str, int]:

@@ -23,7 +23,9 @@ class StepData(RobotState):
     angular velocity in its body frame: rewards judge the trunk, not the IMU), joint_acc /
     joint_torque / previous_action [N, J], foot_air_time [N, F] (seconds in the air before this
     step's touchdown), first_contact [N, F] (touchdown this step), penalised_contact [N, P],
-    terminated [N] (bool).
+    terminated [N] (bool), foot_velocity [N, F, 3] (each foot's world velocity over the last
+    physics step), joint_power [N] (sum over joints of |torque x velocity| [W], averaged over
+    the control step's physics steps).
     """
 
     projected_gravity: Optional[np.ndarray] = None
@@ -37,6 +39,8 @@ class StepData(RobotState):
     terminated: Optional[np.ndarray] = None
     desired_stance: Optional[np.ndarray] = None
     foot_height: Optional[np.ndarray] = None
+    foot_velocity: Optional[np.ndarray] = None
+    joint_power: Optional[np.ndarray] = None
 
 
 @dataclass(frozen=True)
@@ -161,11 +165,23 @@ def feet_clearance(s: StepData, p: RewardParams) -> np.ndarray:
     return _sum(swing * lifted) / np.maximum(_sum(swing), 1)
 
 
+def feet_slip(s: StepData, p: RewardParams) -> np.ndarray:
+    """Sum over feet on the ground of their planar speed squared [(m/s)^2]: a claw that
+    stands slides (MuJoCo Playground's feet_slip)."""
+    planar = np.sum(np.square(s.foot_velocity[:, :, :2]), axis=2)
+    return _sum(planar * (s.foot_contact > 0.5))
+
+
+def energy(s: StepData, p: RewardParams) -> np.ndarray:
+    """Mechanical power of the joints, sum of |torque x velocity| [W] (Playground's energy)."""
+    return s.joint_power
+
+
 TERMS: dict[str, Callable[[StepData, RewardParams], np.ndarray]] = {
     fn.__name__: fn for fn in (
         tracking_lin_vel, tracking_ang_vel, lin_vel_z, ang_vel_xy, orientation, base_height,
         torques, dof_vel, dof_acc, action_rate, dof_pos_limits, collision, termination,
-        feet_air_time, stand_still, gait_contact, feet_clearance)
+        feet_air_time, stand_still, gait_contact, feet_clearance, feet_slip, energy)
 }
 
 

@@ -16,8 +16,8 @@ import numpy as np
 from .. import paths
 from ..config import ConfigError, from_dict, load_yaml
 from .observations import ObservationLayout
-from .robot_spec import (REFERENCE_GAIT_PERIOD_S, REFERENCE_STANDING_HEIGHT, RobotConfig,
-                         RobotSpec)
+from .robot_spec import (ACTUATOR_MODELS, ActuatorSpec, REFERENCE_GAIT_PERIOD_S,
+                         REFERENCE_STANDING_HEIGHT, RobotConfig, RobotSpec)
 from .scene import build_model, standing_height, standing_qpos
 from .symmetry import derive_mirror
 from .urdf import load_urdf, UrdfError
@@ -69,11 +69,11 @@ def load_robot(name_or_path: str | Path = 'claw_quadruped', sizes: bool = True) 
     return spec_from_config(cfg, source, sizes)
 
 
-def resolve_model_file(model_file: str, source: str) -> Path:
-    """The URDF a robot YAML names: absolute, or relative to the YAML's own folder, the
-    package's share folder, or the working directory (the first that exists)."""
+def resolve_model_file(model_file: str, source: str, field: str = 'model_file') -> Path:
+    """The file (the URDF) a robot YAML names: absolute, or relative to the YAML's own folder,
+    the package's share folder, or the working directory (the first that exists)."""
     if not model_file:
-        raise ConfigError(source, 'model_file', 'empty; give the URDF path (relative to this '
+        raise ConfigError(source, field, 'empty; give the URDF path (relative to this '
                           'YAML file or absolute)')
     path = Path(model_file).expanduser()
     candidates = [path] if path.is_absolute() else [
@@ -81,7 +81,7 @@ def resolve_model_file(model_file: str, source: str) -> Path:
     for candidate in candidates:
         if candidate.is_file():
             return candidate.resolve()
-    raise ConfigError(source, 'model_file', f'file not found: {model_file!r} (looked at '
+    raise ConfigError(source, field, f'file not found: {model_file!r} (looked at '
                       f'{", ".join(str(c) for c in candidates)}); give a path relative to the '
                       'robot YAML or an absolute one')
 
@@ -147,12 +147,13 @@ def spec_from_config(cfg: RobotConfig, source: str = '<robot config>',
                           'gait.period_s > 0')
     if policy.dim == 0:
         raise ConfigError(source, 'observations.policy', 'empty; list the policy terms')
+    effort = np.array([urdf.joints[j].effort for j in joints])
+    velocity = np.array([urdf.joints[j].velocity for j in joints])
     spec = RobotSpec(
         name=cfg.name or urdf.name, model_path=model_path, base_body=cfg.base_body,
         imu_body=cfg.imu_body, foot_bodies=list(cfg.foot_bodies), joint_names=list(joints),
         default_joint_pos=q0, joint_lower=lower, joint_upper=upper,
-        effort_limit=np.array([urdf.joints[j].effort for j in joints]),
-        velocity_limit=np.array([urdf.joints[j].velocity for j in joints]),
+        effort_limit=effort, velocity_limit=velocity,
         kp=per_joint(cfg.stiffness, joints, 'stiffness', source),
         kd=per_joint(cfg.damping, joints, 'damping', source),
         action_scale=cfg.action_scale, armature=cfg.armature, sim_dt=cfg.sim_dt,
@@ -162,8 +163,42 @@ def spec_from_config(cfg: RobotConfig, source: str = '<robot config>',
         termination_contact_bodies=list(cfg.termination_contact_bodies),
         policy_obs=policy, privileged_obs=privileged, total_mass=urdf.total_mass,
         gait_period=gait.period_s or 0.0, gait_duty=gait.duty,
-        gait_offsets=np.asarray(gait.offsets, dtype=np.float64), source={'config': source})
+        gait_offsets=np.asarray(gait.offsets, dtype=np.float64),
+        actuator=resolve_actuator(cfg, effort, velocity, joints, source),
+        source={'config': source})
     return _resolve_sizes(spec, cfg, source) if sizes else spec
+
+
+def resolve_actuator(cfg: RobotConfig, effort: np.ndarray, velocity: np.ndarray,
+                     joints: list[str], source: str) -> ActuatorSpec:
+    """The robot's actuator model, its torque-speed line filled from the URDF's effort and
+    velocity limits where the YAML leaves it out (dc_motor), its network file found."""
+    act = cfg.actuator
+    if act.model not in ACTUATOR_MODELS:
+        raise ConfigError(source, 'actuator.model', f'{act.model!r} is not an actuator model; '
+                          f'use one of {", ".join(ACTUATOR_MODELS)}')
+    n = len(joints)
+    sat = effort.copy() if act.saturation_torque is None else np.full(n, act.saturation_torque)
+    speed = velocity.copy() if act.no_load_speed is None else np.full(n, act.no_load_speed)
+    if act.model == 'dc_motor':
+        # The line needs both ends: a URDF without velocity limits gives none.
+        for what, values in (('no_load_speed', speed), ('saturation_torque', sat)):
+            bad = [j for j, v in zip(joints, values) if not np.isfinite(v) or v <= 0]
+            if bad:
+                raise ConfigError(source, f'actuator.{what}', f'joint {bad[0]!r} has no '
+                                  'positive URDF limit to take it from; give actuator.'
+                                  f'{what} in the robot YAML')
+    network = None
+    if act.model == 'network':
+        if not act.network_file:
+            raise ConfigError(source, 'actuator.network_file', 'empty; actuator model network '
+                              'needs the learned actuator: an ONNX file of the contract in '
+                              'core/sim/actuator.py (LearnedActuator)')
+        network = resolve_model_file(act.network_file, source, 'actuator.network_file')
+    elif act.network_file:
+        raise ConfigError(source, 'actuator.network_file', f'{act.network_file!r} is given but '
+                          f'actuator.model is {act.model!r}; set model: network, or remove it')
+    return ActuatorSpec(act.model, sat, speed, tuple(act.delay_steps), network)
 
 
 def trot_offsets(spec: RobotSpec, source: str) -> np.ndarray:

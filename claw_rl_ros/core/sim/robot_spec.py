@@ -21,6 +21,9 @@ from .observations import ObservationLayout
 SPEC_VERSION = 1
 # Key of the JSON robot spec in an exported ONNX model's metadata_props.
 METADATA_KEY = 'claw_rl_spec'
+# Metadata keys a model's robot need not match: the actuator model it was trained on is a
+# fact about training (shown by claw-rl spec and the policy card), not about the interface.
+INFORMATIONAL_KEYS = ('actuator',)
 
 
 @dataclass
@@ -57,6 +60,57 @@ class GaitConfig:
                                  ge=0, lt=1)
 
 
+# The actuator models a robot YAML may name (core/sim/actuator.py runs them).
+ACTUATOR_MODELS = ('ideal_pd', 'dc_motor', 'network')
+# The longest command -> motor delay a robot or env config may ask for [physics steps]: 0.5 s
+# at a 5 ms step; more is a typo (and a history buffer of that many control periods).
+MAX_DELAY_STEPS = 100
+
+
+@dataclass
+class ActuatorConfig:
+    """How a joint position target becomes a joint torque (core/sim/actuator.py)."""
+
+    model: str = param('ideal_pd', 'ideal_pd (PD inside the physics step, constant torque '
+                                   'clip), dc_motor (PD with the torque-speed line of a DC '
+                                   'motor) or network (a learned actuator from network_file)')
+    saturation_torque: Optional[float] = param(None, 'dc_motor: stall torque of the torque-'
+                                                     "speed line [N m] (None: each joint's "
+                                                     'URDF effort limit)', gt=0, le=1e4)
+    no_load_speed: Optional[float] = param(None, 'dc_motor: speed where the line reaches 0 '
+                                                 "torque [rad/s] (None: each joint's URDF "
+                                                 'velocity limit)', gt=0, le=1e4)
+    delay_steps: tuple[int, int] = param((0, 2), 'command -> motor delay [physics steps], '
+                                         'drawn per world at each reset (env.randomization.'
+                                         'action_latency_substeps overrides it)', ge=0,
+                                         le=MAX_DELAY_STEPS, ordered=True)
+    network_file: str = param('', 'network: the learned actuator (ONNX, the contract of '
+                                  'core/sim/actuator.py), relative to this YAML or absolute')
+
+
+@dataclass
+class ActuatorSpec:
+    """The resolved actuator model; arrays are [J] in joint order."""
+
+    model: str
+    saturation_torque: np.ndarray
+    no_load_speed: np.ndarray
+    delay_steps: tuple[int, int]
+    network_path: Optional[Path] = None
+
+    def to_metadata(self, armature: float) -> dict[str, Any]:
+        """What an exported model records of the actuator it was trained on (shown, not
+        compared on load: a student may be verified on another actuator model)."""
+        meta = {'model': self.model, 'armature': armature,
+                'delay_steps': [int(x) for x in self.delay_steps]}
+        if self.model == 'dc_motor':
+            meta.update(saturation_torque=self.saturation_torque.tolist(),
+                        no_load_speed=self.no_load_speed.tolist())
+        if self.network_path is not None:
+            meta['network_file'] = self.network_path.name
+        return meta
+
+
 @dataclass
 class MirrorConfig:
     """The left/right mirror (symmetry augmentation, ``ppo.symmetry``), derived from the URDF."""
@@ -81,7 +135,9 @@ class RobotConfig:
     damping: dict[str, float] = param({}, 'PD Kd [N m s/rad] by joint name or a part of it '
                                       '(an exact name wins)', ge=0)
     action_scale: float = param(0.25, 'target = q0 + action_scale * action [rad]', gt=0)
-    armature: float = param(0.01, 'reflected rotor inertia per joint [kg m^2]', ge=0)
+    armature: float = param(0.01, 'reflected rotor inertia per joint [kg m^2] (the URDF '
+                                  'cannot carry it; every engine adds it)', ge=0, le=10)
+    actuator: ActuatorConfig = param(ActuatorConfig(), 'actuator model and its delay')
     sim_dt: float = param(0.005, 'physics step [s]', gt=0, le=0.02)
     decimation: int = param(4, 'physics steps per control step', ge=1, le=50)
     init_base_height: Optional[float] = param(None, 'trunk height at reset [m] (default: the '
@@ -145,6 +201,8 @@ class RobotSpec:
     gait_duty: float = 0.5
     gait_offsets: np.ndarray = field(default_factory=lambda: np.zeros(0))
     mirror: Optional[RobotMirror] = None
+    actuator: ActuatorSpec = field(default_factory=lambda: ActuatorSpec(
+        'ideal_pd', np.zeros(0), np.zeros(0), (0, 0)))
     source: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -179,6 +237,7 @@ class RobotSpec:
             'observation': self.policy_obs.to_metadata(),
             'gait': {'period_s': self.gait_period, 'duty': self.gait_duty,
                      'offsets': self.gait_offsets.tolist()},
+            'actuator': self.actuator.to_metadata(self.armature),
         }
 
     def training_sizes(self) -> dict[str, Any]:
@@ -208,7 +267,8 @@ class RobotSpec:
         if kind != 'robot':
             return [f'kind: the model was exported for a {kind} task '
                     f'{metadata.get("env_id")!r}, not for robot {self.name!r}']
-        return spec_mismatches(self.to_metadata(), metadata, tol, owner='robot')
+        expected = {k: v for k, v in self.to_metadata().items() if k not in INFORMATIONAL_KEYS}
+        return spec_mismatches(expected, metadata, tol, owner='robot')
 
 
 def spec_mismatches(expected: dict[str, Any], metadata: dict[str, Any], tol: float = 1e-6,

@@ -4,9 +4,14 @@ The floor is a plane, or a heightfield of a generated :class:`~.terrain.Terrain`
 
 MuJoCo loads the URDF directly (``MjSpec.from_file``); everything a simulation needs on top of
 it is added on the spec here, from the RobotSpec, so there is no hand-written duplicate MJCF.
-The PD law runs inside MuJoCo at the physics rate as a position actuator::
+With the ``ideal_pd`` actuator the PD law runs inside MuJoCo at the physics rate as a position
+actuator::
 
     tau = clip(Kp * (target - q) - Kd * qd, -effort, effort)
+
+An explicit actuator model (``dc_motor``, ``network``: core/sim/actuator.py) gets a torque
+motor per joint instead (ctrl = torque, clipped to the effort limit); the physics computes its
+torques. Either way each joint carries the robot's rotor inertia (``armature``).
 """
 
 from __future__ import annotations
@@ -191,7 +196,8 @@ def _add_heightfield(spec: mujoco.MjSpec, terrain: Terrain, heights: np.ndarray,
 
 def build_spec(robot: RobotSpec, *, terrain: Terrain | None = None, solver_iterations: int = 4,
                solver_ls_iterations: int = 6, noslip_iterations: int = 0,
-               visuals: bool = True) -> mujoco.MjSpec:
+               visuals: bool = True, solver: str = 'newton',
+               cone: str = 'pyramidal') -> mujoco.MjSpec:
     """The robot on a flat floor (or on ``terrain``'s heightfield), ready to compile.
 
     ``visuals=False`` leaves out the geoms that only show the robot (no contact) on links whose
@@ -206,7 +212,10 @@ def build_spec(robot: RobotSpec, *, terrain: Terrain | None = None, solver_itera
     # MuJoCo's contacts are soft: under a steady sideways load friction creeps at any
     # coefficient. The noslip pass after the main solver removes that creep (0: off).
     spec.option.noslip_iterations = noslip_iterations
-    spec.option.cone = mujoco.mjtCone.mjCONE_PYRAMIDAL
+    spec.option.cone = {'pyramidal': mujoco.mjtCone.mjCONE_PYRAMIDAL,
+                        'elliptic': mujoco.mjtCone.mjCONE_ELLIPTIC}[cone]
+    spec.option.solver = {'newton': mujoco.mjtSolver.mjSOL_NEWTON,
+                          'cg': mujoco.mjtSolver.mjSOL_CG}[solver]
 
     base = spec.body(robot.base_body)
     base.pos = [0.0, 0.0, robot.init_base_height]  # 0 while the standing height is computed
@@ -228,12 +237,18 @@ def build_spec(robot: RobotSpec, *, terrain: Terrain | None = None, solver_itera
         act = spec.add_actuator(name=name, target=name, trntype=mujoco.mjtTrn.mjTRN_JOINT,
                                 gaintype=mujoco.mjtGain.mjGAIN_FIXED,
                                 biastype=mujoco.mjtBias.mjBIAS_AFFINE)
-        act.gainprm[0] = kp
-        act.biasprm[0:3] = [0.0, -kp, -kd]
         act.forcelimited = mujoco.mjtLimited.mjLIMITED_TRUE
         act.forcerange = [-effort, effort]
         act.ctrllimited = mujoco.mjtLimited.mjLIMITED_TRUE
-        act.ctrlrange = [lo, hi]
+        if robot.actuator.model == 'ideal_pd':
+            act.gainprm[0] = kp
+            act.biasprm[0:3] = [0.0, -kp, -kd]
+            act.ctrlrange = [lo, hi]
+        else:
+            # A torque motor: ctrl is the torque the explicit actuator computed.
+            act.gainprm[0] = 1.0
+            act.biastype = mujoco.mjtBias.mjBIAS_NONE
+            act.ctrlrange = [-effort, effort]
 
     spec.body(robot.imu_body).add_site(name=IMU_SITE, size=[0.01, 0.01, 0.01])
     site = mujoco.mjtObj.mjOBJ_SITE

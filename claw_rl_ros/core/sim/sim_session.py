@@ -8,8 +8,9 @@ A command older than ``command_timeout_s`` is replaced by the default pose (PD h
 
 Action latency is simulated in sim time, so it holds in lockstep too: a command reaches the
 actuators ``L`` physics substeps after the control step it was given in (``L`` drawn per reset
-from ``randomization.action_latency_substeps``); latencies longer than a control period go
-through a delay line of past targets.
+from ``randomization.action_latency_substeps``, or the robot's ``actuator.delay_steps``), through
+the physics' delay line of past targets (L may exceed a control period). The actuator model is
+the robot's (core/sim/actuator.py), as in training.
 
 With a :class:`TerrainTile` the floor is one tile of the terrain generator
 (:func:`~.terrain.generate_terrain`; type, level and seed) inside its flat border: the world
@@ -22,7 +23,6 @@ its trunk height is measured above the ground under it, and reaching the map's e
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass, field, replace
 import math
 from typing import Iterable, Optional
@@ -33,7 +33,9 @@ import numpy as np
 from ..config import ConfigError, from_dict, load_yaml, merge
 from .env_config import EnvConfig, robot_sized, solver_options
 from .physics import BatchedPhysics, STATE_SPEC
+from .randomization import delay_range, draw_params, nominal_params, PHYSICAL
 from .robot_spec import RobotSpec
+from .sensor_model import SensorModel, sensor_model_wanted
 from .terrain import difficulty, generate_terrain, Terrain, TERRAIN_TYPES, TerrainConfig
 
 
@@ -182,8 +184,14 @@ class SimSession:
             if self.tile else None
         # One world; a subclass may bring its own (e.g. an env's, see training_session.py).
         self.physics = physics if physics is not None else BatchedPhysics(
-            robot, 1, **solver_options(cfg), terrain=self.terrain)
+            robot, 1, **solver_options(cfg), terrain=self.terrain,
+            max_delay_steps=delay_range(cfg.randomization, robot)[1] if self.randomization
+            else 0)
         self._data = mujoco.MjData(self.physics.models[0])
+        # What the robot's sensors report (offsets, biases, delays, control jitter), if any.
+        dr = cfg.randomization
+        self.sensor_model = SensorModel(dr, 1, robot.num_joints, robot.decimation) \
+            if self.randomization and sensor_model_wanted(dr) else None
         self._push_steps = max(1, round(cfg.randomization.push_interval_s / self.control_dt))
         self.time = 0.0
         self.steps = 0
@@ -193,11 +201,9 @@ class SimSession:
         self.left_map = 0
         self.commands = np.zeros(3)
         self.targets = robot.default_joint_pos.copy()
-        self._prev_targets = self.targets.copy()
         self._latency = np.zeros(1, dtype=np.int64)
         self.latency_substeps = 0
         self.episode_params: dict[str, float] = {}
-        self._history: deque[np.ndarray] = deque(maxlen=2)
         self._command_time: float | None = None
         self.timed_out = True
         self.reset()
@@ -216,12 +222,15 @@ class SimSession:
 
     def step(self, targets: np.ndarray) -> bool:
         """Advance one control period with [J] targets; returns True if the robot fell."""
-        p = self.physics
-        # Delay line: with latency L = k * decimation + r substeps, this period applies the
-        # targets of k periods ago, and for its first r substeps those of k + 1 periods ago.
-        self._history.append(np.array(targets, dtype=np.float64))
-        p.step(self._history[0][None], self._prev_targets[None], self._latency)
-        self._prev_targets = self._history[0]
+        p, sm = self.physics, self.sensor_model
+        latency = self._latency
+        if sm is not None and sm.jitter:
+            # Sampled early by control jitter: the command reaches the motors as much earlier.
+            latency = np.maximum(latency - sm.next_jitter(self.rng), 0)
+        # Through the delay line: the motors see these targets latency_substeps later.
+        p.step(np.asarray(targets, dtype=np.float64)[None], latency)
+        if sm is not None:
+            sm.record(*p.substep_readings())
         self.time += self.control_dt
         self.steps += 1
         if self.pushes and self.steps % self._push_steps == 0:
@@ -267,22 +276,17 @@ class SimSession:
         default pose is held until the next command."""
         r, p, rng, dr = self.robot, self.physics, self.rng, self.cfg.randomization
         if self.randomization:
-            payload = robot_sized(dr.added_mass, r.payload_range)
-            com = robot_sized(dr.com_offset, r.com_offset_range)
-            draws = (rng.uniform(*dr.friction), rng.uniform(*payload),
-                     rng.uniform(*dr.link_mass_scale), rng.uniform(*com, 3),
-                     rng.uniform(*dr.motor_strength))
-            latency = int(rng.integers(dr.action_latency_substeps[0],
-                                       dr.action_latency_substeps[1] + 1))
+            draws = draw_params(dr, r, rng, 1, robot_sized(dr.added_mass, r.payload_range),
+                                robot_sized(dr.com_offset, r.com_offset_range))
         else:
-            draws = (r.foot_friction, 0.0, 1.0, np.zeros(3), 1.0)
-            latency = 0
-        p.set_physical_params(0, *draws)
-        self.latency_substeps = latency
-        self._latency[0] = latency % p.decimation
-        self._history = deque(maxlen=latency // p.decimation + 1)
-        self.episode_params = {'friction': float(draws[0]), 'added_mass': float(draws[1]),
-                               'mass_scale': float(draws[2]), 'motor_strength': float(draws[4]),
+            draws = nominal_params(r, 1)
+        p.set_physical_params(0, {name: draws[name][0] for name in PHYSICAL})
+        self.latency_substeps = latency = int(draws['latency'][0])
+        self._latency[0] = latency
+        self.episode_params = {'friction': float(draws['friction'][0]),
+                               'added_mass': float(draws['added_mass'][0]),
+                               'mass_scale': float(draws['mass_scale'][0]),
+                               'motor_strength': float(draws['motor_strength'][0]),
                                'latency_ms': latency * self.robot.sim_dt * 1e3}
         noise = dr.init_joint_pos_noise if self.randomization else 0.0
         qpos = p.standing_qpos.copy()
@@ -292,14 +296,14 @@ class SimSession:
             qpos[0:3] += self._spawn_point()
         p.state[:] = 0.0
         p.qpos[0] = qpos
-        self._prev_targets = qpos[p.qadr].copy()
         # Until the delay line fills, the actuators keep holding the reset pose.
-        self._history.extend([self._prev_targets] * (self._history.maxlen - 1))
+        p.hold(np.zeros(1, dtype=np.int64), qpos[p.qadr][None])
         # A command given before the reset does not carry over: hold q0 until the next one.
         self.targets = r.default_joint_pos.copy()
         self._command_time = None
         self.resets += 1
         self._refresh_sensors()
+        self._restart_sensors(draw=True)
 
     def _spawn_point(self) -> np.ndarray:
         """[3] the tile's centre (+- the spawn jitter with randomisation), on the highest ground
@@ -316,15 +320,37 @@ class SimSession:
         p = self.physics
         p.state[:] = 0.0
         p.qpos[0], p.qvel[0] = qpos, qvel
-        self._prev_targets = np.array(qpos[p.qadr], dtype=np.float64)
-        self._history.clear()
-        self._history.extend([self._prev_targets] * (self._history.maxlen - 1))
+        p.hold(np.zeros(1, dtype=np.int64), np.array(qpos[p.qadr], dtype=np.float64)[None])
         self._refresh_sensors()
+        self._restart_sensors(draw=False)
+
+    def _restart_sensors(self, draw: bool) -> None:
+        """The sensor model's rings restart at the current readings (``draw``: with new
+        offsets, biases and delays, at a reset)."""
+        sm, p = self.sensor_model, self.physics
+        if sm is None:
+            return
+        one = np.zeros(1, dtype=np.int64)
+        if draw:
+            sm.draw(one, self.rng)
+        quat, gyro, _ = p.imu()
+        sm.restart(one, p.qpos[:, p.qadr], p.qvel[:, p.vadr], quat, gyro)
+
+    def sample_interval(self) -> float:
+        """Seconds between the last two sensor samples: the control period, +- the control
+        jitter's physics steps when it is on."""
+        sm = self.sensor_model
+        if sm is None or not sm.jitter:
+            return self.control_dt
+        return float(sm.elapsed_substeps()[0]) * self.robot.sim_dt
 
     def _refresh_sensors(self) -> None:
         """Sensor readings of the current state (after a reset no physics step has run)."""
-        m, d = self.physics.models[0], self._data
-        mujoco.mj_setState(m, d, self.physics.state[0], STATE_SPEC)
+        p = self.physics
+        m, d = p.models[0], self._data
+        mujoco.mj_setState(m, d, p.state[0], STATE_SPEC)
+        # The actuators hold the delay line's newest targets.
+        d.ctrl[:] = p.ctrl_for(np.zeros(1, dtype=np.int64), p.delayed_targets[0, :1])[0]
         mujoco.mj_forward(m, d)
         self.physics.sensordata[0, -1] = d.sensordata
 
@@ -352,6 +378,12 @@ class SimSession:
             base_quat=qpos[3:7].copy(),
             base_lin_vel=self._to_body(qpos[3:7], qvel[0:3]),
             base_ang_vel=qvel[3:6].copy())
+        if self.sensor_model is not None:
+            # Offsets, biases and delays of the robot's own sensors.
+            pos, vel, quat, gyro = self.sensor_model.measured(
+                out.joint_pos[None], out.joint_vel[None], out.imu_quat[None], out.imu_gyro[None])
+            out.joint_pos, out.joint_vel, out.imu_quat, out.imu_gyro = \
+                pos[0].copy(), vel[0].copy(), quat[0].copy(), gyro[0].copy()
         if self.noise:
             self._add_noise(out)
         return out

@@ -1,0 +1,153 @@
+"""Actuator models: how a joint position target becomes a joint torque, at the physics rate.
+
+The robot YAML's ``actuator:`` section names the model (``robot_spec.ActuatorConfig``):
+
+- ``ideal_pd``: MuJoCo's position actuator. The PD law runs inside the physics step (its
+  damping integrated implicitly) with a constant torque clip::
+
+      tau = clip(Kp (target - q) - Kd qd, -effort, effort)
+
+- ``dc_motor``: the same PD law, evaluated explicitly at every physics step, clipped by the
+  motor's torque-speed line (a DC motor at its voltage limit; Isaac Lab's DCMotor, mjlab's
+  DcMotorActuator): with saturation torque ``tau_s`` and no-load speed ``w0``::
+
+      tau_max(qd) = clip(tau_s (1 - qd / w0), 0, effort)
+      tau_min(qd) = clip(tau_s (-1 - qd / w0), -effort, 0)
+
+  so a joint that spins fast in the direction of its torque has less of it.
+- ``network``: a learned actuator (Hwangbo et al. 2019): an ONNX MLP from the history of the
+  position error and the joint velocity at the physics rate to the torque, clipped to the
+  effort limit (:class:`LearnedActuator` states the file's contract).
+
+Every model shares the command -> motor delay (``delay_steps``, drawn per world; the delay
+line is in :class:`~.physics.BatchedPhysics`) and the rotor inertia (``armature``, added to
+each joint by the scene).
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnxruntime as ort
+
+from ..config import ConfigError
+from .robot_spec import RobotSpec
+
+# metadata_props key of a learned actuator's ONNX file: JSON {'history': H, 'physics_dt': s}.
+ACTUATOR_NET_KEY = 'claw_rl_actuator'
+ACTUATOR_NET_INPUT, ACTUATOR_NET_OUTPUT = 'history', 'torque'
+MAX_NET_HISTORY = 64
+
+
+class DcMotor:
+    """The PD law clipped by a DC motor's torque-speed line (module docstring)."""
+
+    explicit = True
+
+    def __init__(self, robot: RobotSpec):
+        act = robot.actuator
+        self.effort = robot.effort_limit
+        self.saturation = act.saturation_torque
+        self.no_load_speed = act.no_load_speed
+
+    def reset(self, ids: np.ndarray, error: np.ndarray, qd: np.ndarray) -> None:
+        """Nothing to reset: the model has no state."""
+
+    def torque(self, error: np.ndarray, qd: np.ndarray, kp: np.ndarray,
+               kd: np.ndarray) -> np.ndarray:
+        """[N, J] torques from [N, J] position errors (target - q), joint velocities and
+        the worlds' gains."""
+        tau = kp * error - kd * qd
+        # The torque-speed line at the voltage limit, within the drive's current limit.
+        speed = qd / self.no_load_speed
+        hi = np.clip(self.saturation * (1.0 - speed), 0.0, self.effort)
+        lo = np.clip(self.saturation * (-1.0 - speed), -self.effort, 0.0)
+        return np.clip(tau, lo, hi)
+
+
+class LearnedActuator:
+    """A learned actuator network run for every joint of every world at the physics rate.
+
+    The ONNX file's contract (what system identification writes): input ``history`` float32
+    ``[B, 2 H]``, the joint's position error (target - q) then its velocity, each newest first
+    over the last H physics steps; output ``torque`` ``[B, 1]`` [N m]; metadata_props
+    ``claw_rl_actuator`` = JSON ``{"history": H, "physics_dt": seconds}``, whose step must be
+    the robot's ``sim_dt``. The robot's Kp/Kd do not enter: the network learned the drive's.
+    """
+
+    explicit = True
+
+    def __init__(self, robot: RobotSpec, num_envs: int):
+        path = robot.actuator.network_path
+        field = 'actuator.network_file'
+        source = robot.source.get('config', 'robot')
+        try:
+            self.session = ort.InferenceSession(str(path), providers=['CPUExecutionProvider'])
+        except Exception as exc:  # onnxruntime raises its own types for unreadable files
+            raise ConfigError(source, field, f'{path}: not a loadable ONNX model ({exc}); '
+                              'give a learned actuator of the contract in '
+                              'core/sim/actuator.py') from None
+        meta = self.session.get_modelmeta().custom_metadata_map
+        try:
+            info = json.loads(meta[ACTUATOR_NET_KEY])
+            history, dt = int(info['history']), float(info['physics_dt'])
+        except (KeyError, TypeError, ValueError):
+            raise ConfigError(source, field, f'{path.name} has no valid {ACTUATOR_NET_KEY!r} '
+                              'metadata ({"history": H, "physics_dt": s}); give a learned '
+                              'actuator of the contract in core/sim/actuator.py') from None
+        if not 1 <= history <= MAX_NET_HISTORY:
+            raise ConfigError(source, field, f'{path.name}: history {history} is outside '
+                              f'[1, {MAX_NET_HISTORY}] physics steps')
+        if abs(dt - robot.sim_dt) > 1e-9:
+            raise ConfigError(source, field, f'{path.name} was fitted at a physics step of '
+                              f'{dt} s, the robot steps {robot.sim_dt} s; fit it again at '
+                              'the robot\'s sim_dt')
+        inputs = {i.name: i.shape for i in self.session.get_inputs()}
+        outputs = [o.name for o in self.session.get_outputs()]
+        if ACTUATOR_NET_INPUT not in inputs or outputs != [ACTUATOR_NET_OUTPUT] or \
+                inputs[ACTUATOR_NET_INPUT][-1] != 2 * history:
+            raise ConfigError(source, field, f'{path.name} takes {inputs} and gives {outputs}; '
+                              f'expected input {ACTUATOR_NET_INPUT!r} [B, {2 * history}] and '
+                              f'output {ACTUATOR_NET_OUTPUT!r} [B, 1]')
+        self.history = history
+        self.effort = robot.effort_limit
+        j = robot.num_joints
+        # [N, J, 2 H]: position errors then velocities, newest first.
+        self.window = np.zeros((num_envs, j, 2 * history), dtype=np.float32)
+
+    def reset(self, ids: np.ndarray, error: np.ndarray, qd: np.ndarray) -> None:
+        """Worlds ``ids`` restart their history at [K, J] error and velocity (held still)."""
+        h = self.history
+        self.window[ids, :, :h] = error[:, :, None]
+        self.window[ids, :, h:] = qd[:, :, None]
+
+    def torque(self, error: np.ndarray, qd: np.ndarray, kp: np.ndarray,
+               kd: np.ndarray) -> np.ndarray:
+        """[N, J] torques: the network on each joint's history, clipped to the effort limit."""
+        h, w = self.history, self.window
+        # Move both histories on by one physics step and put the newest sample first.
+        w[:, :, 1:h] = w[:, :, 0:h - 1]
+        w[:, :, h + 1:] = w[:, :, h:2 * h - 1]
+        w[:, :, 0], w[:, :, h] = error, qd
+        n, j, _ = w.shape
+        tau = self.session.run(None, {ACTUATOR_NET_INPUT: w.reshape(n * j, 2 * h)})[0]
+        return np.clip(np.nan_to_num(tau.reshape(n, j).astype(np.float64)), -self.effort,
+                       self.effort)
+
+
+def make_actuator(robot: RobotSpec, num_envs: int) -> DcMotor | LearnedActuator | None:
+    """The explicit actuator of ``robot`` for ``num_envs`` worlds; None for ``ideal_pd`` (the
+    PD law runs inside MuJoCo)."""
+    model = robot.actuator.model
+    if model == 'dc_motor':
+        return DcMotor(robot)
+    if model == 'network':
+        return LearnedActuator(robot, num_envs)
+    return None
+
+
+def actuator_net_metadata(history: int, physics_dt: float) -> dict[str, str]:
+    """The metadata_props a learned actuator's ONNX file carries."""
+    return {ACTUATOR_NET_KEY: json.dumps({'history': int(history),
+                                          'physics_dt': float(physics_dt)})}

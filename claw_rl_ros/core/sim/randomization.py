@@ -1,0 +1,63 @@
+"""Per-world physical parameters: their nominal values and their draws from the env config.
+
+One list for the batched env and the sim node's session, so both randomise the same things the
+same way (:meth:`~.physics.BatchedPhysics.set_physical_params` writes them into a model copy).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .env_config import RandomizationConfig, robot_sized
+from .robot_spec import RobotSpec
+
+# Scalars per world, then [3] per world (the CoM shift), then [J] per world (per joint).
+PHYSICAL = ('friction', 'added_mass', 'mass_scale', 'com_offset', 'motor_strength',
+            'contact_timeconst', 'kp_scale', 'kd_scale', 'frictionloss_scale',
+            'joint_damping_scale', 'armature_scale')
+PER_JOINT = {'kp_scale': 'kp_scale', 'kd_scale': 'kd_scale',
+             'frictionloss_scale': 'joint_friction_scale',
+             'joint_damping_scale': 'joint_damping_scale', 'armature_scale': 'armature_scale'}
+
+
+def delay_range(dr: RandomizationConfig, robot: RobotSpec) -> tuple[int, int]:
+    """(min, max) command -> motor delay [physics steps]: the env config's, or the robot's."""
+    return tuple(int(x) for x in robot_sized(dr.action_latency_substeps,
+                                             robot.actuator.delay_steps))
+
+
+def nominal_params(robot: RobotSpec, k: int) -> dict[str, np.ndarray]:
+    """k worlds' nominal parameters and no delay (randomisation off)."""
+    j = robot.num_joints
+    params = {'friction': np.full(k, robot.foot_friction), 'added_mass': np.zeros(k),
+              'mass_scale': np.ones(k), 'com_offset': np.zeros((k, 3)),
+              'motor_strength': np.ones(k), 'contact_timeconst': np.zeros(k)}
+    params.update({name: np.ones((k, j)) for name in PER_JOINT})
+    params['latency'] = np.zeros(k, dtype=np.int64)
+    return params
+
+
+def draw_params(dr: RandomizationConfig, robot: RobotSpec, rng: np.random.Generator, k: int,
+                payload_range: Any, com_offset_range: Any) -> dict[str, np.ndarray]:
+    """k worlds' draws of every name in PHYSICAL, and their delay ``latency`` [physics steps].
+
+    The first five are drawn in a fixed order whatever the ranges; a later range whose ends are
+    equal is not drawn, so a config without them replays the same random numbers.
+    ``contact_timeconst`` 0 means the model's own contact softness."""
+    j = robot.num_joints
+    params = {'friction': rng.uniform(*dr.friction, k),
+              'added_mass': rng.uniform(*payload_range, k),
+              'mass_scale': rng.uniform(*dr.link_mass_scale, k),
+              'com_offset': rng.uniform(*com_offset_range, (k, 3)),
+              'motor_strength': rng.uniform(*dr.motor_strength, k)}
+    lo, hi = delay_range(dr, robot)
+    params['latency'] = rng.integers(lo, hi + 1, k)
+    for name, key in PER_JOINT.items():
+        a, b = getattr(dr, key)
+        params[name] = rng.uniform(a, b, (k, j)) if a < b else np.full((k, j), float(a))
+    # Contact softness (0: the model's own).
+    a, b = dr.contact_timeconst or (0.0, 0.0)
+    params['contact_timeconst'] = rng.uniform(a, b, k) if a < b else np.full(k, float(a))
+    return params
