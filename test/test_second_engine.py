@@ -228,6 +228,22 @@ def test_the_pd_torque_is_explicit_clipped_and_uses_kp_on_the_error(robot):
         assert (np.sign(world.joint_state()[1]) == np.sign(far - q0)).all()
 
 
+def test_a_dc_motor_robot_is_driven_by_its_torque_speed_line(robot):
+    dc = dataclasses.replace(robot, actuator=dataclasses.replace(
+        robot.actuator, model='dc_motor', saturation_torque=np.full(12, 30.0),
+        no_load_speed=np.full(12, 25.0)))
+    with BulletWorld(dc, fixed_base=True, drive_rate_hz=1000) as world:
+        q0 = robot.default_joint_pos
+        # Spinning at 12.5 rad/s towards a target 0.5 rad ahead: the line allows 15 N m.
+        q, qd = q0, np.full(12, 12.5)
+        tau = world.pd_torque(q0 + 0.5, q, qd)
+        np.testing.assert_allclose(tau, np.minimum(robot.kp * 0.5 - robot.kd * 12.5, 15.0))
+    net = dataclasses.replace(robot, actuator=dataclasses.replace(robot.actuator,
+                                                                  model='network'))
+    with pytest.raises(ValueError, match="actuator.model = 'network'.*ideal_pd or dc_motor"):
+        BulletWorld(net)
+
+
 def test_a_hanging_leg_tracks_a_target_step(robot):
     thigh = robot.joint_names.index('FL_thigh_joint')
     with BulletWorld(robot, fixed_base=True, drive_rate_hz=1000) as world:

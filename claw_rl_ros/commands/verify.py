@@ -26,6 +26,14 @@ states as one record (the gate hears nothing per control step).
 per terrain tile: the graph is started again for each with the sim node's world on that tile
 (parameters ``terrain`` and ``terrain_seed``; the tile sizes and levels from the config's
 ``env.terrain``), the same perturbations, ``verify.episodes`` episodes each.
+
+``--suite transfer`` runs the reality-gap table instead (:mod:`..core.verify.transfer_suite`):
+one model error at a time (motor strength, gains, joint friction, rotor inertia, delays,
+sensor biases, contacts, ground friction, payload, physics step, solver), in process (no DDS),
+``--episodes`` per cell (default 2) of the verify config's length and command, scored by the
+gate's limits; it prints a line per cell, writes ``<model stem>.transfer.json`` beside the
+model (and the cells as a JSON list to ``--json OUT``), rewrites the policy card there if there
+is one, and exits 0 when every cell passes, else 1; 2 for a usage error.
 """
 
 from __future__ import annotations
@@ -237,6 +245,71 @@ def _measure(args: argparse.Namespace, cfg, robot, sha: str, model: str, config_
             t.join(timeout=30)
 
 
+TRANSFER_EPISODES = 2  # per cell: the 24 cells x 2 x 10 s take ~11 s on a 2-core machine
+
+
+def transfer_config(args: argparse.Namespace):
+    """(VerifyConfig with --episodes (default TRANSFER_EPISODES) and --seconds, the raw
+    ``env:`` section of the YAML) of ``--suite transfer``; ConfigError for what it cannot
+    use."""
+    from ..core import paths
+    from ..core.config import from_dict, load_config, load_yaml, merge, to_dict
+    from ..core.sim.env_config import EnvConfig
+    from ..core.verify.episode_record import MAX_EPISODE_S
+    from ..core.verify.gate_scoring import VerifyConfig
+    if args.terrain:
+        raise ConfigError('--terrain', '', 'the transfer suite runs on the flat plane; run '
+                          '`claw-rl verify --terrain ...` without --suite transfer for tiles')
+    path = paths.config_path(args.config).resolve()
+    load_config(EnvConfig, path, 'env')  # refused here as a sim node would refuse it
+    cfg = load_config(VerifyConfig, path, 'verify')
+    overrides = {'episodes': TRANSFER_EPISODES if args.episodes is None else args.episodes,
+                 **({} if args.seconds is None else {'episode_s': args.seconds})}
+    cfg = from_dict(VerifyConfig, merge(to_dict(cfg), overrides),
+                    source='claw-rl verify --suite transfer')
+    if not cfg.episode_s <= MAX_EPISODE_S:  # (as the sim node refuses a longer pause_after_s)
+        raise ConfigError('--seconds', '', f'{cfg.episode_s:g}: give at most {MAX_EPISODE_S:g} '
+                          's per episode (a record of every step is kept)')
+    if args.json:
+        out = Path(args.json)
+        if out.is_dir() or not out.parent.is_dir() or not os.access(out.parent, os.W_OK):
+            raise ConfigError('--json', '', f'{out}: cannot write a file there (give a file '
+                              'path in an existing, writable directory)')
+    return cfg, load_yaml(path).get('env') or {}
+
+
+def run_transfer(args: argparse.Namespace) -> int:
+    """``claw-rl verify --suite transfer``: the module docstring."""
+    from ..core.export.policy_card import card_path, write_policy_card
+    from ..core.verify import transfer_suite as suite
+    cfg, env_section = transfer_config(args)
+    robot, sha = _load_model(args.model, args.robot)
+    model = str(Path(args.model).resolve())
+    cells = [*suite.CELLS, *suite.EXTRA_CELLS]
+    print(f'transfer suite {model} (sha256 {sha[:12]}): {len(cells)} cells x {cfg.episodes} '
+          f'episodes x {cfg.episode_s:g} s at vx {cfg.command_vx:g} m/s, seed {args.seed}, in '
+          'process (SimSession + PolicyController)', flush=True)
+    start = time.monotonic()
+    fmt = suite.TableFormat(cfg, cells)
+    print(fmt.header(), flush=True)
+    results = suite.run_suite(model, robot, cfg, env_section, args.seed,
+                              on_cell=lambda r: print(fmt.row(r), flush=True))
+    print(fmt.verdict(results), flush=True)
+    written: list = []
+    try:
+        written.append(suite.write_record(args.model, cfg, args.seed, results))
+        if args.json:
+            written.append(suite.write_json(args.json, results))
+    except OSError as exc:
+        raise ConfigError('--json' if written else '--model', '',
+                          f'cannot write the result: {exc}') from None
+    print(f'wrote {", ".join(map(str, written))} ({time.monotonic() - start:.1f} s wall)',
+          flush=True)
+    if card_path(args.model).is_file():  # the card shows the cells
+        print(f'updated {write_policy_card(args.model)}', flush=True)
+    return 0 if suite.passed(results) else 1
+
+
 def run_verify(args: argparse.Namespace) -> int:
     # Nothing of the gate renders: MuJoCo without its OpenGL context loader (~40 ms of every
     # process that imports it: this one, each sim and policy node), unless the user chose one.
@@ -245,6 +318,11 @@ def run_verify(args: argparse.Namespace) -> int:
     from ..core.export.policy_card import card_path, write_policy_card
     from ..core.sim.terrain import generate_terrain
     from ..core.verify.status_board import GraphGone
+    if args.suite == 'transfer':
+        return run_transfer(args)
+    if args.json:
+        raise ConfigError('--json', '', 'the cells of --suite transfer; the gate writes '
+                          '<model stem>.verify.json')
     cfg, config_path, tiles = verify_config(args)
     robot, sha = _load_model(args.model, args.robot)
     model = str(Path(args.model).resolve())
@@ -317,4 +395,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    'same nodes and messages without the hop between processes: the same '
                    'verdict, ~1.5x the control steps/s)')
     p.add_argument('--verbose', action='store_true', help='print each episode and its draws')
+    p.add_argument('--suite', choices=('gate', 'transfer'), default='gate',
+                   help='gate (default): the sim2sim gate above; transfer: the reality-gap '
+                   'table, one model error per cell, in process, exit 0 when every cell passes '
+                   f'(--episodes per cell, default {TRANSFER_EPISODES})')
+    p.add_argument('--json', metavar='OUT', default='',
+                   help='--suite transfer: also write the cells as a JSON list here')
     p.set_defaults(func=run_verify, exit_without_teardown=True)

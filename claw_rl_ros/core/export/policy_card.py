@@ -6,7 +6,8 @@ metadata) and, when present, from the verification record beside it
 limits and gains, observation layout and scales, control period, action scale and clip,
 training run, the terrain it was trained on (the export metadata's ``terrain``: the train
 config's ``env.terrain``) and verified on (the record's flat table and terrain rows),
-verification results, sha256. Regenerate it after a verification with
+verification results, the reality-gap cells (``student.transfer.json``, written by ``claw-rl
+verify --suite transfer``), sha256. Regenerate it after a verification with
 :func:`write_policy_card`.
 """
 
@@ -26,6 +27,12 @@ RUN_KEYS = ('checkpoint', 'iteration', 'total_steps', 'algorithm', 'run')
 def card_path(model: str | Path) -> Path:
     """``runs/x/student.onnx`` -> ``runs/x/student.card.md``."""
     return Path(model).with_suffix('.card.md')
+
+
+def transfer_path(model: str | Path) -> Path:
+    """``runs/x/student.onnx`` -> ``runs/x/student.transfer.json`` (the transfer suite's
+    record, core/verify/transfer_suite.py)."""
+    return Path(model).with_suffix('.transfer.json')
 
 
 def _fmt(value: Any) -> str:
@@ -81,6 +88,34 @@ def _verification(model: Path, sha256: str) -> list[str]:
         header = list(dict.fromkeys(k for row in table for k in row))
         lines += [''] + _table(header, [[row.get(k, '') for k in header] for row in table])
     return lines
+
+
+def _transfer(model: Path, sha256: str) -> list[str]:
+    """The reality-gap section: each cell's vx error, falls and verdict."""
+    path = transfer_path(model)
+    if not path.is_file():
+        return [f'Not measured: `claw-rl verify --suite transfer --model {model.name}` runs '
+                'the student under one model error at a time.']
+    try:
+        record = json.loads(path.read_text())
+        cells = [c for c in record['cells'] if isinstance(c, dict)]
+        rows = [[c.get('family'), c.get('level'), 'n/a' if c.get('vx_error') is None else
+                 f'{float(c["vx_error"]):.3f}', f'{c.get("falls")}/{c.get("episodes")}',
+                 'PASS' if c.get('passed') is True else
+                 'FAIL: ' + '; '.join(str(f) for f in c.get('failed') or [])] for c in cells]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return [f'Unreadable transfer record `{path.name}` ({exc}); re-run `claw-rl verify '
+                '--suite transfer`']
+    same = 'yes' if record.get('model_sha256') == sha256 else \
+        f'NO: it measured another model (sha256 {str(record.get("model_sha256"))[:12]})'
+    failed = sum(c.get('passed') is not True for c in cells)
+    lines = [f'- record: `{path.name}`, created {record.get("created", "?")}: '
+             f'{record.get("episodes", "?")} episode(s) of {record.get("episode_s", "?")} s '
+             f'per cell at {record.get("command_vx", "?")} m/s, seed {record.get("seed", "?")}',
+             f'- result: **{"PASSED" if record.get("passed") is True else "FAILED"}** '
+             f'({len(cells) - failed} of {len(cells)} cells pass)',
+             f'- for this model: {same}', '']
+    return lines + _table(['family', 'level', 'vx error [m/s]', 'falls', 'result'], rows)
 
 
 # How the flat, stairs and obstacle tiles were built (env.terrain.collision).
@@ -168,6 +203,7 @@ def policy_card(model: str | Path) -> str:
         *([f'- {k}: {_fmt(v)}' for k, v in extras.items()] or ['- not recorded']), '',
         '## Terrain', '', f'- trained on: {_trained_on(meta)}', *_verified_on(model), '',
         '## Verification', '', *_verification(model, policy.sha256), '',
+        '## Reality gap (transfer suite)', '', *_transfer(model, policy.sha256), '',
         '## Deploying', '',
         f'`claw-rl up deploy --model {model.name}` (docs/deploy.md: deploying to a real robot).',
         '']

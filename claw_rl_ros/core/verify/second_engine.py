@@ -78,6 +78,7 @@ from ..control.model_swap import policy_clip
 from ..control.state_input import (BadInput, command_array, imu_arrays, JointOrder,
                                    ObservationAssembler)
 from ..export.onnx_policy import OnnxPolicy
+from ..sim.actuator import DcMotor
 from ..sim.env_config import robot_sized, TerminationConfig
 from ..sim.robot_spec import RobotSpec
 from ..sim.scene import scene_urdf
@@ -217,10 +218,13 @@ class BulletWorld:
                  termination: TerminationConfig | None = None):
         self.robot = robot
         actuator = getattr(getattr(robot, 'actuator', None), 'model', 'ideal_pd')
-        if actuator != 'ideal_pd':
-            raise ValueError(f'robot {robot.name!r} actuator.model = {actuator!r}: the PyBullet '
-                             'gate drives joints by the ideal PD law only; verify this student '
-                             'with a robot YAML of actuator.model ideal_pd')
+        if actuator == 'network':
+            raise ValueError(f'robot {robot.name!r} actuator.model = {actuator!r}: a learned '
+                             'actuator is fitted at the MuJoCo physics step, not at a drive '
+                             'rate; verify this student with actuator.model ideal_pd or '
+                             'dc_motor')
+        # dc_motor: the PD law clipped by the torque-speed line, as in MuJoCo.
+        self.motor = DcMotor(robot) if actuator == 'dc_motor' else None
         self.drive_per_control = drive_steps_per_control(robot, drive_rate_hz)
         if isinstance(physics_steps_per_drive, bool) or \
                 not isinstance(physics_steps_per_drive, int) or physics_steps_per_drive < 1:
@@ -438,6 +442,9 @@ class BulletWorld:
         joint limits (the MuJoCo actuators' control range); all [J] in spec order."""
         r = self.robot
         target = np.clip(targets, r.joint_lower, r.joint_upper)
+        if self.motor is not None:
+            return self.motor.torque((target - joint_pos)[None], joint_vel[None], r.kp[None],
+                                     r.kd[None])[0]
         # Explicit PD on the measured state, saturated at the URDF effort limit.
         tau = r.kp * (target - joint_pos) - r.kd * joint_vel
         return np.clip(tau, -r.effort_limit, r.effort_limit)
