@@ -37,16 +37,24 @@ alternating rounds.
 ground (``env.terrain.collision: boxes``, core/sim/ground.py), scan on, alternating rounds, each
 over flat's median; with the env's defaults, then with the terrain job's noslip pass.
 
+``--actuators``: env steps/s at 256 worlds (the main job's env, flat) with the ideal PD actuator
+and today's randomisation, then with the transfer randomisation (Kp and Kd apart, joint
+friction, damping and armature per joint, delays up to 40 ms, contact softness, encoder
+offsets, IMU bias and tilt, sensor delay, control jitter), and the same two with the
+``dc_motor`` actuator (inside MuJoCo's step: a second actuator per joint), alternating rounds,
+each median over the ideal PD's.
+
 ``--chunks``: env steps/s at 256 worlds with the rollout's thread-pool task size (worlds per
 task) at 2, 4, 8 (the default on 2 threads) and 32 (the earlier default), alternating rounds,
 each over 32's median.
 
     .venv/bin/python bench/env_throughput.py [--sizes 1 16 64 256] [--seconds 3] [--rounds 3]
-        [--warmstart] [--profile] [--chunks] [--visuals] [--noslip] [--shared-models]
+        [--warmstart] [--profile] [--chunks] [--actuators] [--visuals] [--noslip] [--shared-models]
         [--collision]
 """
 
 import argparse
+import dataclasses
 import os
 import resource
 import subprocess
@@ -181,6 +189,39 @@ def shared_models_ab(seconds: float, rounds: int) -> None:
         print(f'{floor:>15}: ' + '; '.join(
             f'{k} per copy ({copies[k]} copies) ' + ', '.join(f'{x:,.0f}' for x in v)
             + f' /s, median {np.median(v) / base:.3f}x' for k, v in rates.items()))
+
+
+# The transfer randomisation the --actuators bench adds to the main job's env.
+TRANSFER_RANDOMIZATION = {'kp_scale': [0.7, 1.3], 'kd_scale': [0.7, 1.5],
+                          'joint_friction_scale': [0.5, 5.0], 'joint_damping_scale': [0.5, 2.0],
+                          'armature_scale': [0.3, 3.0], 'action_latency_substeps': [0, 8],
+                          'contact_timeconst': [0.01, 0.05], 'encoder_offset': [-0.03, 0.03],
+                          'imu_gyro_bias': [-0.05, 0.05], 'imu_tilt_offset': [-0.03, 0.03],
+                          'joint_state_delay_substeps': [0, 1], 'control_jitter_substeps': 1}
+
+
+def actuators_ab(seconds: float, rounds: int) -> None:
+    """``--actuators``: env steps/s at 256 worlds with ideal_pd and dc_motor, each with and
+    without the transfer randomisation, alternating rounds in one process; each median over
+    ideal_pd's."""
+    robot = load_robot('claw_quadruped')
+    dc = dataclasses.replace(robot, actuator=dataclasses.replace(robot.actuator,
+                                                                 model='dc_motor'))
+    base = {'num_envs': 256, 'seed': 0, 'randomization': {'worlds_per_model': MAIN_JOB_SHARE}}
+    wide = {**base, 'randomization': {**base['randomization'], **TRANSFER_RANDOMIZATION}}
+    envs = {'ideal_pd': VecLocomotionEnv(from_dict(EnvConfig, base), robot),
+            'ideal_pd + transfer randomisation': VecLocomotionEnv(from_dict(EnvConfig, wide),
+                                                                  robot),
+            'dc_motor': VecLocomotionEnv(from_dict(EnvConfig, base), dc),
+            'dc_motor + transfer randomisation': VecLocomotionEnv(from_dict(EnvConfig, wide), dc)}
+    rates = alternating_rates(envs, seconds, rounds)
+    ref = np.array(rates['ideal_pd'])
+    for key, v in rates.items():
+        # Each round's ratio to that round's ideal_pd (the same machine load), and its median.
+        ratios = np.array(v) / ref
+        print(f'{key:>34}: ' + ', '.join(f'{x:,.0f}' for x in v)
+              + f' /s, median {np.median(v):,.0f} /s; per round x ideal_pd '
+              + ', '.join(f'{x:.3f}' for x in ratios) + f', median {np.median(ratios):.3f}')
 
 
 def limit_rounds(num_envs: int, seconds: float, rounds: int) -> tuple[list[float], list[float]]:
@@ -382,6 +423,9 @@ def main() -> None:
     parser.add_argument('--profile', action='store_true', help='only where a step\'s time '
                         'goes at 256 worlds')
     parser.add_argument('--chunks', action='store_true', help='only the rollout task sizes')
+    parser.add_argument('--actuators', action='store_true', help='only 256 worlds with the '
+                        'ideal PD actuator and dc_motor, each with and without the transfer '
+                        'randomisation')
     parser.add_argument('--visuals', action='store_true', help='only 256 worlds with and '
                         'without the robot\'s visual geoms')
     parser.add_argument('--noslip', action='store_true', help='only 256 worlds with MuJoCo\'s '
@@ -391,6 +435,9 @@ def main() -> None:
     parser.add_argument('--collision', action='store_true', help='only 256 worlds on flat, '
                         'on the heightfield terrain and on box ground (scan on)')
     args = parser.parse_args()
+    if args.actuators:
+        actuators_ab(args.seconds, args.rounds)
+        return
     if args.collision:
         collision_ab(args.seconds, args.rounds)
         return

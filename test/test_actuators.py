@@ -185,10 +185,13 @@ def test_dc_motor_torque_follows_the_speed_line():
     # Spinning along the torque: at most 30 (1 - qd / 25); against it the full effort.
     assert tau(5.0, 12.5) == pytest.approx(15.0)
     assert tau(5.0, 25.0) == pytest.approx(0.0)
-    assert tau(5.0, 40.0) == pytest.approx(0.0)
     assert tau(5.0, -10.0) == pytest.approx(20.0)
     assert tau(-5.0, -12.5) == pytest.approx(-15.0)
     assert tau(-5.0, 10.0) == pytest.approx(-20.0)
+    # Past the no-load speed the back-EMF brakes: 30 (1 - 40 / 25) = -18 N m.
+    assert tau(5.0, 40.0) == pytest.approx(-18.0)
+    # Within the lines the PD law is untouched, damping included.
+    assert tau(0.1, 2.0) == pytest.approx(3.0 - 1.5)
 
 
 def test_dc_motor_in_the_physics_applies_the_line_at_every_physics_step(robot):
@@ -196,7 +199,9 @@ def test_dc_motor_in_the_physics_applies_the_line_at_every_physics_step(robot):
     env = make(dc, 2)
     env.reset(seed=0)
     p = env.physics
-    assert p.model.actuator_biastype[0] == 0 and p.model.actuator_gainprm[0, 0] == 1.0
+    # Inside MuJoCo's step: the PD actuators, then the back-EMF dampers (no explicit path).
+    assert p.actuator is None and p.model.nu == 24
+    np.testing.assert_allclose(p.model.actuator_biasprm[12:, 2], -30.0 / 25.0)
     p.qvel[:, p.vadr] = 12.5
     q = p.qpos[:, p.qadr].copy()
     targets = np.clip(q + 1.0, robot.joint_lower, robot.joint_upper)
@@ -204,12 +209,27 @@ def test_dc_motor_in_the_physics_applies_the_line_at_every_physics_step(robot):
     # The PD law up to the line: 30 (1 - 12.5 / 25) = 15 N m along the motion (under the
     # 18/28 N m efforts: the line, not the clip, limits every joint).
     pd = robot.kp * (targets - q) - robot.kd * 12.5
-    np.testing.assert_allclose(tau, np.minimum(pd, 15.0))
-    assert (tau == 15.0).sum() >= 12
+    np.testing.assert_allclose(tau, np.minimum(pd, 15.0), atol=1e-9)
+    assert np.isclose(tau, 15.0).sum() >= 12
     # Every physics step of the period ran with the state's own velocity: torques change.
     lo, hi = p.sensors.joint_torque
     assert np.ptp(p.sensordata[0, :, lo:hi], axis=0).max() > 0.1
+    # Braking (spinning against the torque) the line would allow more than the effort limit;
+    # the joint's clamp holds it there.
+    env.reset(seed=0)
+    p.qvel[:, p.vadr] = -10.0
+    q = p.qpos[:, p.qadr].copy()
+    tau = torque_at_first_substep(env, np.clip(q + 1.0, robot.joint_lower, robot.joint_upper))
+    far = (robot.joint_upper - q) > 0.5
+    np.testing.assert_allclose(tau[far], np.broadcast_to(robot.effort_limit, q.shape)[far])
+    # Kp and Kd drawn apart reach the PD actuators; the back-EMF stays the motor's.
+    env2 = make(dc, 2, kp_scale=[0.5, 0.5], kd_scale=[2.0, 2.0])
+    m = env2.physics.models[0]
+    np.testing.assert_allclose(m.actuator_gainprm[:12, 0], 0.5 * robot.kp)
+    np.testing.assert_allclose(m.actuator_biasprm[:12, 2], -(2.0 * robot.kd - 1.2))
+    np.testing.assert_allclose(m.actuator_biasprm[12:, 2], -1.2)
     env.close()
+    env2.close()
 
 
 def test_dc_motor_is_slower_than_the_ideal_actuator_on_a_fast_swing(robot):

@@ -7,17 +7,22 @@ The robot YAML's ``actuator:`` section names the model (``robot_spec.ActuatorCon
 
       tau = clip(Kp (target - q) - Kd qd, -effort, effort)
 
-- ``dc_motor``: the same PD law, evaluated explicitly at every physics step, clipped by the
-  motor's torque-speed line (a DC motor at its voltage limit; Isaac Lab's DCMotor, mjlab's
-  DcMotorActuator): with saturation torque ``tau_s`` and no-load speed ``w0``::
+- ``dc_motor``: the same law at a DC motor's voltage limit (Isaac Lab's DCMotor, mjlab's
+  DcMotorActuator, MuJoCo's DC motor note): with stall torque ``tau_s`` and no-load speed
+  ``w0``, the torque-speed lines bound it, and the effort limit bounds the sum::
 
-      tau_max(qd) = clip(tau_s (1 - qd / w0), 0, effort)
-      tau_min(qd) = clip(tau_s (-1 - qd / w0), -effort, 0)
+      c = tau_s / w0    (the back-EMF damping)
+      tau = clip(clip(Kp (target - q) - Kd qd, -tau_s - c qd, tau_s - c qd), -effort, effort)
 
-  so a joint that spins fast in the direction of its torque has less of it.
+  so a joint that spins fast along its torque has less of it (none at w0), and past w0 the
+  motor brakes. It also runs inside MuJoCo's step (core/sim/scene.py: a position actuator with
+  damping Kd - c saturating at +-tau_s plus a back-EMF damper -c qd, their sum clamped on the
+  joint), exactly this law at every physics step; :class:`DcMotor` states it for engines that
+  drive the joints themselves (the transfer gate's PyBullet).
 - ``network``: a learned actuator (Hwangbo et al. 2019): an ONNX MLP from the history of the
   position error and the joint velocity at the physics rate to the torque, clipped to the
-  effort limit (:class:`LearnedActuator` states the file's contract).
+  effort limit (:class:`LearnedActuator` states the file's contract); evaluated between
+  physics steps.
 
 Every model shares the command -> motor delay (``delay_steps``, drawn per world; the delay
 line is in :class:`~.physics.BatchedPhysics`) and the rotor inertia (``armature``, added to
@@ -41,9 +46,8 @@ MAX_NET_HISTORY = 64
 
 
 class DcMotor:
-    """The PD law clipped by a DC motor's torque-speed line (module docstring)."""
-
-    explicit = True
+    """The PD law at a DC motor's voltage limit (module docstring), for an engine that computes
+    the joint torques itself."""
 
     def __init__(self, robot: RobotSpec):
         act = robot.actuator
@@ -51,19 +55,15 @@ class DcMotor:
         self.saturation = act.saturation_torque
         self.no_load_speed = act.no_load_speed
 
-    def reset(self, ids: np.ndarray, error: np.ndarray, qd: np.ndarray) -> None:
-        """Nothing to reset: the model has no state."""
-
     def torque(self, error: np.ndarray, qd: np.ndarray, kp: np.ndarray,
                kd: np.ndarray) -> np.ndarray:
         """[N, J] torques from [N, J] position errors (target - q), joint velocities and
         the worlds' gains."""
         tau = kp * error - kd * qd
-        # The torque-speed line at the voltage limit, within the drive's current limit.
-        speed = qd / self.no_load_speed
-        hi = np.clip(self.saturation * (1.0 - speed), 0.0, self.effort)
-        lo = np.clip(self.saturation * (-1.0 - speed), -self.effort, 0.0)
-        return np.clip(tau, lo, hi)
+        # The torque-speed lines at the voltage limit, then the effort limit.
+        emf = self.saturation / self.no_load_speed * qd
+        tau = np.clip(tau, -self.saturation - emf, self.saturation - emf)
+        return np.clip(tau, -self.effort, self.effort)
 
 
 class LearnedActuator:
@@ -75,8 +75,6 @@ class LearnedActuator:
     ``claw_rl_actuator`` = JSON ``{"history": H, "physics_dt": seconds}``, whose step must be
     the robot's ``sim_dt``. The robot's Kp/Kd do not enter: the network learned the drive's.
     """
-
-    explicit = True
 
     def __init__(self, robot: RobotSpec, num_envs: int):
         path = robot.actuator.network_path
@@ -136,13 +134,10 @@ class LearnedActuator:
                        self.effort)
 
 
-def make_actuator(robot: RobotSpec, num_envs: int) -> DcMotor | LearnedActuator | None:
-    """The explicit actuator of ``robot`` for ``num_envs`` worlds; None for ``ideal_pd`` (the
-    PD law runs inside MuJoCo)."""
-    model = robot.actuator.model
-    if model == 'dc_motor':
-        return DcMotor(robot)
-    if model == 'network':
+def make_actuator(robot: RobotSpec, num_envs: int) -> LearnedActuator | None:
+    """The actuator computed between physics steps for ``num_envs`` worlds (``network``);
+    None where MuJoCo runs the law inside its step (``ideal_pd``, ``dc_motor``)."""
+    if robot.actuator.model == 'network':
         return LearnedActuator(robot, num_envs)
     return None
 

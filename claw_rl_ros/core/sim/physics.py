@@ -2,9 +2,10 @@
 
 Each world has its own MjModel copy (so domain randomisation can change masses, friction, gains
 and joint parameters per world) and a row of the full physics state ``[N, nstate]``. With the
-``ideal_pd`` actuator one rollout call runs ``decimation`` physics steps for every world in C++,
-with the GIL released; an explicit actuator (``dc_motor``, ``network``: core/sim/actuator.py)
-computes the torques between physics steps, one rollout call per physics step.
+``ideal_pd`` and ``dc_motor`` actuators (inside MuJoCo's step, core/sim/scene.py) one rollout
+call runs ``decimation`` physics steps for every world in C++, with the GIL released; the
+learned ``network`` actuator (core/sim/actuator.py) computes the torques between physics steps,
+one rollout call per physics step.
 
 The command -> motor delay is a delay line of the last targets: a world with a delay of L
 physics steps applies, at physics step s of a control period, the targets given
@@ -24,8 +25,8 @@ import numpy as np
 from .actuator import make_actuator
 from .ground import GroundPool, pool_geoms
 from .robot_spec import RobotSpec
-from .scene import (build_model, FLOOR, is_ground, joint_addresses, lowest_foot_points,
-                    sensor_slices, standing_qpos)
+from .scene import (back_emf_damping, build_model, FLOOR, is_ground, joint_addresses,
+                    lowest_foot_points, sensor_slices, standing_qpos)
 from .terrain import Terrain
 
 STATE_SPEC = mujoco.mjtState.mjSTATE_FULLPHYSICS
@@ -134,8 +135,8 @@ class BatchedPhysics:
         self._mass0 = m.body_mass.copy()
         self._inertia0 = m.body_inertia.copy()
         self._ipos0 = m.body_ipos.copy()
-        self._gain0 = m.actuator_gainprm[:, 0].copy()
-        self._bias0 = m.actuator_biasprm[:, 1:3].copy()
+        # The robot's joints' actuators are the first J (dc_motor: then J back-EMF dampers).
+        self._back_emf = back_emf_damping(robot)
         self._frictionloss0 = m.dof_frictionloss[self.vadr].copy()
         self._damping0 = m.dof_damping[self.vadr].copy()
         self._armature0 = m.dof_armature[self.vadr].copy()
@@ -189,10 +190,12 @@ class BatchedPhysics:
         kd = self.robot.kd * strength * params.get('kd_scale', 1.0)
         self.copy_kp[copy_id], self.copy_kd[copy_id] = kp, kd
         if self.actuator is None:
-            # MuJoCo's position actuator: tau = Kp ctrl - Kp q - Kd qd.
-            m.actuator_gainprm[:, 0] = kp
-            m.actuator_biasprm[:, 1] = -kp
-            m.actuator_biasprm[:, 2] = -kd
+            # MuJoCo's position actuator: tau = Kp ctrl - Kp q - (Kd - c) qd (c: dc_motor's
+            # back-EMF damping, its own actuator; 0 otherwise).
+            j = self.robot.num_joints
+            m.actuator_gainprm[:j, 0] = kp
+            m.actuator_biasprm[:j, 1] = -kp
+            m.actuator_biasprm[:j, 2] = -(kd - self._back_emf)
         # The joints' own friction, viscous damping and rotor inertia.
         m.dof_frictionloss[self.vadr] = self._frictionloss0 * params.get('frictionloss_scale',
                                                                          1.0)
@@ -222,7 +225,7 @@ class BatchedPhysics:
         latency = np.minimum(latency, self.max_delay_steps)
         periods_ago = -(-(latency[:, None] - self._substeps[None, :]) // self.decimation)
         periods_ago = np.maximum(periods_ago, 0)
-        self._ctrl[:] = line[periods_ago, self._world_rows]
+        self._ctrl[:, :, :line.shape[2]] = line[periods_ago, self._world_rows]
         return self._ctrl
 
     def step(self, targets: np.ndarray, latency: np.ndarray) -> np.ndarray:
@@ -273,10 +276,12 @@ class BatchedPhysics:
 
     def ctrl_for(self, ids: np.ndarray, targets: np.ndarray) -> np.ndarray:
         """[K, nu] the actuator inputs of worlds ``ids`` holding [K, J] ``targets`` at their
-        current state: the targets (ideal_pd), or the explicit PD torque clipped to the
-        effort limit (an explicit actuator, without touching its state)."""
+        current state: the targets (ideal_pd, dc_motor), or the explicit PD torque clipped to
+        the effort limit (the learned actuator, without touching its history)."""
         if self.actuator is None:
-            return targets
+            ctrl = np.zeros((len(targets), self.model.nu))
+            ctrl[:, :targets.shape[1]] = targets
+            return ctrl
         i = np.asarray(ids)
         error = targets - self.qpos[i][:, self.qadr]
         tau = self.copy_kp[self.copy_of[i]] * error \

@@ -9,9 +9,11 @@ actuator::
 
     tau = clip(Kp * (target - q) - Kd * qd, -effort, effort)
 
-An explicit actuator model (``dc_motor``, ``network``: core/sim/actuator.py) gets a torque
-motor per joint instead (ctrl = torque, clipped to the effort limit); the physics computes its
-torques. Either way each joint carries the robot's rotor inertia (``armature``).
+``dc_motor`` is the same law at a DC motor's voltage limit (core/sim/actuator.py), also inside
+MuJoCo's step: a position actuator with damping Kd - c saturating at the stall torque tau_s,
+plus the back-EMF damper -c qd (c = tau_s / no-load speed), their sum clamped to the effort limit
+on the joint. ``network`` gets a torque motor per joint (ctrl = the learned actuator's torque,
+computed between physics steps). Each joint carries the robot's rotor inertia (``armature``).
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ from .robot_spec import RobotSpec
 from .terrain import Terrain
 
 FLOOR = 'floor'
+# Name suffix of a dc_motor joint's back-EMF damper (the second actuator on the joint).
+BACK_EMF = '_back_emf'
 TERRAIN_HFIELD = 'terrain'
 ROOT_JOINT = 'floating_base'
 IMU_SITE = 'imu'
@@ -230,25 +234,43 @@ def build_spec(robot: RobotSpec, *, terrain: Terrain | None = None, solver_itera
     if not visuals:
         drop_visual_geoms(spec)
 
-    for name, kp, kd, effort, lo, hi in zip(robot.joint_names, robot.kp, robot.kd,
-                                            robot.effort_limit, robot.joint_lower,
-                                            robot.joint_upper):
-        spec.joint(name).armature = robot.armature
+    model = robot.actuator.model
+    back_emf = back_emf_damping(robot)
+    for name, kp, kd, effort, lo, hi, c in zip(robot.joint_names, robot.kp, robot.kd,
+                                               robot.effort_limit, robot.joint_lower,
+                                               robot.joint_upper, back_emf):
+        joint = spec.joint(name)
+        joint.armature = robot.armature
         act = spec.add_actuator(name=name, target=name, trntype=mujoco.mjtTrn.mjTRN_JOINT,
                                 gaintype=mujoco.mjtGain.mjGAIN_FIXED,
                                 biastype=mujoco.mjtBias.mjBIAS_AFFINE)
         act.forcelimited = mujoco.mjtLimited.mjLIMITED_TRUE
         act.forcerange = [-effort, effort]
         act.ctrllimited = mujoco.mjtLimited.mjLIMITED_TRUE
-        if robot.actuator.model == 'ideal_pd':
-            act.gainprm[0] = kp
-            act.biasprm[0:3] = [0.0, -kp, -kd]
-            act.ctrlrange = [lo, hi]
-        else:
-            # A torque motor: ctrl is the torque the explicit actuator computed.
+        if model == 'network':
+            # A torque motor: ctrl is the torque the learned actuator computed.
             act.gainprm[0] = 1.0
             act.biastype = mujoco.mjtBias.mjBIAS_NONE
             act.ctrlrange = [-effort, effort]
+            continue
+        act.gainprm[0] = kp
+        act.biasprm[0:3] = [0.0, -kp, -(kd - c)]
+        act.ctrlrange = [lo, hi]
+        if model == 'dc_motor':
+            # PD + c qd saturates at the stall torque; the joint's total at the effort limit.
+            sat = robot.actuator.saturation_torque[robot.joint_names.index(name)]
+            act.forcerange = [-sat, sat]
+            joint.actfrclimited = mujoco.mjtLimited.mjLIMITED_TRUE
+            joint.actfrcrange = [-effort, effort]
+    if model == 'dc_motor':
+        # The back-EMF: -c qd on each joint, unsaturated (a second actuator without input).
+        for name, c in zip(robot.joint_names, back_emf):
+            emf = spec.add_actuator(name=f'{name}{BACK_EMF}', target=name,
+                                    trntype=mujoco.mjtTrn.mjTRN_JOINT,
+                                    gaintype=mujoco.mjtGain.mjGAIN_FIXED,
+                                    biastype=mujoco.mjtBias.mjBIAS_AFFINE)
+            emf.gainprm[0] = 0.0
+            emf.biasprm[0:3] = [0.0, 0.0, -c]
 
     spec.body(robot.imu_body).add_site(name=IMU_SITE, size=[0.01, 0.01, 0.01])
     site = mujoco.mjtObj.mjOBJ_SITE
@@ -262,14 +284,24 @@ def build_spec(robot: RobotSpec, *, terrain: Terrain | None = None, solver_itera
         spec.add_sensor(name=f'pos_{foot}', type=mujoco.mjtSensor.mjSENS_FRAMEPOS,
                         objtype=mujoco.mjtObj.mjOBJ_XBODY, objname=foot)
     for name in robot.joint_names:
-        spec.add_sensor(name=f'torque_{name}', type=mujoco.mjtSensor.mjSENS_ACTUATORFRC,
-                        objtype=mujoco.mjtObj.mjOBJ_ACTUATOR, objname=name)
+        # Every actuator's force on the joint, after the joint's limit (dc_motor: two).
+        spec.add_sensor(name=f'torque_{name}', type=mujoco.mjtSensor.mjSENS_JOINTACTFRC,
+                        objtype=mujoco.mjtObj.mjOBJ_JOINT, objname=name)
     for group, bodies in (('foot', robot.foot_bodies),
                           ('penalised', robot.penalised_contact_bodies),
                           ('termination', robot.termination_contact_bodies)):
         for body in bodies:
             _add_contact_sensor(spec, body, group)
     return spec
+
+
+def back_emf_damping(robot: RobotSpec) -> np.ndarray:
+    """[J] a dc_motor's back-EMF damping c = stall torque / no-load speed [N m s/rad]; 0 for
+    the other actuator models."""
+    act = robot.actuator
+    if act.model != 'dc_motor':
+        return np.zeros(robot.num_joints)
+    return act.saturation_torque / act.no_load_speed
 
 
 def drop_visual_geoms(spec: mujoco.MjSpec) -> None:
