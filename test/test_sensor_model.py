@@ -122,6 +122,21 @@ def test_contact_softness_solver_and_cone_reach_the_model(robot):
         assert (env.physics.models[i].geom_solref[:, 0] == ts[i]).all()
     nominal = make(robot, 1)
     assert (nominal.physics.models[0].geom_solref[:, 0] == pytest.approx(0.02))
+    # Torsional friction: the feet's contacts become 4-D with the drawn coefficient.
+    ground = nominal.physics.ground_geoms
+    assert (nominal.physics.models[0].geom_condim[ground] == 3).all()
+    twist = make(robot, 2, torsional_friction=[0.01, 0.02])
+    for i in range(2):
+        m = twist.physics.models[i]
+        assert (m.geom_condim[ground] == 4).all()
+        assert (m.geom_friction[ground, 1] == twist.torsional_friction[i]).all()
+    twist.step(np.zeros((2, 12)))
+    data = mujoco.MjData(twist.physics.models[0])
+    mujoco.mj_setState(twist.physics.models[0], data, twist.physics.state[0],
+                       mujoco.mjtState.mjSTATE_FULLPHYSICS)
+    mujoco.mj_forward(twist.physics.models[0], data)
+    assert data.ncon > 0 and set(data.contact.dim[:data.ncon].tolist()) == {4}
+    twist.close()
     cfg = from_dict(EnvConfig, {'num_envs': 1, 'cone': 'elliptic', 'solver': 'cg'}, source='t')
     other = VecLocomotionEnv(cfg, robot)
     assert other.physics.model.opt.cone == mujoco.mjtCone.mjCONE_ELLIPTIC
@@ -135,7 +150,8 @@ def test_sensor_and_contact_ranges_out_of_bounds_are_refused_by_name():
     for field, value in (('encoder_offset', [-0.6, 0.0]), ('imu_gyro_bias', [0.0, 2.0]),
                          ('imu_tilt_offset', [0.2, 0.1]), ('joint_state_delay_substeps', [0, 21]),
                          ('imu_delay_substeps', [-1, 0]), ('control_jitter_substeps', 5),
-                         ('contact_timeconst', [0.001, 0.02])):
+                         ('contact_timeconst', [0.001, 0.02]),
+                         ('torsional_friction', [0.0, 0.2])):
         with pytest.raises(ConfigError, match=rf'randomization.{field}'):
             from_dict(EnvConfig, {'randomization': {field: value}}, source='test')
     for key, value in (('cone', 'round'), ('solver', 'pgs')):

@@ -51,7 +51,7 @@ def test_every_cell_of_the_table_builds_its_env_config_and_robot(robot):
     imu_gyro_bias, imu_tilt_offset, encoder_offset, contact_timeconst, cone and solver came
     with the sensor model and solver options) and keeps the policy's control period."""
     labels = [suite.label(c) for c in suite.CELLS]
-    assert len(set(labels)) == len(labels) == 24
+    assert len(set(labels)) == len(labels) == 25
     for cell in suite.CELLS:
         env = suite.cell_env(cell, robot, ENV)
         assert env.num_envs == 1 and env.randomization.enabled
@@ -106,6 +106,9 @@ def test_each_cells_perturbation_reaches_the_physics(robot):
     assert world('payload', '+30 %').models[0].body_mass[base] == \
         pytest.approx(m0.body_mass[base] + 0.3 * robot.total_mass)
     np.testing.assert_allclose(world('contact', 'soft 0.05 s').models[0].geom_solref[:, 0], 0.05)
+    twist = world('contact', 'torsional 0.01 m').models[0]
+    assert (twist.geom_condim[ground] == 4).all()
+    assert (twist.geom_friction[ground, 1] == 0.01).all()
     delayed = session_of(by_name('delay', '20 ms'), robot)
     sessions.append(delayed)
     assert delayed.latency_substeps == 4 and nominal.latency_substeps == 0

@@ -132,6 +132,7 @@ class VecLocomotionEnv:
         self.com_offset = np.zeros((n, 3))
         self.motor_strength = np.ones(n)
         self.contact_timeconst = np.zeros(n)
+        self.torsional_friction = np.zeros(n)
         # Per joint: the drive's Kp and Kd scales, the joints' friction, damping and armature.
         for name in PER_JOINT:
             setattr(self, name, np.ones((n, j)))
@@ -280,10 +281,10 @@ class VecLocomotionEnv:
                 'episode_step', 'episode_return', 'feet_air_time', 'last_contacts',
                 'foot_contact', 'gait_phase', 'latency', 'friction', 'added_mass',
                 'mass_scale', 'com_offset', 'motor_strength', 'heading_target',
-                'contact_timeconst') + tuple(PER_JOINT)
+                'contact_timeconst', 'torsional_friction') + tuple(PER_JOINT)
     # Buffers a state saved before they existed may lack (restored to their reset value).
     _NEW_BUFFERS = {'heading_target': np.nan, 'contact_timeconst': 0.0,
-                    **{name: 1.0 for name in PER_JOINT}}
+                    'torsional_friction': 0.0, **{name: 1.0 for name in PER_JOINT}}
 
     def get_state(self) -> dict[str, Any]:
         """Everything needed to continue bit-for-bit: physics, buffers, RNG, episode sums."""

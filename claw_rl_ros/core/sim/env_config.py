@@ -161,6 +161,10 @@ class RandomizationConfig:
         None, 'contact softness: MuJoCo solref time constant of every contact [s] (larger: '
         'softer; None: the model\'s 0.02 s; at least 2 physics steps)', ge=0.002, le=0.5,
         ordered=True)
+    torsional_friction: Optional[tuple[float, float]] = param(
+        None, "torsional friction of the ground's contacts (the feet's) [m] (None: off, "
+        "MuJoCo's 3-D contacts; a range: 4-D contacts, a foot spinning on the ground resisted)",
+        ge=0, le=0.1, ordered=True)
     init_joint_pos_noise: float = param(0.1, 'reset pose noise per joint [rad]', ge=0)
     init_base_vel_noise: float = param(0.3, 'reset base velocity noise [m/s, rad/s]', ge=0)
     worlds_per_model: int = param(1, 'worlds that share one randomised model copy (1: each '

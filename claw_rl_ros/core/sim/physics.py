@@ -141,6 +141,8 @@ class BatchedPhysics:
         self._damping0 = m.dof_damping[self.vadr].copy()
         self._armature0 = m.dof_armature[self.vadr].copy()
         self._solref0 = m.geom_solref[:, 0].copy()
+        self._ground_condim0 = m.geom_condim[self.ground_geoms].copy()
+        self._ground_torsion0 = m.geom_friction[self.ground_geoms, 1].copy()
         # Each copy's drive gains [C, J] (an explicit actuator reads them per world).
         self.copy_kp = np.tile(robot.kp, (len(self.copies), 1))
         self.copy_kd = np.tile(robot.kd, (len(self.copies), 1))
@@ -171,9 +173,10 @@ class BatchedPhysics:
     def set_physical_params(self, copy_id: int, params: Mapping[str, np.ndarray]) -> None:
         """Write randomised parameters into model copy ``copy_id`` (from the nominal ones): a
         world's own, unless worlds share copies. ``params`` (core/sim/randomization.py):
-        friction, added_mass [kg], mass_scale, com_offset [3] [m], motor_strength, and per
-        joint [J]: kp_scale, kd_scale, frictionloss_scale, joint_damping_scale,
-        armature_scale; a name left out keeps its nominal value."""
+        friction, added_mass [kg], mass_scale, com_offset [3] [m], motor_strength,
+        contact_timeconst [s], torsional_friction [m], and per joint [J]: kp_scale, kd_scale,
+        frictionloss_scale, joint_damping_scale, armature_scale; a name left out keeps its
+        nominal value (0 for the two contact ones)."""
         m = self.copies[copy_id]
         mass_scale = params.get('mass_scale', 1.0)
         m.geom_friction[self.ground_geoms, 0] = params.get('friction', self.robot.foot_friction)
@@ -205,6 +208,12 @@ class BatchedPhysics:
         timeconst = params.get('contact_timeconst')
         m.geom_solref[:, 0] = self._solref0 if timeconst is None or not timeconst > 0 \
             else timeconst
+        # Torsional friction on the ground: 4-D contacts, or the model's own (the ground's
+        # priority gives a contact its condim and friction, as for the sliding friction).
+        torsion = params.get('torsional_friction')
+        on = torsion is not None and torsion > 0
+        m.geom_condim[self.ground_geoms] = 4 if on else self._ground_condim0
+        m.geom_friction[self.ground_geoms, 1] = torsion if on else self._ground_torsion0
 
     def hold(self, ids: np.ndarray, targets: np.ndarray) -> None:
         """Worlds ``ids`` (reset) start their delay line at [K, J] ``targets``: until their

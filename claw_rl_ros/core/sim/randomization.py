@@ -15,8 +15,8 @@ from .robot_spec import RobotSpec
 
 # Scalars per world, then [3] per world (the CoM shift), then [J] per world (per joint).
 PHYSICAL = ('friction', 'added_mass', 'mass_scale', 'com_offset', 'motor_strength',
-            'contact_timeconst', 'kp_scale', 'kd_scale', 'frictionloss_scale',
-            'joint_damping_scale', 'armature_scale')
+            'contact_timeconst', 'torsional_friction', 'kp_scale', 'kd_scale',
+            'frictionloss_scale', 'joint_damping_scale', 'armature_scale')
 PER_JOINT = {'kp_scale': 'kp_scale', 'kd_scale': 'kd_scale',
              'frictionloss_scale': 'joint_friction_scale',
              'joint_damping_scale': 'joint_damping_scale', 'armature_scale': 'armature_scale'}
@@ -33,7 +33,8 @@ def nominal_params(robot: RobotSpec, k: int) -> dict[str, np.ndarray]:
     j = robot.num_joints
     params = {'friction': np.full(k, robot.foot_friction), 'added_mass': np.zeros(k),
               'mass_scale': np.ones(k), 'com_offset': np.zeros((k, 3)),
-              'motor_strength': np.ones(k), 'contact_timeconst': np.zeros(k)}
+              'motor_strength': np.ones(k), 'contact_timeconst': np.zeros(k),
+              'torsional_friction': np.zeros(k)}
     params.update({name: np.ones((k, j)) for name in PER_JOINT})
     params['latency'] = np.zeros(k, dtype=np.int64)
     return params
@@ -45,7 +46,8 @@ def draw_params(dr: RandomizationConfig, robot: RobotSpec, rng: np.random.Genera
 
     The first five are drawn in a fixed order whatever the ranges; a later range whose ends are
     equal is not drawn, so a config without them replays the same random numbers.
-    ``contact_timeconst`` 0 means the model's own contact softness."""
+    ``contact_timeconst`` 0 means the model's own contact softness, ``torsional_friction`` 0
+    MuJoCo's 3-D contacts at the feet."""
     j = robot.num_joints
     params = {'friction': rng.uniform(*dr.friction, k),
               'added_mass': rng.uniform(*payload_range, k),
@@ -57,7 +59,8 @@ def draw_params(dr: RandomizationConfig, robot: RobotSpec, rng: np.random.Genera
     for name, key in PER_JOINT.items():
         a, b = getattr(dr, key)
         params[name] = rng.uniform(a, b, (k, j)) if a < b else np.full((k, j), float(a))
-    # Contact softness (0: the model's own).
-    a, b = dr.contact_timeconst or (0.0, 0.0)
-    params['contact_timeconst'] = rng.uniform(a, b, k) if a < b else np.full(k, float(a))
+    # Contact softness (0: the model's own) and the feet's torsional friction (0: off).
+    for name in ('contact_timeconst', 'torsional_friction'):
+        a, b = getattr(dr, name) or (0.0, 0.0)
+        params[name] = rng.uniform(a, b, k) if a < b else np.full(k, float(a))
     return params

@@ -89,6 +89,7 @@ CELLS: tuple[Cell, ...] = (
     Cell('encoder offset', '+-0.03 rad', {'encoder_offset': [-0.03, 0.03]}),
     Cell('contact', 'soft 0.05 s', {'contact_timeconst': [0.05, 0.05]}),  # MuJoCo solref
     Cell('contact', 'stiff 0.01 s', {'contact_timeconst': [0.01, 0.01]}),
+    Cell('contact', 'torsional 0.01 m', {'torsional_friction': [0.01, 0.01]}),
     Cell('ground friction', '0.3', {'friction': [0.3, 0.3]}),
     Cell('ground friction', '1.5', {'friction': [1.5, 1.5]}),
     Cell('payload', '+30 %', {'added_mass': _payload(0.3)}),
