@@ -335,7 +335,8 @@ def test_robot_yaml_actuator_fields_resolve_and_bad_ones_are_refused(robot, tmp_
     refused(r"actuator.network_file: 'x.onnx' is given but actuator.model is 'ideal_pd'",
             network_file='x.onnx')
     for field, value in (('delay_steps', [0, 101]), ('delay_steps', [3, 1]),
-                         ('saturation_torque', -1.0), ('no_load_speed', 0.0)):
+                         ('saturation_torque', -1.0), ('no_load_speed', 0.0),
+                         ('no_load_speed', 0.05), ('saturation_torque', float('nan'))):
         with pytest.raises(ConfigError, match=rf'actuator.{field}'):
             robot_yaml(tmp_path, **{field: value})
 

@@ -110,7 +110,7 @@ def test_worlds_keep_their_physics_through_an_episode_and_observe_their_own_copy
                 assert m.body_mass[base] == pytest.approx(
                     p._mass0[base] * env.mass_scale[i] + env.added_mass[i])
                 assert m.actuator_gainprm[0, 0] == pytest.approx(
-                    p._gain0[0] * env.motor_strength[i])
+                    p.robot.kp[0] * env.motor_strength[i])
         # Draws keep coming as worlds reset: more parameter sets than copies.
         assert len(draws) > len(p.copies)
         assert len({id(m) for m in p.models}) < 32

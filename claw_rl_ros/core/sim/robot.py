@@ -183,10 +183,11 @@ def resolve_actuator(cfg: RobotConfig, effort: np.ndarray, velocity: np.ndarray,
     if act.model == 'dc_motor':
         # The line needs both ends: a URDF without velocity limits gives none.
         for what, values in (('no_load_speed', speed), ('saturation_torque', sat)):
-            bad = [j for j, v in zip(joints, values) if not np.isfinite(v) or v <= 0]
+            low = 0.1 if what == 'no_load_speed' else 0.0
+            bad = [j for j, v in zip(joints, values) if not np.isfinite(v) or v <= low]
             if bad:
                 raise ConfigError(source, f'actuator.{what}', f'joint {bad[0]!r} has no '
-                                  'positive URDF limit to take it from; give actuator.'
+                                  f'URDF limit above {low:g} to take it from; give actuator.'
                                   f'{what} in the robot YAML')
     network = None
     if act.model == 'network':

@@ -79,7 +79,7 @@ class ActuatorConfig:
                                                      'URDF effort limit)', gt=0, le=1e4)
     no_load_speed: Optional[float] = param(None, 'dc_motor: speed where the line reaches 0 '
                                                  "torque [rad/s] (None: each joint's URDF "
-                                                 'velocity limit)', gt=0, le=1e4)
+                                                 'velocity limit)', ge=0.1, le=1e4)
     delay_steps: tuple[int, int] = param((0, 2), 'command -> motor delay [physics steps], '
                                          'drawn per world at each reset (env.randomization.'
                                          'action_latency_substeps overrides it)', ge=0,
