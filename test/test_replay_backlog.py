@@ -5,6 +5,7 @@ commands as a recording, replayed offline. Without ROS, so the backlogs are ther
 Also: commands and states lost from such a recording."""
 
 import numpy as np
+import pytest
 
 from claw_rl_ros.core.replay import action_replay as replay, recording_events as events
 from claw_rl_ros.core.export.onnx_policy import OnnxPolicy
@@ -17,23 +18,26 @@ MS = 1_000_000  # ns
 BACKLOGS = {5: 2, 12: 3, 19: 2, 33: 3, 47: 2, 60: 2, 62: 3, 90: 3, 121: 2, 150: 3}
 
 
-def backlog_recording(robot, model, ticks=180, seed=0, backlogs=BACKLOGS):
-    """A Recording of a real-time loop: each control period the robot publishes an IMU reading
-    then a joint state (random poses near the default, so every action differs), and every 5th
-    period a teleop cmd_vel comes between them (changed at tick 80); the node answers at once,
-    except from each tick in ``backlogs``, where it stalled for n periods and then took its
-    queues as the policy node does (policy_node.on_imu / on_joint_state with ``take_queued``,
-    callbacks in arrival order): the IMU readings, the cmd_vels, then the states, all but the
-    newest superseded. Returns (recording, controller)."""
+def backlog_recording(robot, model, ticks=180, seed=0, backlogs=BACKLOGS, period=None):
+    """A Recording of a real-time loop: each period (``period`` [s], None: the control period;
+    a list: the periods taken in turn) the robot publishes an IMU reading then a joint state
+    (random poses near the default, so every action differs), and every 5th period a teleop
+    cmd_vel comes between them (changed at tick 80); the node answers at once, except from
+    each tick in ``backlogs``, where it stalled for n periods and then took its queues as the
+    policy node does (policy_node.on_imu / on_joint_state with ``take_queued``, callbacks in
+    arrival order): the IMU readings, the cmd_vels, then the states, all but the newest
+    superseded. Returns (recording, controller)."""
     ctrl = PolicyController(robot)
     ctrl.load_path(model)
     rng = np.random.default_rng(seed)
     rec = events.Recording(robot=robot.name, joints=list(robot.joint_names))
-    dt, names = robot.control_dt, list(robot.joint_names)
+    dt, names = period or robot.control_dt, list(robot.joint_names)
+    steps = np.resize(dt, ticks - 1) if isinstance(dt, list) else None
     imus, cmds, states = [], [], []  # what waits in the node's queues
     until = -1  # the last tick of the current stall
     for k in range(ticks):
-        t, ns = 10.0 + k * dt, 10_000 * MS + k * round(dt * 1e9)
+        t = 10.0 + (k * dt if steps is None else float(steps[:k].sum()))
+        ns = 10_000 * MS + round((t - 10.0) * 1e9)
         imu = ((0.0, 0.0, 0.0, 1.0), tuple(rng.normal(0.0, 0.3, 3)))
         rec.imus.append((ns, t, *imu))
         imus.append((t, imu))
@@ -72,9 +76,16 @@ def drop(rec, states=(), commands=()):
     return out
 
 
-def test_a_backlog_worked_off_at_its_newest_state_replays_identically(robot, tmp_path):
+# The robot's state period [s]: the control period, and states at 52 and 48 Hz (the node's
+# gait clock and rate limit follow the stamps, the replay too).
+PERIODS = pytest.mark.parametrize('period', [None, 1 / 52, 1 / 48], ids=['50Hz', '52Hz', '48Hz'])
+
+
+@pytest.mark.parametrize('period', [None, 1 / 52, 1 / 48, [0.015, 0.025]],
+                         ids=['50Hz', '52Hz', '48Hz', 'jitter'])
+def test_a_backlog_worked_off_at_its_newest_state_replays_identically(robot, tmp_path, period):
     model = good_model(robot, tmp_path / 'a.onnx', seed=0)
-    rec, ctrl = backlog_recording(robot, model)
+    rec, ctrl = backlog_recording(robot, model, period=period)
     queued = sum(n - 1 for n in BACKLOGS.values())
     # The premise: the node superseded those states and answered every other one.
     assert ctrl.superseded == queued and ctrl.diagnostics()['superseded_states'] == queued
@@ -91,10 +102,11 @@ def test_a_backlog_worked_off_at_its_newest_state_replays_identically(robot, tmp
     assert other.differing.sum() == other.compared.sum() >= 0.9 * len(rec.commands)
 
 
-def test_lost_commands_and_lost_states_are_told_from_superseded_ones(robot, tmp_path):
+@PERIODS
+def test_lost_commands_and_lost_states_are_told_from_superseded_ones(robot, tmp_path, period):
     model = good_model(robot, tmp_path / 'a.onnx', seed=0)
     policy = OnnxPolicy(model)
-    rec, _ = backlog_recording(robot, model)
+    rec, _ = backlog_recording(robot, model, period=period)
     queued = sum(n - 1 for n in BACKLOGS.values())
     # The state each command answered: the last one published before it.
     answered = np.searchsorted([s[0] for s in rec.states], [c[0] for c in rec.commands]) - 1

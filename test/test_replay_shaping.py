@@ -13,15 +13,18 @@ from claw_rl_ros.core.control.policy_controller import PolicyController
 from control_models import good_model
 
 
-def controller_recording(robot, model, ticks=200, seed=0):
+def controller_recording(robot, model, ticks=200, seed=0, stamps=None):
     """A Recording of ``ticks`` controller ticks on random measured poses near the default
-    (the inputs change every tick, so do the actions and the cuts)."""
+    (the inputs change every tick, so do the actions and the cuts), stamped ``stamps`` [s]
+    (None: one control period apart from 10 s)."""
     ctrl = PolicyController(robot)
     ctrl.load_path(model)
     rng = np.random.default_rng(seed)
     rec = events.Recording(robot=robot.name, joints=list(robot.joint_names))
+    if stamps is None:
+        stamps = 10.0 + np.arange(ticks) * robot.control_dt
     for k in range(ticks):
-        t, ns = 10.0 + k * robot.control_dt, (k + 1) * 1000
+        t, ns = float(stamps[k]), (k + 1) * 1000
         pos = robot.default_joint_pos + rng.normal(0.0, 0.2, robot.num_joints)
         vel = rng.normal(0.0, 1.0, robot.num_joints)
         ctrl.on_imu(t, (0.0, 0.0, 0.0, 1.0), (0.0, 0.0, 0.0), t)

@@ -18,9 +18,11 @@ action; a differing one with the action read back from the recorded command (wha
 sent), so a difference is reported where it happens and does not propagate. A recorded default-pose
 hold is a hold (last action 0). A ``cmd_vel`` reaches the policy node some ticks after it was
 published: until a tick shows the new command in effect, ticks are tried with the new one, then the
-one before. The gait clock counts ticks from the policy's first output; if the recording started
-later, the clock offset is inferred (the offset whose first ticks match best) and reported; a first
-tick that does not match is skipped (the last action before it is unknown). With a ``safety/state``
+one before. The gait clock runs from the policy's first output by the stamps (below); if the
+recording started later, the clock offset is inferred in control periods (the offset whose first
+ticks match best) and reported (so such a recording of states at another rate than the control
+rate, or with jitter, does not match: the offset is no whole number of periods); a first tick
+that does not match is skipped (the last action before it is unknown). With a ``safety/state``
 topic, only ticks in a state named ``RL...`` are compared (the others are shaped by the safety
 layer, not the model).
 
@@ -50,8 +52,20 @@ made with ``cmd_vel_timeout_s: 0``): it is compared under it and counted
 
 **Gait clock, superseded states, lost messages.** The node moves its gait clock (and its last
 action) once per command it publishes (an answer, a hold, a stand-up target, damping) and at
-no other time. Publish order alone cannot tell the three ways a recorded state can lack a
-command, so the rule is:
+no other time, by the time the command stands for (``PolicyController._tick_elapsed``; the
+default rate limit, ``CommandShaper.step_limit``, follows it too): a command that answers a
+state, the time since the state before it (the one the previous command answered, or a
+superseded one skipped since), by their stamps; the first command, a hold that answers no new
+state (the watchdog's or a dropped state's, at the last accepted pose; a state without an IMU
+reading of its tick) and the command after it, one control period. Replay passes the same time
+to the clock, the rate limit and the test of a command on a shaping bound. A command that
+answered a state the recording lost (below), of unknown stamp, stands for the typical interval
+of the recorded stamps (their median nearby), and so does the command after it: exact at a
+steady rate (48 or 52 Hz), close under jitter. A gap of more than 1.5 control periods before a
+tick's state is the robot's (the tick stands for it) unless that tick or the next one matches
+only as if it stood for the typical interval (the recording lost a superseded state in the
+gap). Publish order alone cannot tell the three ways a recorded state can lack a command, so
+the rule is:
 
 * *Superseded* (the default): recorded states followed by a newer recorded state with no
   command between (a run) are states the node skipped for a newer one queued behind them (a
@@ -76,14 +90,15 @@ command, so the rule is:
 **Code.** :func:`~.recording_events.recording_events` turns a :class:`~.recording_events.Recording`
 into typed events in publish order; :class:`Replayer` holds what the node holds and takes them one
 method per kind (``on_state`` ... ``on_command``); each command is one tick, tried under the
-stories above (``_Story``: observation, velocity bookkeeping, rate-limit origin).
+stories above (``_Story``: observation, velocity bookkeeping, rate-limit origin, the time the
+tick stands for).
 """
 
 from __future__ import annotations
 
 from collections import deque
 import copy
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Optional
 
@@ -97,12 +112,16 @@ from ..control.state_input import (BadInput, CLIP_ACTIONS, IMU_SYNC_PERIODS, imu
                                    JointOrder, ObservationAssembler)
 from .recording_events import (CmdVelEvent, CommandEvent, ImuEvent, NS, Recording,
                                recording_events, SafetyEvent, StateEvent)
+from ..sim.observations import bounded_elapsed
 from ..sim.robot_spec import RobotSpec
 
 # Publish and receive times differ by the messages' latencies (a reliable cmd_vel may wait for
 # a repair, a state may queue behind a busy node): this close to the cmd_vel timeout, a tick is
 # tried with both the zero command and the last cmd_vel [s].
 TIMEOUT_SLACK_S = 0.1
+# Recorded states further apart than this many control periods: states were lost between, by
+# the robot or by the recording.
+GAP_PERIODS = 1.5
 
 
 @dataclass
@@ -194,13 +213,15 @@ def _is_rl(safety: Optional[str]) -> bool:
     return safety is not None and safety.strip().upper().startswith('RL')
 
 
-def _shaped(robot: RobotSpec, sent: np.ndarray, last_sent: Optional[np.ndarray]) -> bool:
+def _shaped(robot: RobotSpec, sent: np.ndarray, last_sent: Optional[np.ndarray],
+            elapsed: Optional[float] = None) -> bool:
     """Whether [J] ``sent`` (spec order) sits on a shaping bound: a joint limit or the maximum
-    change from ``last_sent`` (then the action that produced it is not ``sent``'s)."""
+    change from ``last_sent`` for a tick that stood for ``elapsed`` [s] (None: one control
+    period); then the action that produced it is not ``sent``'s."""
     eps = 1e-9
     bound = (sent <= robot.joint_lower + eps) | (sent >= robot.joint_upper - eps)
     if last_sent is not None:
-        bound |= np.abs(sent - last_sent) >= CommandShaper(robot).max_delta - eps
+        bound |= np.abs(sent - last_sent) >= CommandShaper(robot).step_limit(elapsed) - eps
     return bool(bound.any())
 
 
@@ -292,12 +313,14 @@ class _Outcome:
 class _Story:
     """One account of the node before a tick: its observation (velocity command, last action,
     gait clock), its velocity bookkeeping, the cmd_vel published but not yet seen in effect
-    (None: none), and the rate limit's ``origin`` ([J] spec order, None: unknown)."""
+    (None: none), the rate limit's ``origin`` ([J] spec order, None: unknown) and the time the
+    tick stands for, ``elapsed`` [s] (None: one control period)."""
 
     asm: ObservationAssembler
     vel: _Velocity
     pending: Optional[CmdVelEvent]
     origin: Optional[np.ndarray]
+    elapsed: Optional[float] = None
 
 
 @dataclass(frozen=True)
@@ -373,6 +396,14 @@ class Replayer:
         self.vel, self.pending = _Velocity(), None
         self.state: Optional[_Measured] = None  # the last recorded state (None: a bad one)
         self.used_stamp: Optional[float] = None  # the stamp of the state the last tick acted on
+        # The gait clock's reference (PolicyController._clock_stamp): the stamp the next
+        # command's time counts from (None: none, one control period), or ``clock_lost``: the
+        # last command answered a state the recording lost (the typical interval).
+        self.clock: Optional[float] = None
+        self.clock_lost = False
+        # [phase] the last tick followed a gap: the next one may show it stood for the typical
+        # interval (a superseded state the recording lost in the gap), by this much less.
+        self.retime: Optional[float] = None
         self.safety: Optional[str] = None
         # The last IMU readings published, as the node keeps them to pair with a state.
         self.recent_imus: deque[_Reading] = deque(maxlen=IMU_READINGS)
@@ -442,6 +473,11 @@ class Replayer:
         """A recorded command: one tick of the node, told by the story it shows, and logged."""
         recorded, state = event.targets, self.state
         run, self.unanswered = self.unanswered, []
+        # The gait clock's reference with the run superseded (the node's own story); the one
+        # before the run for the story in which the recording lost the run's commands.
+        before = self.clock, self.clock_lost
+        self.clock, self.clock_lost = self._reference(run)
+        retime, self.retime = self.retime, None
         # The policy node acts on a state and the IMU reading of its tick.
         new_state = state is not None and state.stamp != self.used_stamp
         reading = self._imu_of(state.stamp) if new_state else Pairing.WAITING
@@ -455,46 +491,99 @@ class Replayer:
             self.accepted if reading is Pairing.MISSED else None
         diff, lost = None, False
         if np.array_equal(recorded, self.hold):
-            kind = self._hold()
+            kind = self._hold(recorded, new_state)
         elif imu is None and fault_pose is not None and \
                 self._close(self.order.to_output(fault_pose), recorded):
-            kind = self._fault_hold(fault_pose)
+            kind = self._fault_hold(fault_pose, reading)
         elif imu is None:
-            kind = self._unanswerable(recorded, sent, reading)
+            kind = self._unanswerable(recorded, sent, reading, new_state)
         else:
-            kind, diff, lost = self._answer(event, imu, sent, run)
+            kind, diff, lost = self._answer(event, imu, sent, run, before, retime)
         self.faulted = kind == 'no_imu'
         self._log(kind, diff, run, lost)
         if state is not None:
             self.used_stamp = state.stamp
         self.last_sent = self.order.from_output(recorded)
 
-    def _hold(self) -> str:
+    def _hold(self, recorded: np.ndarray, new_state: bool) -> str:
         """A recorded default-pose hold: no command from the model."""
-        self.asm.advance(None)
+        self.asm.advance(None, None, self._step(recorded, new_state))
         self.known = True  # after a hold the policy's last action is 0, as here
         return 'hold'
 
-    def _fault_hold(self, pose: np.ndarray) -> str:
-        """A fault hold (damping) at ``pose``: no command from the model."""
-        self.asm.advance(None)
+    def _fault_hold(self, pose: np.ndarray, reading: _Reading | Pairing) -> str:
+        """A fault hold (damping) at ``pose``: no command from the model. With a bad reading
+        the node accepted the state (its time counts); without one it answered none."""
+        if isinstance(reading, _Reading):
+            elapsed = self._step(None, True)
+        else:
+            elapsed, self.clock, self.clock_lost = None, None, False
+        self.asm.advance(None, None, elapsed)
         self.known = True
         self.accepted = pose
         return 'no_imu'
 
     def _unanswerable(self, recorded: np.ndarray, sent: np.ndarray,
-                      reading: _Reading | Pairing) -> str:
+                      reading: _Reading | Pairing, new_state: bool) -> str:
         """A command that answered a state or reading the recording lost."""
-        self.asm.advance(sent)
-        self.known = not _shaped(self.robot, self.order.from_output(recorded), self.last_sent)
+        elapsed = self._step(recorded, new_state)
+        self.asm.advance(sent, None, elapsed)
+        self.known = not _shaped(self.robot, self.order.from_output(recorded), self.last_sent,
+                                 elapsed)
         self.accepted = self.state.position if reading is not Pairing.WAITING else None
         return 'skipped'
 
+    def _reference(self, run: list[_Unanswered]) -> tuple[Optional[float], bool]:
+        """(self.clock, self.clock_lost) with ``run`` superseded: the node's clock then counts
+        from the newest of them, unless it had no reference."""
+        if not run or (self.clock is None and not self.clock_lost):
+            return self.clock, self.clock_lost
+        newest = max(unanswered.state.stamp for unanswered in run)
+        return (newest if self.clock is None else max(self.clock, newest)), False
+
+    def _elapsed(self, stamp: float, clock: Optional[float], lost: bool) -> Optional[float]:
+        """[s] a command answering the state stamped ``stamp`` stands for, from the reference
+        ``clock`` (None: none, one control period; ``lost``: a state the recording lost, the
+        typical interval); None too for a stamp not after it (a clock that went back)."""
+        if lost:
+            return self._interval(stamp)
+        return None if clock is None or not stamp > clock else stamp - clock
+
+    def _step(self, recorded: Optional[np.ndarray], new_state: bool) -> Optional[float]:
+        """[s] a command other than the model's answer stands for, the reference moved on:
+        answering the new recorded state, the time since the reference; with no new state, a
+        hold at the last accepted pose (the watchdog's, a dropped state's) answered none (one
+        control period, and the next command too); another answered a state the recording
+        lost (the typical interval, and the next command too)."""
+        if new_state:
+            elapsed = self._elapsed(self.state.stamp, self.clock, self.clock_lost)
+            self.clock, self.clock_lost = self.state.stamp, False
+            return elapsed
+        if self.accepted is not None and \
+                self._close(self.order.to_output(self.accepted), recorded):
+            self.clock, self.clock_lost = None, False
+            return None
+        stamp = self.used_stamp if self.used_stamp is not None else -np.inf
+        self.clock, self.clock_lost = None, True
+        return self._interval(stamp)
+
+    def _interval(self, stamp: float) -> Optional[float]:
+        """[s] the typical interval of the recorded states around ``stamp``: the median of the
+        positive differences of the 16 stamps nearest it, 8 either side (None: none)."""
+        stamps = self.recorded_stamps
+        end = int(np.searchsorted(stamps, stamp, 'right'))
+        diffs = np.diff(stamps[max(0, end - 8):end + 8])
+        diffs = diffs[diffs > 0]
+        return float(np.median(diffs)) if diffs.size else None
+
     def _answer(self, event: CommandEvent, imu: _Reading, sent: np.ndarray,
-                run: list[_Unanswered]) -> tuple[str, Optional[np.ndarray], bool]:
+                run: list[_Unanswered], before: tuple[Optional[float], bool],
+                retime: Optional[float]) -> tuple[str, Optional[np.ndarray], bool]:
         """A tick the model answered: (kind, diff or None, whether the run's commands were lost)
-        under the story that reproduces the command (the node's own, else one in which the
-        recording lost the run's commands; when none does, the node's own)."""
+        under the story that reproduces the command (the node's own, else the other account of
+        a gap before it or before the last tick (``retime``, :meth:`_retimed`), else one in
+        which the recording lost the run's commands, the gait clock's reference ``before`` the
+        run; when none does, the node's own)."""
         recorded, state = event.targets, self.state
         # Leaving PASSIVE (the first command, after a fault), the rate limit starts from the
         # measured pose (PolicyController restarts its shaper there), else from the last sent.
@@ -502,10 +591,13 @@ class Replayer:
         pose = np.clip(state.position, self.robot.joint_lower, self.robot.joint_upper)
         origin = pose if self.last_sent is None or passive else self.last_sent
         was_timed_out = self.vel.timed_out
-        story = _Story(self.asm, self.vel, self.pending, origin)
+        story = _Story(self.asm, self.vel, self.pending, origin,
+                       self._elapsed(state.stamp, self.clock, self.clock_lost))
         trial = self._trial(story, imu, recorded)
+        if not trial.hits:
+            story, trial = self._retimed(story, trial, imu, recorded, retime)
         found = None if trial.hits or not run else \
-            self._lost_commands(story, run, imu, recorded, pose, passive)
+            self._lost_commands(story, run, imu, recorded, pose, passive, before)
         if found is not None:
             story, trial = found
         self.asm, self.vel, self.pending = story.asm, story.vel, story.pending
@@ -516,14 +608,49 @@ class Replayer:
         # A matching tick continues with its own action (exact, even when clamped), a
         # differing one with what was sent, so one difference does not propagate; both with
         # the frame the node acted on (a model with memory keeps it in its window).
-        self.asm.advance(outcome.action if matched else sent, outcome.frame)
+        self.asm.advance(outcome.action if matched else sent, outcome.frame, story.elapsed)
         self.known = matched or not _shaped(self.robot, self.order.from_output(recorded),
-                                            story.origin)
+                                            story.origin, story.elapsed)
         self.accepted = state.position
+        # A command that matches no story with a state lost after its own may answer that one
+        # (of unknown stamp): the next command's time is the typical interval.
+        self.clock, self.clock_lost = (None, True) if not matched and \
+            self._lost_after(state.stamp) else (state.stamp, False)
+        self.retime = self._gap_retime(story.elapsed, state.stamp)
         return kind, diff, found is not None
 
+    def _retimed(self, story: _Story, trial: _Trial, imu: _Reading, recorded: np.ndarray,
+                 retime: Optional[float]) -> tuple[_Story, _Trial]:
+        """``story`` (whose ``trial`` reproduces nothing) as the other account of a gap, when
+        one reproduces the command: a tick more than 1.5 control periods after the state before
+        it (a gap the robot left, or a superseded state the recording lost in it) for the
+        typical interval, its rate limit so; the tick after such a tick with its gait clock
+        moved by ``retime`` [phase] (the gap's tick for the typical interval)."""
+        if story.elapsed is not None and story.elapsed > GAP_PERIODS * self.robot.control_dt:
+            alternative = replace(story, elapsed=self._interval(self.state.stamp))
+            tried = self._trial(alternative, imu, recorded)
+            if tried.hits:
+                return alternative, tried
+        if retime is not None:
+            alternative = replace(story, asm=_clone(story.asm))
+            alternative.asm.gait_phase = (alternative.asm.gait_phase + retime) % 1.0
+            tried = self._trial(alternative, imu, recorded)
+            if tried.hits:
+                return alternative, tried
+        return story, trial
+
+    def _gap_retime(self, elapsed: Optional[float], stamp: float) -> Optional[float]:
+        """[phase] the gait clock step a tick that stood for ``elapsed`` [s] (its state stamped
+        ``stamp``) would have made less its own, had it stood for the typical interval; None
+        unless it followed a gap (more than 1.5 control periods)."""
+        dt, period = self.robot.control_dt, self.robot.gait_period
+        if period <= 0 or elapsed is None or not elapsed > GAP_PERIODS * dt:
+            return None
+        return (bounded_elapsed(self._interval(stamp), dt) - bounded_elapsed(elapsed, dt)) / period
+
     def _lost_commands(self, own: _Story, run: list[_Unanswered], imu: _Reading,
-                       recorded: np.ndarray, pose: np.ndarray, passive: bool
+                       recorded: np.ndarray, pose: np.ndarray, passive: bool,
+                       before: tuple[Optional[float], bool]
                        ) -> Optional[tuple[_Story, _Trial]]:
         """Not as superseded: as answered (the recording lost the run's commands), the first
         such story that reproduces this command and its trial (None: none does). A pending
@@ -532,7 +659,7 @@ class Replayer:
         for effect in [None] if own.pending is None else [None, own.pending]:
             start = own.vel if effect is None else _Velocity(effect.t)
             for zero_from in _zero_froms(run, start, self.timeout):
-                story = self._answered(own, run, effect, zero_from)
+                story = self._answered(own, run, effect, zero_from, before)
                 story.origin = pose if story.origin is None or passive else story.origin
                 trial = self._trial(story, imu, recorded)
                 if trial.hits:
@@ -540,14 +667,16 @@ class Replayer:
         return None
 
     def _answered(self, own: _Story, run: list[_Unanswered], command: Optional[CmdVelEvent],
-                  zero_from: Optional[int]) -> _Story:
+                  zero_from: Optional[int], before: tuple[Optional[float], bool]) -> _Story:
         """The story in which the node answered every state of ``run`` and the recording lost
         those commands: ``own`` copied (its velocity command ``command`` from the run's first
         state on, None: the one in effect; zero by the cmd_vel timeout from the run's state
         ``zero_from`` on, None: not) moved on one tick per state with its recomputed action (0
-        when its IMU reading was not recorded); its origin the last of those targets (None:
-        unknown)."""
+        when its IMU reading was not recorded), each for the time since the state before it
+        (the first since the gait clock's reference ``before`` the run); its origin the last
+        of those targets (None: unknown)."""
         asm, vel, origin = _clone(own.asm), own.vel, own.origin
+        clock, lost = before
         if command is not None:
             asm.set_command(command.command)
             vel = _Velocity(command.t)
@@ -555,18 +684,22 @@ class Replayer:
             if k == zero_from:
                 asm.set_command(np.zeros(3))
                 vel = _Velocity(vel.since, True)
+            elapsed = self._elapsed(unanswered.state.stamp, clock, lost)
             tried = None if unanswered.imu is None else \
-                self._act(asm, unanswered.state, unanswered.imu, asm.commands[0], origin)
+                self._act(asm, unanswered.state, unanswered.imu, asm.commands[0], origin,
+                          elapsed)
             asm.advance(None if tried is None else tried.action,
-                        None if tried is None else tried.frame)
+                        None if tried is None else tried.frame, elapsed)
             origin = None if tried is None else self.order.from_output(tried.target)
-        return _Story(asm, vel, own.pending if command is None else None, origin)
+            clock, lost = unanswered.state.stamp, False
+        return _Story(asm, vel, own.pending if command is None else None, origin,
+                      self._elapsed(self.state.stamp, clock, lost))
 
     def _trial(self, story: _Story, imu: _Reading, recorded: np.ndarray) -> _Trial:
         """``story`` tried on this tick under each velocity command it may have seen."""
         options = self._options(story)
-        outcomes = [self._act(story.asm, self.state, imu, option.command, story.origin)
-                    for option in options]
+        outcomes = [self._act(story.asm, self.state, imu, option.command, story.origin,
+                              story.elapsed) for option in options]
         hits = [k for k, out in enumerate(outcomes) if self._close(out.target, recorded)]
         return _Trial(options, outcomes, hits)
 
@@ -583,9 +716,11 @@ class Replayer:
         return out + [held]
 
     def _act(self, asm: ObservationAssembler, state: _Measured, imu: _Reading,
-             command: np.ndarray, origin: Optional[np.ndarray]) -> _Outcome:
+             command: np.ndarray, origin: Optional[np.ndarray],
+             elapsed: Optional[float] = None) -> _Outcome:
         """The model on one tick under velocity ``command``; ``origin`` the previous command
-        sent ([J] spec order, None: unknown), the rate limit's origin."""
+        sent ([J] spec order, None: unknown), the rate limit's origin; ``elapsed`` [s] the time
+        the tick stands for (None: one control period), the rate limit's step."""
         saved = asm.commands.copy()
         asm.set_command(command)
         # obs -> action clipped to the model's action_clip -> target = q0 + scale * a, shaped
@@ -598,7 +733,8 @@ class Replayer:
         shaper = CommandShaper(self.robot)
         if origin is not None:
             shaper.restart(origin)
-        target, _ = shaper.shape(self.robot.default_joint_pos + self.robot.action_scale * action)
+        target, _ = shaper.shape(self.robot.default_joint_pos + self.robot.action_scale * action,
+                                 elapsed)
         return _Outcome(action, self.order.to_output(target), frame)
 
     def _velocity_seen(self, label: str, matched: bool, t: int) -> None:
@@ -624,11 +760,7 @@ class Replayer:
         # In the fade-in window a tick counts only if it matches unfaded (autostart).
         fading = event.t - self.rl_since < self.fade_in_s and not matched
         rl = self.safety is None or (_is_rl(self.safety) and not fading)
-        # A recorded state more than 1.5 periods after this one: the recording lost the
-        # state(s) between, and a command that does not match may answer one.
-        later = self.recorded_stamps[np.searchsorted(self.recorded_stamps, stamp, 'right'):]
-        gap = later.size > 0 and later[0] - stamp > 1.5 * self.robot.control_dt
-        if not matched and (not self.known or gap):
+        if not matched and (not self.known or self._lost_after(stamp)):
             # The last action is not the policy's own (the first recorded tick, one after a
             # command the shaping had cut) or the command may answer a state the recording
             # lost: this tick cannot be judged.
@@ -636,6 +768,13 @@ class Replayer:
         if not rl:
             return 'not_rl', None
         return 'compared', np.abs(target - event.targets)
+
+    def _lost_after(self, stamp: float) -> bool:
+        """Whether the next recorded state is more than 1.5 periods after the one stamped
+        ``stamp``: the recording lost the state(s) between, and a command that does not match
+        may answer one."""
+        later = self.recorded_stamps[np.searchsorted(self.recorded_stamps, stamp, 'right'):]
+        return later.size > 0 and later[0] - stamp > GAP_PERIODS * self.robot.control_dt
 
     def _log(self, kind: str, diff: Optional[np.ndarray], run: list[_Unanswered],
              lost: bool) -> None:
