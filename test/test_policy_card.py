@@ -48,6 +48,17 @@ def test_export_writes_the_card_beside_the_model(exported, robot, capsys):
     assert '- checkpoint: model_3.pt' in text and '- iteration: 3' in text
     assert '- total_steps: 96' in text
     assert 'Not verified' in text
+    # The actuator model it was trained on, from the metadata.
+    assert '- trained on actuator: `ideal_pd`, armature 0.01 kg m^2, command delay 0-2 physics ' \
+        'steps' in text
+
+
+def test_the_card_names_a_dc_motor_and_an_old_model_without_actuator():
+    dc = {'actuator': {'model': 'dc_motor', 'armature': 0.02, 'delay_steps': [1, 8],
+                       'saturation_torque': [18.0, 28.0], 'no_load_speed': [25.0, 25.0]}}
+    assert card_module._actuator(dc) == '`dc_motor`, armature 0.02 kg m^2, command delay 1-8 ' \
+        'physics steps; stall torque 18, 28 N m, no-load speed 25, 25 rad/s'
+    assert card_module._actuator({}).startswith('not recorded')
 
 
 def test_the_card_carries_the_verification_record(exported):

@@ -170,6 +170,20 @@ def _memory(policy: OnnxPolicy) -> str:
             'oldest first (memory)')
 
 
+def _actuator(spec: dict) -> str:
+    """The actuator model the student was trained on (the robot YAML's, in the metadata)."""
+    act = spec.get('actuator')
+    if not isinstance(act, dict):
+        return 'not recorded (exported before actuator models: ideal_pd)'
+    delay = '-'.join(_fmt(x) for x in act.get('delay_steps', ['?', '?']))
+    text = (f'`{act.get("model", "?")}`, armature {_fmt(act.get("armature", "?"))} kg m^2, '
+            f'command delay {delay} physics steps')
+    if act.get('model') == 'dc_motor':
+        text += (f'; stall torque {_fmt(act.get("saturation_torque", []))} N m, no-load speed '
+                 f'{_fmt(act.get("no_load_speed", []))} rad/s')
+    return text
+
+
 def policy_card(model: str | Path) -> str:
     """The markdown card of an exported model file."""
     model = Path(model)
@@ -194,7 +208,8 @@ def policy_card(model: str | Path) -> str:
         f'- action: target = default + {spec.get("action_scale")} x action, action clipped '
         f'to +-{spec.get("action_clip", "?")} in the graph, then to the joint limits',
         f'- gait clock: period {gait.get("period_s", 0)} s, duty {gait.get("duty", "?")}, '
-        f'offsets {_fmt(gait.get("offsets", []))}', '',
+        f'offsets {_fmt(gait.get("offsets", []))}',
+        f'- trained on actuator: {_actuator(spec)}', '',
         '## Joint order (commands and the forward_command_controller `joints`)', '',
         *_joints(spec), '',
         f'## Observation layout ({policy.frame_dim} values per observation)', '',
