@@ -51,7 +51,7 @@ def test_every_cell_of_the_table_builds_its_env_config_and_robot(robot):
     imu_gyro_bias, imu_tilt_offset, encoder_offset, contact_timeconst, cone and solver came
     with the sensor model and solver options) and keeps the policy's control period."""
     labels = [suite.label(c) for c in suite.CELLS]
-    assert len(set(labels)) == len(labels) == 25
+    assert len(set(labels)) == len(labels) == 26
     for cell in suite.CELLS:
         env = suite.cell_env(cell, robot, ENV)
         assert env.num_envs == 1 and env.randomization.enabled
@@ -112,6 +112,8 @@ def test_each_cells_perturbation_reaches_the_physics(robot):
     delayed = session_of(by_name('delay', '20 ms'), robot)
     sessions.append(delayed)
     assert delayed.latency_substeps == 4 and nominal.latency_substeps == 0
+    dc = world('actuator', 'dc_motor')
+    assert dc.model.nu == 24 and (dc.model.actuator_biasprm[12:, 2] < 0).all()
     fine = world('physics step', '1 ms')
     assert fine.model.opt.timestep == 0.001 and fine.decimation == 20
     assert p0.model.opt.timestep == robot.sim_dt and p0.decimation == robot.decimation

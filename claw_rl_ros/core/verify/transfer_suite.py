@@ -42,7 +42,7 @@ from ..control.safety import SafetyConfig
 from ..export.policy_card import transfer_path
 from ..io import atomic_write_bytes
 from ..sim.env_config import EnvConfig
-from ..sim.robot_spec import RobotSpec
+from ..sim.robot_spec import ActuatorSpec, RobotSpec
 from ..sim.sim_session import SimSession
 from .episode_record import episode_steps, EpisodeRecorder, read_episode, ROW_DIM
 from .gate_scoring import Episode, episode_of, Row, score, score_terrain, VerifyConfig
@@ -66,6 +66,11 @@ class Cell:
 def _delay(ms: float) -> Callable[[RobotSpec], list[int]]:
     """action_latency_substeps of ``ms`` [ms] at the robot's physics step."""
     return lambda robot: [round(ms * 1e-3 / robot.sim_dt)] * 2
+
+
+def _dc_motor(robot: RobotSpec) -> ActuatorSpec:
+    """The robot's actuator as a DC motor (the line from its URDF limits unless it gives one)."""
+    return replace(robot.actuator, model='dc_motor', network_path=None)
 
 
 def _payload(fraction: float) -> Callable[[RobotSpec], list[float]]:
@@ -94,6 +99,7 @@ CELLS: tuple[Cell, ...] = (
     Cell('ground friction', '1.5', {'friction': [1.5, 1.5]}),
     Cell('payload', '+30 %', {'added_mass': _payload(0.3)}),
     Cell('physics step', '1 ms', robot={'sim_dt': 0.001, 'decimation': 20}),  # 50 Hz policy
+    Cell('actuator', 'dc_motor', robot={'actuator': _dc_motor}),  # the URDF's torque-speed line
     Cell('solver', 'elliptic cone', env={'cone': 'elliptic'}),
     Cell('solver', 'cg', env={'solver': 'cg'}),
 )
