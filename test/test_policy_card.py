@@ -59,6 +59,9 @@ def test_the_card_names_a_dc_motor_and_an_old_model_without_actuator():
     assert card_module._actuator(dc) == '`dc_motor`, armature 0.02 kg m^2, command delay 1-8 ' \
         'physics steps; stall torque 18, 28 N m, no-load speed 25, 25 rad/s'
     assert card_module._actuator({}).startswith('not recorded')
+    # A hand-edited model's odd metadata reads as unknown, never a crash of the card.
+    for odd in ({'delay_steps': 3}, {'delay_steps': None}, {'delay_steps': [1, 2, 3]}):
+        assert 'command delay ? physics steps' in card_module._actuator({'actuator': odd})
 
 
 def test_the_card_carries_the_verification_record(exported):

@@ -175,7 +175,10 @@ def _actuator(spec: dict) -> str:
     act = spec.get('actuator')
     if not isinstance(act, dict):
         return 'not recorded (exported before actuator models: ideal_pd)'
-    delay = '-'.join(_fmt(x) for x in act.get('delay_steps', ['?', '?']))
+    steps = act.get('delay_steps')
+    # Metadata is the model file's word: anything but a [min, max] pair reads as unknown.
+    delay = '-'.join(_fmt(x) for x in steps) if isinstance(steps, list) and len(steps) == 2 \
+        else '?'
     text = (f'`{act.get("model", "?")}`, armature {_fmt(act.get("armature", "?"))} kg m^2, '
             f'command delay {delay} physics steps')
     if act.get('model') == 'dc_motor':
