@@ -22,6 +22,19 @@ PER_JOINT = {'kp_scale': 'kp_scale', 'kd_scale': 'kd_scale',
              'joint_damping_scale': 'joint_damping_scale', 'armature_scale': 'armature_scale'}
 
 
+def draw_range(rng: np.random.Generator, low_high: Any, shape: Any) -> np.ndarray:
+    """Uniform draws of ``shape`` from (low, high); a range with equal ends is that value and
+    costs no random numbers (so adding such a range replays the draws made without it)."""
+    a, b = low_high
+    return rng.uniform(a, b, shape) if a < b else np.full(shape, float(a))
+
+
+def draw_steps(rng: np.random.Generator, low_high: Any, k: int) -> np.ndarray:
+    """k whole numbers from [low, high] (physics steps), as :func:`draw_range` draws."""
+    a, b = low_high
+    return rng.integers(a, b + 1, k) if a < b else np.full(k, int(a))
+
+
 def delay_range(dr: RandomizationConfig, robot: RobotSpec) -> tuple[int, int]:
     """(min, max) command -> motor delay [physics steps]: the env config's, or the robot's."""
     return tuple(int(x) for x in robot_sized(dr.action_latency_substeps,
@@ -57,10 +70,8 @@ def draw_params(dr: RandomizationConfig, robot: RobotSpec, rng: np.random.Genera
     lo, hi = delay_range(dr, robot)
     params['latency'] = rng.integers(lo, hi + 1, k)
     for name, key in PER_JOINT.items():
-        a, b = getattr(dr, key)
-        params[name] = rng.uniform(a, b, (k, j)) if a < b else np.full((k, j), float(a))
+        params[name] = draw_range(rng, getattr(dr, key), (k, j))
     # Contact softness (0: the model's own) and the feet's torsional friction (0: off).
     for name in ('contact_timeconst', 'torsional_friction'):
-        a, b = getattr(dr, name) or (0.0, 0.0)
-        params[name] = rng.uniform(a, b, k) if a < b else np.full(k, float(a))
+        params[name] = draw_range(rng, getattr(dr, name) or (0.0, 0.0), k)
     return params

@@ -27,6 +27,7 @@ import numpy as np
 
 from ..math_utils import quat_mul, quat_rotate_inverse
 from .env_config import RandomizationConfig
+from .randomization import draw_range, draw_steps
 
 
 def sensor_model_wanted(dr: RandomizationConfig) -> bool:
@@ -75,20 +76,13 @@ class SensorModel:
         """New offsets, biases and delays for worlds ``ids`` (a range with equal ends is not
         drawn, so the env's other draws stay what they were without it)."""
         dr, k = self.dr, len(ids)
-
-        def uniform(rng_range, shape):
-            a, b = rng_range
-            return rng.uniform(a, b, shape) if a < b else np.full(shape, float(a))
-
-        def integers(rng_range):
-            a, b = rng_range
-            return rng.integers(a, b + 1, k) if a < b else np.full(k, int(a))
-        self.encoder_offset[ids] = uniform(dr.encoder_offset, (k, self.encoder_offset.shape[1]))
-        self.gyro_bias[ids] = uniform(dr.imu_gyro_bias, (k, 3))
-        tilt = uniform(dr.imu_tilt_offset, (k, 2))
+        self.encoder_offset[ids] = draw_range(rng, dr.encoder_offset,
+                                              (k, self.encoder_offset.shape[1]))
+        self.gyro_bias[ids] = draw_range(rng, dr.imu_gyro_bias, (k, 3))
+        tilt = draw_range(rng, dr.imu_tilt_offset, (k, 2))
         self.tilt[ids] = tilt_quat(tilt[:, 0], tilt[:, 1])
-        self.joint_delay[ids] = integers(dr.joint_state_delay_substeps)
-        self.imu_delay[ids] = integers(dr.imu_delay_substeps)
+        self.joint_delay[ids] = draw_steps(rng, dr.joint_state_delay_substeps, k)
+        self.imu_delay[ids] = draw_steps(rng, dr.imu_delay_substeps, k)
         self.early[ids] = 0
         self.previous_early[ids] = 0
 
