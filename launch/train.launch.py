@@ -7,6 +7,10 @@ through the policy node's hot-swap mechanism.
 With ``control_actor:=true`` the control loop is an actor too: the policy node samples around
 its mean and sim_node publishes the loop's rollout chunks next to the batched actors'.
 
+``robot_overlay:=fit.yaml`` trains on the robot with an overlay merged (claw-rl sysid's
+identified gains, joint friction, damping, rotor inertia and delay): trainer, actors and the
+control loop get it.
+
 Thin: the nodes, names, parameters and arguments come from claw_rl_ros.launch_graph (graph
 'train'), the description `claw-rl up train` runs too.
 """

@@ -15,6 +15,7 @@ import pytest
 
 from claw_rl_ros.core.config import ConfigError, from_dict, load_yaml
 from claw_rl_ros.core import paths
+from claw_rl_ros.core.sim import scene
 from claw_rl_ros.core.sim.actuator import (actuator_net_metadata, DcMotor, LearnedActuator,
                                            make_actuator)
 from claw_rl_ros.core.sim.env import VecLocomotionEnv
@@ -315,7 +316,7 @@ def test_robot_yaml_actuator_fields_resolve_and_bad_ones_are_refused(robot, tmp_
     np.testing.assert_allclose(spec.actuator.saturation_torque, 24.0)
     np.testing.assert_allclose(spec.actuator.no_load_speed, robot.velocity_limit)
     meta = spec.to_metadata()['actuator']
-    assert meta['model'] == 'dc_motor' and meta['armature'] == robot.armature
+    assert meta['model'] == 'dc_motor' and meta['armature'] == robot.armature[0]
     assert meta['saturation_torque'] == [24.0] * 12
     # The actuator is shown in the metadata, not a reason to refuse a model.
     assert robot.mismatches(spec.to_metadata()) == []
@@ -348,3 +349,15 @@ def test_env_ranges_out_of_bounds_are_refused_by_name():
                          ('action_latency_substeps', [0, 101])):
         with pytest.raises(ConfigError, match=rf'randomization.{field}'):
             from_dict(EnvConfig, {'randomization': {field: value}}, source='test')
+
+
+def test_dc_motor_whose_back_emf_exceeds_kd_compiles_as_given(robot):
+    """c = stall / no-load > Kd makes the PD's damping term positive; MuJoCo's compiler reads
+    a positive biasprm[2] as a damping ratio unless the scene writes it back after compiling."""
+    spec = dataclasses.replace(robot, actuator=dataclasses.replace(
+        robot.actuator, model='dc_motor', saturation_torque=np.full(robot.num_joints, 28.0),
+        no_load_speed=np.full(robot.num_joints, 10.0)))
+    model = scene.build_model(spec)
+    j = robot.num_joints
+    assert np.all(2.8 > robot.kd)
+    np.testing.assert_allclose(model.actuator_biasprm[:j, 2], -(robot.kd - 2.8))

@@ -5,6 +5,7 @@ facts both share. The parameter-file rule is checked against rcl itself (a real 
 """
 
 import json
+import re
 from pathlib import Path
 import subprocess
 import sys
@@ -38,15 +39,18 @@ def placeholder_model(tmp_path):
 def test_the_graphs_and_their_arguments():
     assert set(GRAPHS) == {'stand', 'sim', 'policy', 'control', 'train', 'deploy'}
     args = {name: [a.name for a in g.arguments] for name, g in GRAPHS.items()}
-    assert args['control'] == ['robot', 'model', 'mode', 'namespace', 'use_sim_time', 'record',
-                               'composed']
-    assert args['sim'] == ['robot', 'mode', 'namespace', 'use_sim_time']
-    assert args['policy'] == ['robot', 'model', 'namespace', 'use_sim_time']
+    assert args['control'] == ['robot', 'robot_overlay', 'model', 'mode', 'namespace',
+                               'use_sim_time', 'record', 'composed']
+    assert args['sim'] == ['robot', 'robot_overlay', 'mode', 'namespace', 'use_sim_time']
+    assert args['policy'] == ['robot', 'robot_overlay', 'model', 'namespace', 'use_sim_time']
     assert args['stand'] == ['robot', 'seconds']
+    # A robot overlay (claw-rl sysid) reaches every graph with a robot node but stand.
+    assert [n for n, a in args.items() if 'robot_overlay' in a] == [
+        'sim', 'policy', 'control', 'deploy', 'train']
     defaults = GRAPHS['control'].defaults()
-    assert defaults == {'robot': 'claw_quadruped', 'model': '', 'mode': 'realtime',
-                        'namespace': '', 'use_sim_time': 'true', 'record': '',
-                        'composed': 'false'}
+    assert defaults == {'robot': 'claw_quadruped', 'robot_overlay': '', 'model': '',
+                        'mode': 'realtime', 'namespace': '', 'use_sim_time': 'true',
+                        'record': '', 'composed': 'false'}
     # A policy alone usually drives hardware: wall time unless told otherwise.
     assert GRAPHS['policy'].defaults()['use_sim_time'] == 'false'
 
@@ -445,7 +449,7 @@ def test_deploy_graph_is_the_policy_node_on_the_robots_controllers(placeholder_m
     example = str((CONFIG / 'ros2_control_claw_quadruped.yaml').resolve())
     assert dict(policy.parameters) == {
         'robot': 'claw_quadruped', 'model_path': str(placeholder_model), 'use_sim_time': False,
-        'autostart': False, 'require_verification': True, 'publish_gains': False,
+        'autostart': False, 'require_verification': True, 'gains_source': 'sent',
         'state_qos': 'sensor_data', 'controllers_file': example,
         'command_controller': 'forward_position_controller'}
     assert policy.remappings == (
@@ -464,12 +468,29 @@ def test_deploy_graph_is_the_policy_node_on_the_robots_controllers(placeholder_m
     assert policy.fqn == '/dog/policy_node'
     assert policy.remappings[1:3] == (('imu', 'imu/data'), ('joint_commands', '/fwd/commands'))
     assert policy.remappings[-1] == ('joint_gains', '/fwd/gains')
-    assert policy.parameters['publish_gains'] is True
+    assert policy.parameters['gains_source'] == 'sent'
     assert policy.parameters['require_verification'] is False
     assert policy.parameters['controllers_file'] == str(own)
     assert policy.parameters['state_qos'] == 'reliable'
     assert resolve(GRAPHS['deploy'], {'controllers_file': ''})[0].parameters[
         'controllers_file'] == ''
+    # A driver that takes no gains declares its drives' (one number, or one per joint).
+    policy, = resolve(GRAPHS['deploy'], {'gains_source': 'declared', 'drive_kp': '30',
+                                         'drive_kd': '0.75, ' * 11 + '0.8'})
+    assert policy.parameters['gains_source'] == 'declared'
+    assert policy.parameters['drive_kp'] == [30.0]
+    assert policy.parameters['drive_kd'] == [0.75] * 11 + [0.8]
+    assert all(r[0] != 'joint_gains' for r in policy.remappings)
+    for values, words in (({'drive_kp': 'thirty'}, "drive_kp: 'thirty': give numbers"),
+                          ({'gains_source': 'declared', 'drive_kp': '-30', 'drive_kd': '1'},
+                           'parameter drive_kp = [-30.0]: -30.0 is no gain'),
+                          ({'drive_kp': '30', 'drive_kd': '1'},
+                           'drive_kp / drive_kd given with gains_source sent'),
+                          ({'gains_source': 'declared', 'gains_topic': '/fwd/gains'},
+                           'gains_topic: \'/fwd/gains\' with gains_source declared'),
+                          ({'gains_source': 'both'}, 'gains_source')):
+        with pytest.raises(ConfigError, match=re.escape(words)):
+            resolve(GRAPHS['deploy'], values)
 
 
 def test_only_the_deploy_policy_node_and_the_train_actors_respawn(tmp_path):

@@ -117,7 +117,8 @@ def test_the_yaml_check_refuses_a_section_of_no_known_node(tmp_path):
 
 # Arguments that reach every branch of the graphs' parameter dicts.
 VARIANTS = {'control': [{}, {'record': 'run.mcap', 'mode': 'lockstep'}],
-            'deploy': [{}, {'gains_topic': '/fwd/gains', 'record': 'run.mcap'}],
+            'deploy': [{}, {'gains_topic': '/fwd/gains', 'record': 'run.mcap'},
+                       {'gains_source': 'declared', 'drive_kp': '30', 'drive_kd': '0.75'}],
             'train': [{}, {'actors': '1', 'num_envs': '16', 'control_actor': 'true'},
                       {'control_loop': 'false', 'overlap': 'true', 'trainer_threads': '2'}]}
 

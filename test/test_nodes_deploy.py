@@ -1,7 +1,8 @@
 """policy_node configured as the deploy graph configures it (autostart off, verification and
 self-check required), fed by this test's own 50 Hz "robot" over real DDS: nothing is published
 before a state arrives; PASSIVE damping; the operator steps it up (topic and services); an
-e-stop is latched until reset; a tilt falls back to damping; gains follow the state."""
+e-stop is latched until reset; a tilt falls back to damping; gains follow the state (sent by
+default: the self-check hears this test's subscriber and leaves its record beside the model)."""
 
 import hashlib
 import json
@@ -17,6 +18,7 @@ from std_msgs.msg import Float64MultiArray, String
 from std_srvs.srv import Trigger
 
 from claw_rl_ros.core import paths
+from claw_rl_ros.core.export.drive_record import drive_path, read_drive_record
 from claw_rl_ros.core.export.verification_record import verification_path
 from claw_rl_ros.nodes.ros_io import COMMAND_QOS, LATCHED_QOS, to_stamp
 from control_models import good_model
@@ -24,7 +26,7 @@ from ros_helpers import NodeProcess, stop_all
 from test_nodes_loop import status
 
 DEPLOY = {'use_sim_time': False, 'autostart': False, 'require_verification': True,
-          'stand_up_s': 0.4, 'fade_in_s': 0.2, 'tilt_limit': 0.8, 'publish_gains': True,
+          'stand_up_s': 0.4, 'fade_in_s': 0.2, 'tilt_limit': 0.8, 'gains_source': 'sent',
           'controllers_file': str(paths.config_path('ros2_control_claw_quadruped.yaml')),
           # Wiring, not thresholds, is tested here (test_safety.py has those): on a loaded
           # machine a niced process may see 60 ms old state, so allow 10 periods.
@@ -47,7 +49,7 @@ def nodes(ros_env, probe, robot, tmp_path_factory):
     # The sim default (autostart) must be as silent without state.
     auto = NodeProcess('policy_node', ros_env, d, {
         'use_sim_time': False, 'model_path': str(model)}, name='auto')
-    yield deploy, auto
+    yield deploy, auto, model
     codes = stop_all(deploy, auto)
     assert codes == {'policy_node': 0, 'auto': 0}, deploy.log + auto.log
 
@@ -119,7 +121,7 @@ def test_nothing_is_published_before_a_state_arrives(nodes, probe):
 
 
 def test_operator_steps_estop_and_tilt_fall_back(nodes, probe, robot):
-    deploy, auto = nodes
+    deploy, auto, model = nodes
     assert auto.stop() == 0  # from here on only the deploy node answers
     feed = Feeder(probe, robot)
     first = probe.wait_for('joint_commands', timeout=20)
@@ -137,6 +139,16 @@ def test_operator_steps_estop_and_tilt_fall_back(nodes, probe, robot):
     ok, message = until_ok(probe, 'rl')
     assert ok, message
     state_is(probe, 'RL')
+    # The rl request's self-check heard a subscriber of the gains (this probe) and wrote what
+    # it found beside the model, on a thread of its own (the policy card shows it).
+    for _ in range(100):
+        if drive_path(model).is_file():
+            break
+        time.sleep(0.05)
+    record = read_drive_record(model)
+    assert (record['source'], record['verdict'], record['topic']) == ('sent', 'sent',
+                                                                      '/joint_gains')
+    assert record['model_sha256'] == hashlib.sha256(model.read_bytes()).hexdigest()
     start = probe.count('joint_commands')
     acting = probe.wait_count('joint_commands', start + 20)[start:]
     assert np.abs(np.asarray(acting[-1].data) - q0).max() > 1e-3  # the policy acts
@@ -168,6 +180,15 @@ def test_operator_steps_estop_and_tilt_fall_back(nodes, probe, robot):
     diag = status(probe, 'policy_node', lambda v: int(v['faults_tilt']) == 1)
     assert diag['last_transition'].startswith('RL -> PASSIVE (fault tilt: 1.000 rad')
     assert diag['safety_state'] == 'PASSIVE' and 'latency_p99_ms' in diag
+    # With nothing subscribed to the gains the self-check refuses RL (the node's real count).
+    for sub in [s for s in probe.node.subscriptions if s.topic_name == '/joint_gains']:
+        probe.node.destroy_subscription(sub)
+    for _ in range(100):
+        ok, message = trigger(probe, 'self_check')
+        if 'nothing subscribes' in message:
+            break
+        time.sleep(0.05)
+    assert not ok and 'drive gains: sent on /joint_gains, but nothing subscribes to it' in message
     feed.stop.set()
     feed.thread.join()
     assert 'safety: RL -> PASSIVE (fault tilt' in deploy.log

@@ -106,7 +106,7 @@ def test_every_transition_of_the_state_machine(robot):
         (PASSIVE, STAND_UP), (STAND_UP, RL), (RL, PASSIVE)]
     assert str(transitions[3]) == 'SIT_DOWN -> PASSIVE (sit_down done)'
     assert m.drain() == [] and m.diagnostics()['transitions'] == 11
-    known = 'stand_up, rl, sit_down, passive, estop, reset'
+    known = 'stand_up, rl, sit_down, passive, estop, reset, excite, excite_stop'
     assert m.request('jump', 16.0, q0) == (False, f"unknown request 'jump'; use one of {known}")
 
 

@@ -9,6 +9,10 @@ evaluation on that type and level (default the top one), curriculum off, on the 
 terrain seed (``--terrain-seed``, default 1000; never the config's training seed), at 0.5 m/s
 forward unless ``--command`` says otherwise; a table of falls and vx error per tile follows.
 
+``--robot-overlay OVERLAY.yaml`` (default: the ``--config`` env's ``robot_overlay``) merges a
+robot overlay onto the robot (``claw-rl sysid --out``); a model trained with one is checked
+against, and evaluated on, the robot with the same overlay (without it the gains differ).
+
 User mistakes (missing file, corrupt model, a model for another robot spec) become a
 ConfigError: one line on stderr and exit status 2.
 """
@@ -35,11 +39,12 @@ def _default_gl_backend() -> None:
         os.environ['MUJOCO_GL'] = 'egl'
 
 
-def _env_config(args: argparse.Namespace, base, robot_name: str):
-    """``base`` (the --config env or the defaults) for ``robot_name``, with the eval switches."""
+def _env_config(args: argparse.Namespace, base, robot_name: str, overlay: str):
+    """``base`` (the --config env or the defaults) for ``robot_name`` with ``overlay``, with
+    the eval switches."""
     from ..core.config import from_dict, merge, to_dict
     from ..core.sim.env_config import EnvConfig
-    overrides: dict = {'robot': robot_name}
+    overrides: dict = {'robot': robot_name, 'robot_overlay': overlay}
     if args.no_randomization:
         overrides.update({'randomization': {'enabled': False}, 'noise': {'enabled': False}})
     return from_dict(EnvConfig, merge(to_dict(base), overrides), source='claw-rl eval')
@@ -54,15 +59,18 @@ def _open_model(path: str):
         raise ConfigError('--model', '', str(exc)) from None
 
 
-def _load_model(args: argparse.Namespace, config_robot: str | None, policy):
+def _load_model(args: argparse.Namespace, config_robot: str | None, policy,
+                overlay: str = ''):
     """(OnnxPolicy, RobotSpec): the model checked against the robot it will drive.
 
-    The robot is --robot, else the --config env's robot, else the one the model names.
+    The robot is --robot, else the --config env's robot, else the one the model names; with
+    ``overlay`` (a checked robot overlay) merged.
     """
     from ..core.export.onnx_policy import ModelError
     from ..core.sim.robot import load_robot
     try:
-        robot = load_robot(args.robot or config_robot or policy.spec.get('robot', ''))
+        robot = load_robot(args.robot or config_robot or policy.spec.get('robot', ''),
+                           overlay=overlay)
         policy.check_robot(robot)
     except ModelError as exc:
         raise ConfigError('--model', '', str(exc)) from None
@@ -82,6 +90,7 @@ def _cmd_eval_gym_model(args: argparse.Namespace, policy) -> int:
     from ..core.export.onnx_policy import ModelError
     from ..core.sim.gym_spec import gym_task_spec
     robot_only = [flag for flag, value in (('--robot', args.robot), ('--config', args.config),
+                                           ('--robot-overlay', args.robot_overlay),
                                            ('--command', args.command), ('--gif', args.gif),
                                            ('--terrain', args.terrain))
                   if value]
@@ -148,13 +157,20 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     from ..core.learning.train_config import load_train_config
     if args.gif and Path(args.gif).suffix.lower() not in ('.gif', '.png'):
         raise ConfigError('--gif', '', f'{args.gif}: name a .gif (animation) or .png (strip)')
+    from ..launch_graph.description import overlay_argument
     base = load_train_config(args.config).env if args.config else EnvConfig()
-    policy, robot = _load_model(args, base.robot if args.config else None, model)
-    env_cfg = _env_config(args, base, robot.name)
+    name = args.robot or (base.robot if args.config else None) or model.spec.get('robot', '')
+    overlay = overlay_argument(args.robot_overlay, name, '--robot-overlay', '') \
+        if args.robot_overlay else overlay_argument(base.robot_overlay, name, args.config,
+                                                    'env.robot_overlay')
+    policy, robot = _load_model(args, base.robot if args.config else None, model, overlay)
+    env_cfg = _env_config(args, base, robot.name, overlay)
     command = tuple(args.command) if args.command else None
     tiles = _tiles(args, env_cfg, command)
-    print(f'model {args.model} (sha256 {policy.sha256[:12]}), robot {robot.name}')
-    head = {'model': str(args.model), 'sha256': policy.sha256, 'robot': robot.name}
+    print(f'model {args.model} (sha256 {policy.sha256[:12]}), robot {robot.name}'
+          + (f', robot overlay {overlay}' if overlay else ''))
+    head = {'model': str(args.model), 'sha256': policy.sha256, 'robot': robot.name,
+            **({'robot_overlay': overlay} if overlay else {})}
     if tiles:
         result = _eval_terrains(args, policy, env_cfg, robot, tiles, command)
         _write_report(args.json, {**head, **result.to_dict()})
@@ -215,6 +231,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     ev.add_argument('--robot', help='robot name or YAML (default: --config\'s, else the '
                     'model\'s); the model must match its spec')
     ev.add_argument('--config', help='train YAML whose env: section configures the env')
+    ev.add_argument('--robot-overlay', metavar='OVERLAY.yaml', default='',
+                    help='robot overlay merged onto the robot (claw-rl sysid --out; a model '
+                    "trained with one needs the same); default: --config's env.robot_overlay, "
+                    'none')
     ev.add_argument('--no-randomization', action='store_true',
                     help='turn off domain randomisation and observation noise')
     ev.add_argument('--terrain', nargs='+', metavar='TYPE[:LEVEL]',

@@ -14,7 +14,10 @@ cannot tell it; the report counts ticks that show a longer or no timeout (they a
 the command held).
 ``--compare-sim`` replays the recorded commands in MuJoCo from the recorded initial state and
 writes a PNG of simulated vs recorded joint trajectories (``--png``, default
-``<recording>.sim.png``). Both can be given together. Usage errors exit 2.
+``<recording>.sim.png``). Both can be given together. ``--robot-overlay OVERLAY.yaml`` merges a
+robot overlay (``claw-rl sysid --out``) onto the robot of both: the simulated robot of
+``--compare-sim`` has the identified gains, joint friction, damping, rotor inertia and delay,
+and a model trained with that overlay matches it. Usage errors exit 2.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     from ..core.export.onnx_policy import ModelError, OnnxPolicy
     from ..core.replay.recording import DefinitionNotFound
     from ..core.sim.robot import load_robot
+    from ..launch_graph.description import overlay_argument
     if not (args.model or args.compare_sim):
         raise ConfigError('claw-rl replay', '--model', 'nothing to do: give --model '
                           'student.onnx (recompute actions) and/or --compare-sim')
@@ -49,7 +53,9 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     except Exception as exc:  # noqa: BLE001 - mcap raises its own errors on a damaged file
         raise ConfigError('claw-rl replay', 'recording', f'{args.recording}: not a readable '
                           f'MCAP recording ({type(exc).__name__}: {exc})') from None
-    robot = load_robot(args.robot or rec.robot or 'claw_quadruped')
+    name = args.robot or rec.robot or 'claw_quadruped'
+    robot = load_robot(name, overlay=overlay_argument(args.robot_overlay, name,
+                                                      '--robot-overlay', ''))
     code = 0
     if args.model:
         try:
@@ -93,4 +99,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument('--seconds', type=float, default=None,
                    help='--compare-sim only the first SECONDS of the recording')
     p.add_argument('--robot', default='', help='robot name or YAML (default: the recording\'s)')
+    p.add_argument('--robot-overlay', metavar='OVERLAY.yaml', default='',
+                   help='robot overlay merged onto the robot (claw-rl sysid --out): --compare-sim '
+                   'simulates the identified robot, --model checks against it (default: none)')
     p.set_defaults(func=_cmd_replay)

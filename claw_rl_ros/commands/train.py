@@ -8,6 +8,12 @@ events, learning_curve.png, student.onnx and eval.json. Ctrl-C saves a checkpoin
 GymVecEnv, with ``config/train_gym_<algorithm>.yaml``, CleanRL / SB3 defaults, unless
 ``--config`` is given); ``--algorithm ppo|sac`` picks the trainer. A Gymnasium run ends with
 student.onnx (the task's spec in its metadata) and an evaluation of it on the env.
+
+``--robot-overlay OVERLAY.yaml`` (or the config's ``env.robot_overlay``) trains on the robot
+with an overlay merged (``claw-rl sysid --out``: identified gains, joint friction, damping,
+rotor inertia, delay). It is checked before anything is built, copied into the run directory
+as ``robot_overlay.yaml``, and the run's config.yaml names that copy (a resume uses the run's
+own copy); the exported students record it in their metadata.
 """
 
 from __future__ import annotations
@@ -20,8 +26,13 @@ import time
 from typing import Any
 
 from ..core.config import ConfigError, from_dict, load_yaml
+from ..core.io import atomic_write_bytes
 from ..core.learning.train_config import (load_train_config, parse_overrides, TrainConfig,
                                           with_teacher)
+from ..launch_graph.description import overlay_argument
+
+# The run directory's copy of the robot overlay the run trains with.
+OVERLAY_COPY = 'robot_overlay.yaml'
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -35,6 +46,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument('--algorithm', choices=('ppo', 'sac'), default=None,
                    help='trainer (overrides the config\'s algorithm)')
     p.add_argument('--teacher', help='checkpoint of a frozen teacher (enables OPD, frozen mode)')
+    p.add_argument('--robot-overlay', metavar='OVERLAY.yaml', default='',
+                   help='robot overlay merged onto the robot (claw-rl sysid --out: identified '
+                        'gains, joint friction, damping, rotor inertia, delay); copied into the '
+                        f'run directory as {OVERLAY_COPY} (default: the config\'s '
+                        'env.robot_overlay, none)')
     p.add_argument('--resume', metavar='RUN_DIR', help='continue a run from its last checkpoint')
     p.add_argument('--run-dir', help='run directory (default: runner.run_dir/<run_name>)')
     p.add_argument('--set', action='append', default=[], metavar='KEY=VALUE',
@@ -67,13 +83,22 @@ def resolve_config(args: argparse.Namespace) -> tuple[TrainConfig, Path, Path | 
         if resume_from is None:
             raise ConfigError(str(run_dir), '', 'no checkpoint to resume from in '
                               f'{run_dir / "checkpoints"}')
+        if args.robot_overlay:
+            raise ConfigError('--robot-overlay', '', f'a resumed run trains on the robot it '
+                              f'started with ({run_dir / OVERLAY_COPY} if it had an overlay); '
+                              'start a new run for another overlay')
         from ..core.config import merge
         data = merge(load_yaml(run_dir / 'config.yaml'), overrides)
-        return from_dict(TrainConfig, data, source=str(run_dir / 'config.yaml')), run_dir, \
-            resume_from
+        cfg = from_dict(TrainConfig, data, source=str(run_dir / 'config.yaml'))
+        copy = run_dir / OVERLAY_COPY
+        if cfg.env.robot_overlay and copy.is_file():  # (the run's own, wherever it moved)
+            cfg.env.robot_overlay = str(copy.resolve())
+        _check_overlay(cfg, '', str(run_dir / 'config.yaml'))
+        return cfg, run_dir, resume_from
     config = args.config or (f'train_gym_{args.algorithm or "ppo"}.yaml' if args.env
                              else 'train_ppo.yaml')
     cfg = load_train_config(config, overrides)
+    _check_overlay(cfg, args.robot_overlay, str(config))
     if cfg.distillation.teacher_mode == 'frozen':
         ckpt.load_checkpoint(cfg.distillation.teacher_checkpoint)  # fail before building
     name = cfg.runner.run_name or time.strftime('%Y%m%d-%H%M%S')
@@ -84,11 +109,34 @@ def resolve_config(args: argparse.Namespace) -> tuple[TrainConfig, Path, Path | 
     return cfg, run_dir, None
 
 
+def _check_overlay(cfg: TrainConfig, given: str, config: str) -> None:
+    """Put the checked robot overlay (``given``, else the config's) into ``cfg`` as an absolute
+    path; a missing or bad file, or one for a Gymnasium env, is a ConfigError naming it."""
+    where, key = ('--robot-overlay', '') if given else (config, 'env.robot_overlay')
+    value = given or cfg.env.robot_overlay
+    if value and cfg.gym_env:
+        raise ConfigError(where, key, f'{value}: a robot overlay applies to the robot env, not '
+                          f'to the Gymnasium env {cfg.gym_env!r}; drop it')
+    cfg.env.robot_overlay = overlay_argument(value, cfg.env.robot, where, key)
+
+
+def keep_overlay(cfg: TrainConfig, run_dir: Path) -> None:
+    """Copy the run's robot overlay (if any) into ``run_dir`` as OVERLAY_COPY and point the
+    config at the copy: the run stays reproducible when the original moves."""
+    if not cfg.env.robot_overlay:
+        return
+    copy = (run_dir / OVERLAY_COPY).resolve()
+    if Path(cfg.env.robot_overlay) != copy:
+        atomic_write_bytes(copy, Path(cfg.env.robot_overlay).read_bytes())
+    cfg.env.robot_overlay = str(copy)
+
+
 def run_train(args: argparse.Namespace) -> int:
     from ..core.learning import checkpoint as ckpt
     from ..core.learning.run_artifacts import RunArtifacts, write_config
     from ..core.learning.runner import OnPolicyRunner
     cfg, run_dir, resume_from = resolve_config(args)
+    keep_overlay(cfg, run_dir)
     write_config(run_dir, cfg)
     runner = _make_runner(OnPolicyRunner, cfg, run_dir)
     if resume_from is not None:
@@ -102,6 +150,7 @@ def run_train(args: argparse.Namespace) -> int:
           f'{cfg.runner.num_steps_per_env} steps per iteration, up to '
           f'{cfg.runner.max_iterations} iterations'
           + (f' or {cfg.runner.time_budget_s:.0f} s' if cfg.runner.time_budget_s else '')
+          + (f', robot overlay {cfg.env.robot_overlay}' if cfg.env.robot_overlay else '')
           + f'; run directory {run_dir}', flush=True)
     previous = signal.getsignal(signal.SIGINT)
 

@@ -34,6 +34,11 @@ sensor biases, contacts, ground friction, payload, physics step, solver), in pro
 gate's limits; it prints a line per cell, writes ``<model stem>.transfer.json`` beside the
 model (and the cells as a JSON list to ``--json OUT``), rewrites the policy card there if there
 is one, and exits 0 when every cell passes, else 1; 2 for a usage error.
+
+``--robot-overlay OVERLAY.yaml`` merges a robot overlay onto the robot (``claw-rl sysid
+--out``): the gate's sim node and policy node get it as their ``robot_overlay`` parameter, the
+transfer suite's cells and its second engine step the overlaid robot (its nominal delay the
+overlay's). A model trained with an overlay needs the same one here.
 """
 
 from __future__ import annotations
@@ -50,17 +55,21 @@ import time
 from ..core.config import ConfigError
 
 
-def _load_model(model: str, robot_name: str):
-    """(RobotSpec, sha256) of a model that can drive the robot; ConfigError otherwise."""
+def _load_model(model: str, robot_name: str, overlay: str = ''):
+    """(RobotSpec, sha256, the checked overlay's absolute path or '') of a model that can
+    drive the robot with ``overlay`` (--robot-overlay) merged; ConfigError otherwise."""
     from ..core.export.onnx_policy import ModelError, OnnxPolicy
     from ..core.sim.robot import load_robot
+    from ..launch_graph.description import overlay_argument
     try:
         policy = OnnxPolicy(model)
-        robot = load_robot(robot_name or policy.spec.get('robot', ''))
+        name = robot_name or policy.spec.get('robot', '')
+        overlay = overlay_argument(overlay, name, '--robot-overlay', '')
+        robot = load_robot(name, overlay=overlay)
         policy.check_robot(robot)
     except ModelError as exc:
         raise ConfigError('--model', '', str(exc)) from None
-    return robot, policy.sha256
+    return robot, policy.sha256, overlay
 
 
 def verify_config(args: argparse.Namespace):
@@ -89,14 +98,17 @@ DIAGNOSTICS_PERIOD_S = 0.1
 
 
 def verify_nodes(model: str, robot_name: str, env_config: Path, seed: int,
-                 tile=None, episode_s: float = 10.0, composed: bool = False) -> list:
+                 tile=None, episode_s: float = 10.0, composed: bool = False,
+                 overlay: str = '') -> list:
     """The control graph in lockstep, its sim node perturbed as config/verify.yaml says (and
-    standing on ``tile``), pausing by itself ``episode_s`` after each reset; ``composed``: both
-    nodes in one node_container process."""
+    standing on ``tile``), pausing by itself ``episode_s`` after each reset, both nodes on the
+    robot with ``overlay`` (a robot overlay, '' none); ``composed``: both nodes in one
+    node_container process."""
     from ..launch_graph import GRAPHS, resolve
     from ..launch_graph.description import host
     nodes = resolve(GRAPHS['control'], {'model': model, 'robot': robot_name,
-                                        'mode': 'lockstep', 'use_sim_time': 'true'})
+                                        'robot_overlay': overlay, 'mode': 'lockstep',
+                                        'use_sim_time': 'true'})
     # Both nodes say their status 10x a second: the driver waits for the policy's at the end.
     status = {'diagnostics_period_s': DIAGNOSTICS_PERIOD_S}
     sim = {'randomization': True, 'pushes': True, 'noise': True, 'env_config': str(env_config),
@@ -144,7 +156,7 @@ def default_jobs() -> int:
 
 
 def _measure(args: argparse.Namespace, cfg, robot, sha: str, model: str, config_path: Path,
-             seconds: float, tile=None):
+             seconds: float, tile=None, overlay: str = ''):
     """(episodes in index order, latency: the worst graph's, where the time went) of one run
     of ``args.jobs`` graphs sharing ``cfg.episodes``; GraphGone if one failed."""
     from ..core import paths
@@ -208,7 +220,7 @@ def _measure(args: argparse.Namespace, cfg, robot, sha: str, model: str, config_
         domains = graph_domains(args.domain_id, jobs)
         for g, domain in enumerate(domains):
             nodes = verify_nodes(model, args.robot or robot.name, config_path, args.seed, tile,
-                                 seconds, composed=not args.processes)
+                                 seconds, composed=not args.processes, overlay=overlay)
             logs.append(io.StringIO())
             env = {**os.environ, 'ROS_DOMAIN_ID': str(domain)}
             runners.append(GraphRunner(nodes, out=logs[g], env=env, grace_s=3.0))
@@ -283,12 +295,13 @@ def run_transfer(args: argparse.Namespace) -> int:
     from ..core.export.policy_card import card_path, write_policy_card
     from ..core.verify import transfer_suite as suite
     cfg, env_section = transfer_config(args)
-    robot, sha = _load_model(args.model, args.robot)
+    robot, sha, overlay = _load_model(args.model, args.robot, args.robot_overlay)
     model = str(Path(args.model).resolve())
     cells = [*suite.CELLS, *suite.EXTRA_CELLS]
     print(f'transfer suite {model} (sha256 {sha[:12]}): {len(cells)} cells x {cfg.episodes} '
           f'episodes x {cfg.episode_s:g} s at vx {cfg.command_vx:g} m/s, seed {args.seed}, in '
-          'process (SimSession + PolicyController)', flush=True)
+          'process (SimSession + PolicyController)'
+          + (f', robot overlay {overlay}' if overlay else ''), flush=True)
     start = time.monotonic()
     fmt = suite.TableFormat(cfg, cells)
     print(fmt.header(), flush=True)
@@ -297,7 +310,7 @@ def run_transfer(args: argparse.Namespace) -> int:
     print(fmt.verdict(results), flush=True)
     written: list = []
     try:
-        written.append(suite.write_record(args.model, cfg, args.seed, results))
+        written.append(suite.write_record(args.model, cfg, args.seed, results, overlay))
         if args.json:
             written.append(suite.write_json(args.json, results))
     except OSError as exc:
@@ -324,7 +337,7 @@ def run_verify(args: argparse.Namespace) -> int:
         raise ConfigError('--json', '', 'the cells of --suite transfer; the gate writes '
                           '<model stem>.verify.json')
     cfg, config_path, tiles = verify_config(args)
-    robot, sha = _load_model(args.model, args.robot)
+    robot, sha, overlay = _load_model(args.model, args.robot, args.robot_overlay)
     model = str(Path(args.model).resolve())
     start = time.monotonic()
     ground = f', then on {", ".join(t.label for t in tiles)} (seed {args.terrain_seed})' \
@@ -332,14 +345,16 @@ def run_verify(args: argparse.Namespace) -> int:
     print(f'verify {model} (sha256 {sha[:12]}): {cfg.episodes} episodes x {cfg.episode_s:g} s '
           f'at vx {cfg.command_vx:g} m/s through sim_node + policy_node (lockstep, '
           f'{"two processes" if args.processes else "one process"}), '
-          f'perturbations from {config_path}{ground}', flush=True)
+          f'perturbations from {config_path}{ground}'
+          + (f', robot overlay {overlay}' if overlay else ''), flush=True)
     terrain_rows = []
     try:
         episodes, latency, timing = _measure(args, cfg, robot, sha, model, config_path,
-                                             cfg.episode_s)
+                                             cfg.episode_s, overlay=overlay)
         for tile in tiles:
             seconds = verify.terrain_episode_s(cfg, generate_terrain(tile.config, robot), robot)
-            runs, _, _ = _measure(args, cfg, robot, sha, model, config_path, seconds, tile)
+            runs, _, _ = _measure(args, cfg, robot, sha, model, config_path, seconds, tile,
+                                  overlay)
             terrain_rows.append(verify.score_terrain(cfg, tile.label, tile.seed, runs, seconds))
     except GraphGone as exc:
         print(f'claw-rl verify: the graph failed: {exc}', flush=True)
@@ -371,6 +386,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                               RawDescriptionHelpFormatter)
     p.add_argument('--model', required=True, help='exported student (.onnx)')
     p.add_argument('--robot', default='', help="robot name or YAML (default: the model's)")
+    p.add_argument('--robot-overlay', metavar='OVERLAY.yaml', default='',
+                   help='robot overlay merged onto the robot (claw-rl sysid --out): the sim and '
+                   'policy nodes get it (robot_overlay), the transfer suite steps the overlaid '
+                   'robot; a model trained with one needs the same (default: none)')
     p.add_argument('--config', default='verify.yaml', help='verify YAML: env: perturbations '
                    'and verify: thresholds (default: the package config/verify.yaml)')
     p.add_argument('--episodes', type=int, default=None, help='override verify.episodes')

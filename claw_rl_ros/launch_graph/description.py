@@ -267,6 +267,31 @@ def robot_argument(value: str) -> str:
     return value
 
 
+def overlay_argument(value: str, robot: str, source: str, key: str = 'robot_overlay') -> str:
+    """An argument naming a robot overlay (``claw-rl sysid --out``): '' stays '', anything
+    else must be an overlay file that fits ``robot`` (made absolute). A missing file, a
+    directory or a bad overlay is a one-line ConfigError naming ``key``, the file and, for a
+    bad field, the field."""
+    if not value:
+        return ''
+    path = Path(os.path.expanduser(value))
+    if not path.is_file():
+        what = 'a directory' if path.is_dir() else f'no such file (cwd {os.getcwd()})'
+        raise ConfigError(source, key, f'{value!r}: {what}; give the overlay file claw-rl '
+                          'sysid wrote (--out)')
+    path = path.resolve()
+    from ..core.sim.robot import load_robot  # (mujoco: only when an overlay is given)
+    try:
+        load_robot(robot_argument(robot), overlay=path)
+    except ConfigError as exc:
+        if exc.source != str(path):  # the robot's own error, not the overlay's
+            raise
+        # (one line: a YAML parser's message spans several)
+        detail = ' '.join((f'{exc.key}: {exc.detail}' if exc.key else exc.detail).split())
+        raise ConfigError(source, key, f'{path}: {detail}') from None
+    return str(path)
+
+
 def inline_params_yaml(node: ResolvedNode) -> str:
     """The YAML file launch_ros writes for a Node's inline parameter dict (same key, same body)."""
     # (safe_dump: a value rcl could not read, e.g. a numpy float, fails here by name instead

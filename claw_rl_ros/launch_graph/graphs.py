@@ -17,16 +17,21 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Mapping
+from typing import Any, Mapping
 
 from ..core import paths
 from ..core.config import ConfigError, MAX_THREADS
+from ..core.control.drive_gains import DriveGains, GAINS_SOURCES
 from ..core.learning.train_config import load_train_config, split_overrides
-from .description import (Argument, composed, existing_path, Graph, NodeEntry, robot_argument,
-                          to_bool)
+from .description import (Argument, composed, existing_path, Graph, NodeEntry, overlay_argument,
+                          robot_argument, to_bool)
 
 ROBOT = Argument('robot', 'claw_quadruped',
                  'robot name (config/robots/<name>.yaml) or the path of a robot YAML')
+ROBOT_OVERLAY = Argument('robot_overlay', '', 'robot overlay merged onto the robot (claw-rl '
+                         'sysid --out: identified gains, joint friction, damping, rotor '
+                         'inertia, delay); a model trained with one needs the same; empty: '
+                         'none')
 MODEL = Argument('model', '', 'ONNX student to serve (claw-rl export); empty: no model, the '
                  'policy node holds the default pose')
 MODE = Argument('mode', 'realtime', 'sim pacing: realtime (wall-clock control rate) or '
@@ -44,11 +49,20 @@ def use_sim_time(default: str) -> Argument:
                     ('true', 'false'))
 
 
+def overlay(values: Mapping[str, str], source: str, robot: str | None = None) -> dict:
+    """``{'robot_overlay': absolute path}`` of a checked ``robot_overlay`` argument (for
+    ``robot``, default the ``robot`` argument), or nothing when it is empty."""
+    path = overlay_argument(values['robot_overlay'], values['robot'] if robot is None else robot,
+                            source)
+    return {'robot_overlay': path} if path else {}
+
+
 def sim_node(values: Mapping[str, str], source: str) -> NodeEntry:
-    """The MuJoCo robot (config/sim_node.yaml, then robot, mode, publish_clock)."""
+    """The MuJoCo robot (config/sim_node.yaml, then robot, robot_overlay, mode,
+    publish_clock)."""
     return NodeEntry('sim_node', 'sim_node', param_files=('sim_node.yaml',), parameters={
-        'robot': robot_argument(values['robot']), 'mode': values['mode'],
-        'publish_clock': to_bool(values, 'use_sim_time', source)})
+        'robot': robot_argument(values['robot']), **overlay(values, source),
+        'mode': values['mode'], 'publish_clock': to_bool(values, 'use_sim_time', source)})
 
 
 def recorder(values: Mapping[str, str]) -> list[NodeEntry]:
@@ -61,9 +75,11 @@ def recorder(values: Mapping[str, str]) -> list[NodeEntry]:
 
 
 def policy_node(values: Mapping[str, str], source: str) -> NodeEntry:
-    """The ONNX student (config/policy_node.yaml, then robot, model_path, use_sim_time)."""
+    """The ONNX student (config/policy_node.yaml, then robot, robot_overlay, model_path,
+    use_sim_time)."""
     return NodeEntry('policy_node', 'policy_node', param_files=('policy_node.yaml',),
                      parameters={'robot': robot_argument(values['robot']),
+                                 **overlay(values, source),
                                  'model_path': existing_path(values, 'model', source),
                                  'use_sim_time': to_bool(values, 'use_sim_time', source)})
 
@@ -99,6 +115,9 @@ TIME_BUDGET = Argument('time_budget', '0', "training wall time in seconds (0 = t
                        'runner.time_budget_s)')
 TRAIN_ROBOT = Argument('robot', '', 'robot name or robot YAML path for trainer, actors and the '
                        "control loop (empty: the config's env.robot)")
+TRAIN_OVERLAY = Argument('robot_overlay', '', 'robot overlay (claw-rl sysid --out) for trainer, '
+                         "actors and the control loop (empty: the config's env.robot_overlay, "
+                         'none by default); the exported students record it')
 CONTROL_LOOP = Argument('control_loop', 'true', 'also run sim_node + policy_node in realtime: the '
                         'policy node receives every new student like the actors (watch training '
                         'in rqt, /joint_states, /diagnostics)', ('true', 'false'))
@@ -184,11 +203,14 @@ def _train(values: Mapping[str, str]) -> list[NodeEntry]:
     names = [f'actor_{i}' for i in range(actors)]
     loop = to_bool(values, 'control_loop', source)
     robot = robot_argument(values['robot']) if values['robot'] else train_cfg.env.robot
+    # Every node gets the overlay by path: the control loop's nodes do not read the config's.
+    fit = overlay({'robot_overlay': values['robot_overlay'] or train_cfg.env.robot_overlay},
+                  source, robot)
     actor_loop = _control_actor(values, source, loop, num_envs or train_cfg.env.num_envs,
                                 train_cfg.algorithm, train_cfg.env.policy_history)
     # The trainer ends the graph when its budget is spent (exit 0 is not a failure).
     trainer = NodeEntry('trainer_node', 'trainer', exits=True, parameters={
-        'config': values['config'], 'run_dir': values['run_dir'], 'robot': robot,
+        'config': values['config'], 'run_dir': values['run_dir'], 'robot': robot, **fit,
         'push_targets': names + ['policy_node'] * loop,
         'chunks_per_iteration': actors, 'max_policy_lag': lag, 'time_budget_s': budget,
         'torch_threads': trainer_threads,
@@ -200,7 +222,7 @@ def _train(values: Mapping[str, str]) -> list[NodeEntry]:
         'resume': to_bool(values, 'resume', source),
         'teacher': existing_path(values, 'teacher', source), 'overrides': overrides})
     nodes = [trainer] + [NodeEntry('actor_node', name, parameters={
-        'config': values['config'], 'robot': robot, 'num_envs': num_envs,
+        'config': values['config'], 'robot': robot, **fit, 'num_envs': num_envs,
         'seed': actor_seed(train_cfg.runner.seed, i), 'overrides': overrides,
         'chunks_in_flight': in_flight},
         # An actor holds no learning state: one that dies (a native crash) is started again,
@@ -212,7 +234,7 @@ def _train(values: Mapping[str, str]) -> list[NodeEntry]:
         # As an actor (training mode) it also pushes, as the env does, and samples actions.
         # Only what differs from the nodes' defaults (node_params.py): publish_clock is on.
         nodes += [NodeEntry('sim_node', 'sim_node', param_files=('sim_node.yaml',), parameters={
-            'robot': robot, 'mode': values['mode'],
+            'robot': robot, **fit, 'mode': values['mode'],
             'env_config': str(config.resolve()), 'overrides': overrides,
             'randomization': True, 'noise': True,
             'training': actor_loop, 'pushes': actor_loop, 'chunk_topic': LOOP_CHUNK_TOPIC,
@@ -220,7 +242,7 @@ def _train(values: Mapping[str, str]) -> list[NodeEntry]:
                 values, 'real_time_factor', source, lambda v: v > 0,
                 'a number > 0 (sim seconds per wall second; 1.0 = realtime)')}),
             NodeEntry('policy_node', 'policy_node', param_files=('policy_node.yaml',),
-                      parameters={'robot': robot, 'use_sim_time': True,
+                      parameters={'robot': robot, **fit, 'use_sim_time': True,
                                   'training': actor_loop})]
     return nodes
 
@@ -260,7 +282,7 @@ ACTOR_SEED_STRIDE = 1000
 
 # The deploy graph: the policy node alone on a real robot's ros2_control controllers.
 DEPLOY_ARGUMENTS = (
-    ROBOT, MODEL, NAMESPACE, RECORD,
+    ROBOT, ROBOT_OVERLAY, MODEL, NAMESPACE, RECORD,
     Argument('joint_states_topic', '/joint_states', 'sensor_msgs/JointState of the robot '
              '(joint_state_broadcaster); joints matched by name'),
     Argument('imu_topic', '/imu_sensor_broadcaster/imu', 'sensor_msgs/Imu of the trunk IMU '
@@ -270,8 +292,15 @@ DEPLOY_ARGUMENTS = (
     Argument('cmd_vel_topic', '/cmd_vel', 'geometry_msgs/Twist velocity command source '
              '(teleop, republishing); nothing published for cmd_vel_timeout_s: stand in '
              'place'),
-    Argument('gains_topic', '', 'publish [Kp x J, Kd x J] per command here, for drivers '
-             'that take gains (empty: off)'),
+    Argument('gains_source', 'sent', "how the drives get the model's Kp / Kd: sent (on "
+             'gains_topic with every command, Kp = 0 in PASSIVE: a driver that takes gains) or '
+             'declared (a driver that holds its own: drive_kp, drive_kd)', GAINS_SOURCES),
+    Argument('gains_topic', '', 'gains_source sent: the topic your driver reads [Kp x J, Kd x '
+             'J] from (empty: joint_gains in the namespace)'),
+    Argument('drive_kp', '', 'gains_source declared: the Kp your drives hold [N m/rad], one '
+             'number or one per joint in joints order, comma-separated (empty: not declared)'),
+    Argument('drive_kd', '', 'gains_source declared: the Kd your drives hold [N m s/rad], as '
+             'drive_kp'),
     Argument('state_qos', 'sensor_data', 'QoS of the joint_states / imu subscriptions',
              ('sensor_data', 'reliable')),
     Argument('controllers_file', 'ros2_control_claw_quadruped.yaml', 'ros2_control '
@@ -287,6 +316,34 @@ DEPLOY_ARGUMENTS = (
 # A deploy policy node that dies is started again this long after (the controllers hold the
 # last target meanwhile); it comes back PASSIVE.
 RESPAWN_DELAY_S = 1.0
+
+
+def _gain_list(values: Mapping[str, str], name: str, source: str) -> list[float]:
+    """A comma- or space-separated list of numbers ('' -> []); anything else a ConfigError."""
+    text = values[name].strip().strip('[]')
+    try:
+        return [float(v) for v in text.replace(',', ' ').split()]
+    except ValueError:
+        raise ConfigError(source, name, f'{values[name]!r}: give numbers, one or one per '
+                          'joint, comma-separated (e.g. 30 or 30,30,...)') from None
+
+
+def _drive_gains(values: Mapping[str, str], source: str) -> dict[str, Any]:
+    """The policy node's gains_source, drive_kp and drive_kd, checked as the node checks
+    them (the number of values against the robot: the node)."""
+    kp, kd = _gain_list(values, 'drive_kp', source), _gain_list(values, 'drive_kd', source)
+    try:
+        DriveGains(values['gains_source'], tuple(kp), tuple(kd))
+    except ValueError as exc:
+        raise ConfigError(source, '', str(exc)) from None
+    if values['gains_source'] == 'declared' and values['gains_topic'].strip():
+        raise ConfigError(source, 'gains_topic', f'{values["gains_topic"]!r} with gains_source '
+                          'declared: nothing is sent; leave it empty, or use gains_source sent '
+                          'for a driver that takes gains')
+    out: dict[str, Any] = {'gains_source': values['gains_source']}
+    if kp:  # empty: the parameter files' (none by default), as rcl reads [] as not set
+        out['drive_kp'], out['drive_kd'] = kp, kd
+    return out
 
 
 def _deploy(values: Mapping[str, str]) -> list[NodeEntry]:
@@ -314,11 +371,12 @@ def _deploy(values: Mapping[str, str]) -> list[NodeEntry]:
     policy = NodeEntry('policy_node', 'policy_node',
                        param_files=('policy_node.yaml', 'deploy.yaml'), parameters={
                            'robot': robot_argument(values['robot']),
+                           **overlay(values, source),
                            'model_path': existing_path(values, 'model', source),
                            'use_sim_time': False, 'autostart': False,
                            'require_verification': to_bool(values, 'require_verification',
                                                            source),
-                           'publish_gains': bool(gains), 'state_qos': values['state_qos'],
+                           **_drive_gains(values, source), 'state_qos': values['state_qos'],
                            'controllers_file': controllers,
                            'command_controller': values['command_controller']},
                        remappings=tuple(remap), respawn=True, respawn_delay=RESPAWN_DELAY_S)
@@ -334,20 +392,22 @@ GRAPHS: dict[str, Graph] = {graph.name: graph for graph in (
     Graph('stand', 'hold the default pose in simulation and print a summary (one-shot)',
           (ROBOT, SECONDS), _stand),
     Graph('sim', 'sim_node alone: joint_states, imu, odom, /clock; takes joint_commands',
-          (ROBOT, MODE, NAMESPACE, use_sim_time('true')),
+          (ROBOT, ROBOT_OVERLAY, MODE, NAMESPACE, use_sim_time('true')),
           lambda v: [sim_node(v, "graph 'sim'")]),
     Graph('policy', 'policy_node alone, for a simulator or robot that is already running',
-          (ROBOT, MODEL, NAMESPACE, use_sim_time('false')),
+          (ROBOT, ROBOT_OVERLAY, MODEL, NAMESPACE, use_sim_time('false')),
           lambda v: [policy_node(v, "graph 'policy'")]),
     Graph('control', 'the control loop: sim_node + policy_node serving a model',
-          (ROBOT, MODEL, MODE, NAMESPACE, use_sim_time('true'), RECORD, COMPOSED),
+          (ROBOT, ROBOT_OVERLAY, MODEL, MODE, NAMESPACE, use_sim_time('true'), RECORD,
+           COMPOSED),
           lambda v: recorder(v) + control_loop(v, "graph 'control'")),
     Graph('deploy', 'policy_node alone on a real robot: ros2_control topics, wall time, '
           'operator-driven safety state machine, verified model', DEPLOY_ARGUMENTS, _deploy),
     Graph('train', 'live training: trainer_node learning from N batched actor_nodes, pushing '
           'each new student back to them and to the realtime control loop (sim_node + '
           'policy_node)', (CONFIG, ACTORS, NUM_ENVS, RUN_DIR, RESUME, TEACHER, TIME_BUDGET,
-                           OVERLAP, TRAINER_THREADS, TRAIN_ROBOT, CONTROL_LOOP, LOOP_SPEED,
+                           OVERLAP, TRAINER_THREADS, TRAIN_ROBOT, TRAIN_OVERLAY,
+                           CONTROL_LOOP, LOOP_SPEED,
                            CONTROL_ACTOR, MODE, NAMESPACE, SET),
           _train),
 )}

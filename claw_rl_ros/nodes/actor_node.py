@@ -51,6 +51,8 @@ class ActorNode(Node):
         cfg = load_train_config(p.config, split_overrides(p.overrides, 'overrides'))
         if p.robot:
             cfg.env.robot = p.robot
+        if p.robot_overlay:
+            cfg.env.robot_overlay = p.robot_overlay
         if p.num_envs:
             cfg.env.num_envs = p.num_envs
         if p.physics_threads:

@@ -2,11 +2,15 @@
 
 Thin glue over :class:`claw_rl_ros.core.replay.recording.Recorder`: raw subscriptions (the
 serialised CDR bytes as DDS delivered them, never re-encoded) to ``joint_states``, ``imu``,
-``cmd_vel``, ``joint_commands``, ``policy/model_version``, ``safety/state`` and ``odom``
-(relative names: a namespace or remapping moves them; a topic nobody publishes just stays
-empty). The QoS matches each publisher's (sensor data best effort; commands reliable; the
-model version latched). ``publish_time`` is the publisher's source timestamp, so replay can
-order states and commands causally. Parameters: :class:`~..core.params.node_config.RecorderParams`
+``cmd_vel``, ``joint_commands``, ``policy/model_version``, ``safety/state``, ``odom``,
+``joint_gains`` (the gains sent with each command) and ``policy/excitation`` (the policy
+node's excitation and parameters, JSON: system identification cuts the ``EXCITE`` segment of
+``safety/state`` and rebuilds its plan) (relative names: a namespace or remapping moves them;
+a topic nobody publishes just stays empty). ``joint_states`` are recorded as published,
+``effort`` included when the driver gives it. The QoS matches each publisher's (sensor data
+best effort; commands reliable; the model version and the excitation latched).
+``publish_time`` is the publisher's source timestamp, so replay can order states and commands
+causally. Parameters: :class:`~..core.params.node_config.RecorderParams`
 (``path`` is required). The file is complete after Ctrl-C (written as ``<path>.part``, renamed
 on shutdown). Diagnostics count the messages written and the publishers matched per topic
 (``publishers /joint_commands``: a graph can wait for the recorder to hear a node before
@@ -43,7 +47,8 @@ LATCHED_DEEP = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE,
 TOPICS = {'joint_states': (JointState, SENSOR_DEEP), 'imu': (Imu, SENSOR_DEEP),
           'cmd_vel': (Twist, RELIABLE), 'joint_commands': (Float64MultiArray, RELIABLE),
           'policy/model_version': (String, LATCHED_DEEP), 'safety/state': (String, RELIABLE),
-          'odom': (Odometry, SENSOR_DEEP)}
+          'odom': (Odometry, SENSOR_DEEP), 'joint_gains': (Float64MultiArray, RELIABLE),
+          'policy/excitation': (String, LATCHED_DEEP)}
 
 
 def type_name(msg_type) -> str:

@@ -69,11 +69,14 @@ class TrainerNode(Node):
         overrides = merge(split_overrides(p.overrides, 'overrides'), {'runner': runner})
         if p.robot:
             overrides.setdefault('env', {})['robot'] = p.robot
+        if p.robot_overlay:
+            overrides.setdefault('env', {})['robot_overlay'] = p.robot_overlay
         if p.teacher:
             overrides = with_teacher(overrides, p.teacher)
         cfg = load_train_config(p.config, overrides)
         self.trainer = LiveTrainer(
-            cfg, load_robot(cfg.env.robot), p.run_dir, max_policy_lag=p.max_policy_lag,
+            cfg, load_robot(cfg.env.robot, overlay=cfg.env.robot_overlay), p.run_dir,
+            max_policy_lag=p.max_policy_lag,
             chunks_per_iteration=p.chunks_per_iteration,
             batch_timeout_s=p.batch_timeout_s, min_chunk_envs=p.min_chunk_envs,
             resume=p.resume)

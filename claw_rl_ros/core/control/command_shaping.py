@@ -76,6 +76,11 @@ class CommandShaper:
         self.last = target
         return target.copy(), float(np.abs(raw - target).max())
 
+    def use_gains(self, kp, kd) -> None:
+        """Send these [J] gains (spec order) from now on: the serving model's metadata."""
+        self.kp = np.array(kp, dtype=np.float64)
+        self.kd = np.array(kd, dtype=np.float64)
+
     def gains(self, passive: bool) -> tuple[np.ndarray, np.ndarray]:
         """([J] Kp, [J] Kd) for drivers that take gains: Kp = 0 (damping only) when passive."""
         return (np.zeros_like(self.kp) if passive else self.kp.copy()), self.kd.copy()

@@ -10,9 +10,10 @@ Contract (what the node publishes on ``joint_commands``):
 * before the first complete state nothing is published;
 * what a tick publishes is decided by the safety state machine (:mod:`.safety`): damping in
   PASSIVE, the stand-up / sit-down interpolation, or in RL ``q0 + action_scale * a`` (faded
-  in); every target is shaped (:mod:`.command_shaping`: joint limits, maximum change per
-  tick). Under ``autostart`` a complete state enters RL at once (with no model: the default
-  pose);
+  in), or in EXCITE ``q0 + offset(t)`` (:mod:`.excitation`; ``t`` by the accepted states'
+  stamps since the first one the run answered; no model needed); every target is shaped
+  (:mod:`.command_shaping`: joint limits, maximum change per tick). Under ``autostart`` a
+  complete state enters RL at once (with no model: the default pose);
 * a joint state or IMU reading that is stale, stamped ahead of the node's clock, non-finite,
   outside its plausible range, misnamed, incomplete or of the wrong length is dropped and
   counted by cause; the tick is a fault: PASSIVE, damping. PASSIVE never pushes: its target is
@@ -64,12 +65,14 @@ import numpy as np
 
 from .command_shaping import CommandShaper
 from .control_stats import Counters
+from .drive_gains import declared_gains, DriveGains, drive_record, gain_check
 from ..export.onnx_policy import OnnxPolicy
 from ..export.verification_record import verification_blocker
 from .loop_record import GaussianSampler, PolicyRecord
 from .model_swap import (DEFAULT_MAX_MODEL_BYTES, ModelCache, ModelRejected, policy_clip,
                          read_model_file, version_of)
-from .safety import PASSIVE, RL, SafetyConfig, SafetyMachine
+from .excitation import Excitation, ExcitationConfig
+from .safety import EXCITE, PASSIVE, RL, SafetyConfig, SafetyMachine
 from .self_check import self_check
 from ..sim.robot_spec import RobotSpec
 from .state_input import (BadInput, check_fresh, command_array, DROP_CAUSES, imu_arrays,
@@ -118,7 +121,10 @@ class PolicyController:
     """Validated inputs in, [J] joint position targets (``joints`` order) or None out.
 
     ``last_gains`` holds ([J] Kp, [J] Kd) in ``joints`` order for the last target (Kp = 0 in
-    PASSIVE), for drivers that take gains.
+    PASSIVE), for drivers that take gains: the serving model's metadata gains (the robot's
+    before a model is loaded). ``drive_gains`` says how the drives get theirs
+    (:mod:`.drive_gains`); the self-check checks it, with ``gains_listeners`` (a callable
+    counting the gains topic's subscriptions, set by the node; None: not counted).
     """
 
     def __init__(self, robot: RobotSpec, *, stale_after_periods: float = 3.0,
@@ -127,9 +133,11 @@ class PolicyController:
                  safety: SafetyConfig | None = None, max_delta_per_tick: float = 0.0,
                  require_verification: bool = False,
                  command_joints: Sequence[str] | None = None, training: bool = False,
+                 drive_gains: DriveGains | None = None,
                  seed: int = 0, cmd_vel_timeout_s: float = 0.5, clock: str = 'unknown',
                  wall_stale_after_s: float = 0.0,
-                 monotonic: Callable[[], float] | None = None):
+                 monotonic: Callable[[], float] | None = None,
+                 excitation: ExcitationConfig | None = None):
         """``clock``: the node's (``sim`` under use_sim_time, ``wall``, ``unknown``), to name
         the fix of a clock mismatch; ``monotonic``: the receive clock of the watchdog and the
         cmd_vel timeout (None: the node's clock stands in for it, as in tests and replays)."""
@@ -159,10 +167,26 @@ class PolicyController:
         self.assembler = ObservationAssembler(robot)
         self.models = ModelCache(robot, max_model_bytes)
         self.policy: OnnxPolicy | None = None
-        self.safety = SafetyMachine(robot, safety or SafetyConfig(), self._rl_blocker)
+        self.safety = SafetyMachine(robot, safety or SafetyConfig(), self._rl_blocker,
+                                    self._excite_blocker)
+        # EXCITE's run (ConfigError naming the field when the robot cannot run it); its time
+        # 0 is the stamp of the first state it answers (None: not started since the request).
+        self.excitation = Excitation(robot, excitation or ExcitationConfig())
+        self.excite_t0: float | None = None
+        self._excite_started: float | None = None  # a start not yet taken by the node
         self.shaper = CommandShaper(robot, max_delta_per_tick)
         self.require_verification = require_verification
         self.command_joints = list(command_joints) if command_joints is not None else None
+        # The drives' gains: declared ones in joints order (for the record) and spec order.
+        self.drive = drive_gains or DriveGains()
+        self._declared_out = declared_gains(self.drive, self.order.output)
+        self._declared = None if self._declared_out is None else \
+            tuple(self.order.from_output(g) for g in self._declared_out)
+        self.gains_listeners: Callable[[], int] | None = None
+        self.gains_topic = 'joint_gains'
+        self.drive_verdict = ''  # of the last self-check (drive_gains.VERDICTS)
+        self._drive_problems: list[str] = []
+        self.model_path: Path | None = None  # the serving model's file (None: pushed bytes)
         self.training = training
         self.sampler: GaussianSampler | None = None
         self.record: PolicyRecord | None = None
@@ -201,6 +225,7 @@ class PolicyController:
         self._stamps = {'joint_states': deque(maxlen=21), 'imu': deque(maxlen=21)}
         self._usable: deque[bool] = deque(maxlen=50)
         self._names: tuple[str, ...] | None = None
+        self.excite_t = 0.0  # the excitation's time [s] at its last tick
 
     # ------------------------------------------------------------------------------ inputs
     @guarded('joint_state')
@@ -337,7 +362,13 @@ class PolicyController:
                     + '; '.join(problems)
         if name == 'reset' and self.safety.latched:
             self.alerts.clear('restarted')
-        return self.safety.request(name, now, self._pose if fresh else None)
+        pose = self._pose if fresh else None
+        if name == 'excite_stop' and pose is not None and self.shaper.last is not None:
+            pose = self.shaper.last  # STAND_UP goes on from the last command: no jump
+        ok, message = self.safety.request(name, now, pose)
+        if ok and name == 'excite':
+            self.excite_t0, self.excite_t = None, 0.0  # it starts at the next state
+        return ok, message
 
     def restarted(self, detail: str) -> None:
         """The previous process of this node died without a clean stop: a ``restarted`` fault
@@ -346,13 +377,30 @@ class PolicyController:
         self.alerts.once('restarted', f'restarted: {detail}')
 
     def check(self) -> list[str]:
-        """The start-up self-check (:func:`.self_check.self_check`) on usable states."""
-        return self_check(self.robot, self.policy.spec if self.policy else None,
-                          output_joints=self.order.output, joint_state_names=self._names,
-                          joint_state_period=self._period('joint_states'),
-                          imu_period=self._period('imu'), command_joints=self.command_joints,
-                          usable=(sum(self._usable), len(self._usable)),
-                          last_drop=self.last_drop)
+        """The start-up self-check (:func:`.self_check.self_check`) on usable states, then
+        the drives' gains against the model's (:func:`.drive_gains.gain_check`)."""
+        spec = self.policy.spec if self.policy else None
+        problems = self_check(self.robot, spec, output_joints=self.order.output,
+                              joint_state_names=self._names,
+                              joint_state_period=self._period('joint_states'),
+                              imu_period=self._period('imu'), command_joints=self.command_joints,
+                              usable=(sum(self._usable), len(self._usable)),
+                              last_drop=self.last_drop)
+        listeners = self.gains_listeners() if self.gains_listeners is not None else None
+        self.drive_verdict, gains = gain_check(
+            self.drive, spec, self.robot.joint_names, self._declared,
+            self.shaper.gains(passive=False), listeners, self.gains_topic)
+        self._drive_problems = gains
+        return problems + gains
+
+    def drive_report(self, node: str) -> dict | None:
+        """The drive-gains record of the last self-check (core/export/drive_record.py) for the
+        serving model's file; None without one (pushed bytes) or before a check."""
+        if self.policy is None or self.model_path is None or not self.drive_verdict:
+            return None
+        return drive_record(self.drive, self.drive_verdict, self._drive_problems,
+                            self._declared_out, self.order.output, self.policy.sha256,
+                            self.gains_topic, node)
 
     def _period(self, topic: str) -> float | None:
         stamps = np.asarray(self._stamps[topic])
@@ -448,6 +496,10 @@ class PolicyController:
     def _command(self, now: float, pos: np.ndarray, vel: np.ndarray, quat: np.ndarray,
                  gyro: np.ndarray) -> Targets:
         safety = self.safety
+        if safety.state == EXCITE:
+            target = self._excite(now, pos)
+            if target is not None:
+                return target
         if safety.state == RL:
             target = self._act(now, pos, vel, quat, gyro)
             if target is not None:
@@ -460,6 +512,30 @@ class PolicyController:
         self.guard.stage = 'shaping'
         target, _ = self.shaper.shape(safety.target(now, pos), self._tick_elapsed())
         return self._out(now, target, None)
+
+    def _excite(self, now: float, pos: np.ndarray) -> Targets | None:
+        """EXCITE: ``q0 + offset(t)``, shaped as RL's targets (joint limits, rate limit);
+        ``t`` [s] since the first state the run answered, by the accepted states' stamps.
+        None once the run is over (back to STAND_UP: the caller shapes its target)."""
+        if self.excite_t0 is None:
+            self.excite_t0 = self._excite_started = self._stamp
+        self.excite_t = self._stamp - self.excite_t0
+        if self.excite_t >= self.excitation.duration:
+            # STAND_UP from the last command (not the measured pose: no jump by the tracking
+            # error of a loaded joint).
+            self.safety.end_excitation(now, self.shaper.last if self.shaper.last is not None
+                                       else pos)
+            return None
+        self.guard.stage = 'shaping'
+        raw = self.robot.default_joint_pos + self.excitation.offset(self.excite_t)
+        target, _ = self.shaper.shape(raw, self._tick_elapsed())
+        return self._out(now, target, None)
+
+    def take_excitation_start(self) -> float | None:
+        """The stamp [s] a run's time 0 is at, once, after its first tick (None: none since);
+        for the node to publish the run (:meth:`.excitation.Excitation.describe`)."""
+        started, self._excite_started = self._excite_started, None
+        return started
 
     def _act(self, now: float, pos: np.ndarray, vel: np.ndarray, quat: np.ndarray,
              gyro: np.ndarray) -> Targets | None:
@@ -630,6 +706,10 @@ class PolicyController:
             self.last_swap = f'rejected {version_of(sha256)}: {exc}'
             raise
         self.policy, self._unverified, self.sampler = policy, unverified, sampler
+        self.model_path = Path(path) if path is not None else None
+        # The gains sent from the next command on are this model's metadata, not the robot's.
+        self.shaper.use_gains(policy.spec['kp'], policy.spec['kd'])
+        self.drive_verdict = ''  # the last self-check was of the previous model
         self.assembler.action_clip = policy_clip(policy)
         self.assembler.set_history(policy.obs_history)
         self.last_swap = f'ok {self.version}'
@@ -644,6 +724,20 @@ class PolicyController:
         except ValueError as exc:
             raise ModelRejected(f'training mode: {exc}') from None
 
+    def _excite_blocker(self) -> str | None:
+        """Why the excitation may not start (None: it may): the live half of the self-check
+        (joint names, usable states, rates, command interface; the robot's own spec stands
+        in for a model: an excitation needs none)."""
+        problems = self_check(self.robot, self.robot.to_metadata(),
+                              output_joints=self.order.output, joint_state_names=self._names,
+                              joint_state_period=self._period('joint_states'),
+                              imu_period=self._period('imu'),
+                              command_joints=self.command_joints,
+                              usable=(sum(self._usable), len(self._usable)),
+                              last_drop=self.last_drop)
+        return f'the self-check found {len(problems)} mismatch(es): ' + '; '.join(problems) \
+            if problems else None
+
     def _rl_blocker(self) -> str | None:
         """Why the policy may not act now (None: it may)."""
         if self.policy is None:
@@ -651,6 +745,14 @@ class PolicyController:
         return self._unverified if self.require_verification else None
 
     # ------------------------------------------------------------------------ diagnostics
+    def _excite_status(self) -> str:
+        """'idle', or the running segment and the run's time, e.g. 'calf 17.3/24.0 s'."""
+        if self.safety.state != EXCITE:
+            return 'idle'
+        seg = self.excitation.segment_at(self.excite_t)
+        return f'{seg.label if seg else "start"} {self.excite_t:.1f}/' \
+            f'{self.excitation.duration:.1f} s'
+
     def diagnostics(self) -> dict[str, object]:
         """Flat key/value fields: model version, last swap, drops and holds by cause."""
         out: dict[str, object] = {'model_version': self.version, 'last_swap': self.last_swap,
@@ -669,5 +771,6 @@ class PolicyController:
         out['action_clip'] = self.assembler.action_clip
         out['verified'] = self._unverified is None
         out['inference_ms'] = self.inference_s * 1e3
+        out['excitation'] = self._excite_status()
         out.update(self.safety.diagnostics())
         return out

@@ -3,7 +3,10 @@
 States and what each one commands (joint position targets, spec order)::
 
     PASSIVE --stand_up--> STAND_UP --rl--> RL --sit_down--> SIT_DOWN --(done)--> PASSIVE
-       ^                                                                            |
+       ^                   |    ^                                                   |
+       |            excite |    | excite_stop / (done)        (sit_down from EXCITE too)
+       |                   v    |                                                   |
+       |                   EXCITE                                                   |
        +------------- passive / estop / any fault, from every state ----------------+
 
 * PASSIVE: damping only. The target is the measured pose, so a PD joint gives
@@ -11,6 +14,12 @@ States and what each one commands (joint position targets, spec order)::
 * STAND_UP: from the pose measured at the request to the default pose, linearly over
   ``stand_up_s``; stays at the default pose when done.
 * RL: the policy acts; its command fades in from the default pose over ``fade_in_s``.
+* EXCITE: the excitation of system identification (:mod:`.excitation`: chirps and steps
+  around the default pose), only from a finished STAND_UP ("STAND"); ``excite_stop`` or its
+  end go back to STAND_UP (the given pose -> default pose over ``stand_up_s``; the controller
+  gives its last command, so the target does not jump), faults to PASSIVE as from RL. The
+  controller gives its target; ``excite_gate()`` (the live part of the self-check) is asked
+  on entry.
 * SIT_DOWN: from the pose measured at the request to the sit pose over ``sit_down_s``, then
   PASSIVE by itself.
 
@@ -36,8 +45,12 @@ import numpy as np
 from ..sim.robot_spec import RobotSpec
 
 PASSIVE, STAND_UP, RL, SIT_DOWN = 'PASSIVE', 'STAND_UP', 'RL', 'SIT_DOWN'
-STATES = (PASSIVE, STAND_UP, RL, SIT_DOWN)
-REQUESTS = ('stand_up', 'rl', 'sit_down', 'passive', 'estop', 'reset')
+EXCITE = 'EXCITE'
+STATES = (PASSIVE, STAND_UP, RL, SIT_DOWN, EXCITE)
+REQUESTS = ('stand_up', 'rl', 'sit_down', 'passive', 'estop', 'reset', 'excite', 'excite_stop')
+# The states each operator request is accepted in (the others: passive, estop, reset).
+ALLOWED_FROM = {'stand_up': (PASSIVE, SIT_DOWN), 'rl': (STAND_UP,), 'excite': (STAND_UP,),
+                'sit_down': (STAND_UP, RL, EXCITE), 'excite_stop': (EXCITE,)}
 # Automatic fall-backs to PASSIVE (counted by cause in the diagnostics).
 FAULTS = ('tilt', 'stale_joint_states', 'stale_imu', 'non_finite', 'bad_input',
           'inference_overrun', 'saturation', 'joint_limit', 'future_stamp', 'clock_step_back',
@@ -121,11 +134,14 @@ class SafetyMachine:
 
     ``rl_gate()`` returns None when the policy may act, else the reason it may not (no model,
     no passing verification, a failed self-check); it is asked on every entry into RL.
+    ``excite_gate()`` likewise on every entry into EXCITE.
     """
 
-    def __init__(self, robot: RobotSpec, cfg: SafetyConfig, rl_gate=lambda: None):
+    def __init__(self, robot: RobotSpec, cfg: SafetyConfig, rl_gate=lambda: None,
+                 excite_gate=lambda: None):
         cfg.validate(robot.num_joints)
         self.robot, self.cfg, self.rl_gate = robot, cfg, rl_gate
+        self.excite_gate = excite_gate
         self.q0 = robot.default_joint_pos
         self.deadline = cfg.inference_deadline_s or robot.control_dt / 2
         self.state = PASSIVE
@@ -183,20 +199,21 @@ class SafetyMachine:
             return False, f'{name} refused: {self.latch_cause} latched; request reset first'
         if pose is None:
             return False, f'{name} refused: no fresh complete joint state and IMU reading'
-        allowed = {'stand_up': (PASSIVE, SIT_DOWN), 'rl': (STAND_UP,),
-                   'sit_down': (STAND_UP, RL)}[name]
+        allowed = ALLOWED_FROM[name]
         if self.state not in allowed:
             return False, f'{name} refused in {self.state}; allowed from {" or ".join(allowed)}'
         if name == 'stand_up':
             self._rest = np.array(pose, dtype=np.float64)
             self._go(STAND_UP, now, 'operator stand_up', pose)
-        elif name == 'rl':
+        elif name in ('rl', 'excite'):
             if not self.stood_up(now):
-                return False, 'rl refused: STAND_UP has not reached the default pose yet'
-            blocked = self.rl_gate()
+                return False, f'{name} refused: STAND_UP has not reached the default pose yet'
+            blocked = (self.rl_gate if name == 'rl' else self.excite_gate)()
             if blocked:
-                return False, f'rl refused: {blocked}'
-            self._go(RL, now, 'operator rl', None)
+                return False, f'{name} refused: {blocked}'
+            self._go(RL if name == 'rl' else EXCITE, now, f'operator {name}', None)
+        elif name == 'excite_stop':
+            self._go(STAND_UP, now, 'operator excite_stop', pose)
         else:
             self._go(SIT_DOWN, now, 'operator sit_down', pose)
         return True, self.state
@@ -233,6 +250,12 @@ class SafetyMachine:
         if self.state == STAND_UP and self.rl_gate() is None:
             self._go(RL, now, 'autostart', None)
 
+    def end_excitation(self, now: float, pose: np.ndarray) -> None:
+        """The excitation ran to its end: back to STAND_UP from the [J] ``pose`` (the last
+        command)."""
+        if self.state == EXCITE:
+            self._go(STAND_UP, now, 'excitation done', pose)
+
     def stood_up(self, now: float) -> bool:
         return self.state == STAND_UP and (self.cfg.autostart or
                                            now - self._since >= self.cfg.stand_up_s)
@@ -246,7 +269,8 @@ class SafetyMachine:
         elif self.state == SIT_DOWN:
             duration, goal = self.cfg.sit_down_s, self.sit_pose()
         else:
-            raise ValueError('in RL the policy gives the target')
+            giver = 'policy' if self.state == RL else 'excitation'
+            raise ValueError(f'in {self.state} the {giver} gives the target')
         # Linear interpolation from the pose at entry to the goal, s in [0, 1].
         s = 1.0 if duration <= 0 else min(1.0, max(0.0, (now - self._since) / duration))
         return goal.copy() if s >= 1.0 else self._from + s * (goal - self._from)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from ..sim.robot_spec import metadata_match, RobotSpec
+from ..sim.robot_spec import INFORMATIONAL_KEYS, metadata_match, RobotSpec
 
 # A measured message rate may differ from the control rate by this fraction.
 RATE_TOLERANCE = 0.1
@@ -45,8 +45,8 @@ def model_lines(robot: RobotSpec, spec: dict[str, Any]) -> list[str]:
     kinds = {'control_dt': 'control dt', 'action_scale': 'action scale', 'kp': 'gains',
              'kd': 'gains', 'observation': 'observation scales', 'obs_dim': 'observation size'}
     for key, expected in mine.items():
-        if key == 'joint_names':
-            continue
+        if key == 'joint_names' or key in INFORMATIONAL_KEYS:
+            continue  # (facts about training, shown by the card, never compared)
         have = spec.get(key)
         if key == 'observation' and isinstance(have, list):
             out += _observation_lines(have, expected)

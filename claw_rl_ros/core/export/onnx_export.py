@@ -317,7 +317,7 @@ def export_checkpoint(checkpoint_path: str | Path, out_path: str | Path) -> Path
              'total_steps': payload.get('total_steps'), 'algorithm': cfg.algorithm}
     if cfg.gym_env:
         return export_onnx(policy, gym_task_spec(cfg.gym_env), out_path, extra_metadata=extra)
-    robot = load_robot(cfg.env.robot)
+    robot = load_robot(cfg.env.robot, overlay=cfg.env.robot_overlay)
     trained = payload.get('robot')
     problems = robot.mismatches(trained) if trained else []
     if problems:

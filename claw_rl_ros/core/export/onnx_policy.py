@@ -135,7 +135,8 @@ class OnnxPolicy:
             what = 'robot' if self.kind == 'robot' else 'task'
             raise SpecMismatchError(
                 f'{self.name} was exported for a different {what} spec than {robot.name!r} '
-                f'({len(problems)} mismatch(es)): ' + '; '.join(problems))
+                f'({len(problems)} mismatch(es)): ' + '; '.join(problems)
+                + overlay_hint(robot, self.spec, problems))
 
     def __call__(self, obs: np.ndarray) -> np.ndarray:
         """[obs_dim] or [N, obs_dim] observations -> [A] or [N, A] float32 actions."""
@@ -152,6 +153,28 @@ class OnnxPolicy:
                              f'{tuple(int(i) for i in bad)}); refusing to act on it')
         actions = self._session.run(self._outputs, {INPUT_NAME: x})[0]
         return actions[0] if single else actions
+
+
+def overlay_hint(robot: Any, spec: dict[str, Any], problems: list[str]) -> str:
+    """'' unless the gains differ; then which robot overlay the model was trained with and
+    which the robot has (a model trained on an overlay needs the same one)."""
+    if not any(p.startswith(('kp:', 'kd:')) for p in problems):
+        return ''
+    trained = spec.get('robot_overlay')
+    sha = str(trained.get('sha256') or '?')[:12] if isinstance(trained, dict) else '?'
+    mine = getattr(robot, 'source', {}).get('overlay', '')
+    if trained and mine:
+        return (f'; hint: the model was trained with the robot overlay of sha256 {sha}, this '
+                f'robot has {mine}: give the model\'s as robot_overlay (--robot-overlay)')
+    if trained:
+        return (f'; hint: the model was trained with a robot overlay (sha256 {sha}; its run '
+                'directory\'s robot_overlay.yaml): give the same as robot_overlay '
+                '(--robot-overlay)')
+    if mine:
+        return (f'; hint: this robot has the robot overlay {mine} and the model was trained '
+                'without one: leave robot_overlay (--robot-overlay) empty')
+    return ('; hint: a model trained with a robot overlay (claw-rl train --robot-overlay) '
+            'needs the same robot_overlay (--robot-overlay) here')
 
 
 def _first_line(exc: Exception) -> str:

@@ -7,8 +7,10 @@ limits and gains, observation layout and scales, control period, action scale an
 training run, the terrain it was trained on (the export metadata's ``terrain``: the train
 config's ``env.terrain``) and verified on (the record's flat table and terrain rows),
 verification results, the reality-gap cells (``student.transfer.json``, written by ``claw-rl
-verify --suite transfer``), sha256. Regenerate it after a verification with
-:func:`write_policy_card`.
+verify --suite transfer``), how a robot's drives got the gains (``student.drive.json``, written
+by the policy node's self-check: sent with every command, or declared and within tolerance or
+not), sha256. Regenerate it after a verification with :func:`write_policy_card` (the self-check
+does, when the card is there).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..io import atomic_write_bytes
+from .drive_record import drive_path, read_drive_record
 from .onnx_policy import OnnxPolicy
 from .verification_record import read_verification
 
@@ -118,6 +121,47 @@ def _transfer(model: Path, sha256: str) -> list[str]:
     return lines + _table(['family', 'level', 'vx error [m/s]', 'falls', 'result'], rows)
 
 
+def _gains(values: Any) -> str:
+    """Declared gains: one number when every joint has it, else the list."""
+    if isinstance(values, list) and values and all(v == values[0] for v in values):
+        return _fmt(values[0])
+    return f'[{_fmt(values)}]' if isinstance(values, list) else '?'
+
+
+def _drive(model: Path, sha256: str) -> list[str]:
+    """The drive-gains section: how a robot's drives got the gains above at its last
+    self-check (``<stem>.drive.json``), or that none checked them yet."""
+    try:
+        record = read_drive_record(model)
+    except ValueError as exc:
+        return [f'Unreadable drive-gains record: {exc}']
+    if record is None:
+        return ['Not checked on a robot yet: before RL the deploy graph\'s self-check checks '
+                'that the gains above are sent with every command (`gains_source: sent`) or '
+                'that the drives\' declared ones (`drive_kp`, `drive_kd`) are within '
+                f'`gain_tolerance` of them, and writes `{drive_path(model).name}` '
+                '(docs/deploy.md, "Drive gains").']
+    verdict, tolerance = record.get('verdict'), record.get('tolerance', '?')
+    tol = f'{float(tolerance) * 100:g} %' if isinstance(tolerance, (int, float)) else '?'
+    if record.get('source') == 'sent':
+        heard = '' if verdict == 'sent' else ': nothing subscribed, RL refused'
+        text = f'sent with every command (the Kp / Kd above on `{record.get("topic", "?")}`, ' \
+            f'Kp = 0 in PASSIVE){heard}'
+    elif verdict == 'not declared':
+        text = 'not declared and not sent: RL refused'
+    else:
+        state = f'within tolerance {tol}' if verdict == 'within' else \
+            f'differs by more than {tol}: RL refused'
+        text = f'declared: Kp {_gains(record.get("kp"))}, Kd {_gains(record.get("kd"))} ' \
+            f'({state})'
+    same = 'yes' if record.get('model_sha256') == sha256 else \
+        f'NO: it checked another model (sha256 {str(record.get("model_sha256"))[:12]})'
+    problems = record.get('problems') if isinstance(record.get('problems'), list) else []
+    return [f'- drive gains: {text}',
+            f'- checked by `{record.get("node", "?")}`, {record.get("created", "?")}; for this '
+            f'model: {same}', *(f'- {p}' for p in problems)]
+
+
 # How the flat, stairs and obstacle tiles were built (env.terrain.collision).
 _GROUND = {'heightfield': 'heightfield ramps (one cell wide)', 'boxes': 'boxes (vertical risers)'}
 
@@ -187,6 +231,25 @@ def _actuator(spec: dict) -> str:
     return text
 
 
+def _overlay(spec: dict) -> str:
+    """The robot overlay (claw-rl sysid) the student was trained with, from the metadata."""
+    fit = spec.get('robot_overlay')
+    if fit is None:
+        return 'none (the robot YAML as it is)'
+    if not isinstance(fit, dict):
+        return '? (unreadable metadata)'
+
+    def per_joint(values: Any) -> str:  # one number when every joint has it
+        if not isinstance(values, list) or not values:
+            return '?'
+        return _fmt(values[0]) if all(v == values[0] for v in values) else f'[{_fmt(values)}]'
+    return (f'sha256 `{str(fit.get("sha256") or "?")[:12]}` (the run directory\'s '
+            f'robot_overlay.yaml; the gains above are its): joint friction '
+            f'{per_joint(fit.get("joint_frictionloss"))} N m, joint damping '
+            f'{per_joint(fit.get("joint_damping"))} N m s/rad; the policy node needs the same '
+            'file as robot_overlay')
+
+
 def policy_card(model: str | Path) -> str:
     """The markdown card of an exported model file."""
     model = Path(model)
@@ -212,7 +275,8 @@ def policy_card(model: str | Path) -> str:
         f'to +-{spec.get("action_clip", "?")} in the graph, then to the joint limits',
         f'- gait clock: period {gait.get("period_s", 0)} s, duty {gait.get("duty", "?")}, '
         f'offsets {_fmt(gait.get("offsets", []))}',
-        f'- trained on actuator: {_actuator(spec)}', '',
+        f'- trained on actuator: {_actuator(spec)}',
+        f'- robot overlay: {_overlay(spec)}', '',
         '## Joint order (commands and the forward_command_controller `joints`)', '',
         *_joints(spec), '',
         f'## Observation layout ({policy.frame_dim} values per observation)', '',
@@ -222,6 +286,7 @@ def policy_card(model: str | Path) -> str:
         '## Terrain', '', f'- trained on: {_trained_on(meta)}', *_verified_on(model), '',
         '## Verification', '', *_verification(model, policy.sha256), '',
         '## Reality gap (transfer suite)', '', *_transfer(model, policy.sha256), '',
+        '## Drive gains', '', *_drive(model, policy.sha256), '',
         '## Deploying', '',
         f'`claw-rl up deploy --model {model.name}` (docs/deploy.md: deploying to a real robot).',
         '']

@@ -91,7 +91,7 @@ def build_obs_mirror(cfg: Any, obs_dims: dict[str, int], num_actions: int) -> Ob
         raise ConfigError('', key, f'symmetry needs the robot\'s mirror; the Gymnasium env '
                           f'{cfg.gym_env!r} has none: set ppo.symmetry.data_augmentation and '
                           'mirror_loss_coef off')
-    robot = load_robot(cfg.env.robot)
+    robot = load_robot(cfg.env.robot, overlay=cfg.env.robot_overlay)
     try:
         groups = env_group_mirrors(robot, cfg.env)
     except ValueError as exc:

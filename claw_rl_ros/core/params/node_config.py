@@ -16,6 +16,8 @@ from dataclasses import dataclass
 import math
 import typing
 
+from ..control.drive_gains import DEFAULT_GAIN_TOLERANCE, DriveGains, GAINS_SOURCES
+from ..control.excitation import ExcitationConfig, PATTERNS, VARIANT_DEFAULTS, VARIANTS
 from ..control.model_swap import DEFAULT_MAX_MODEL_BYTES
 from ..control.safety import SafetyConfig
 from ..sim.terrain import TERRAIN_TYPES
@@ -60,6 +62,32 @@ def _safety_limits() -> type:
 
 
 SafetyLimits = _safety_limits()
+# The policy node's excitation parameters: excite_ + an ExcitationConfig field.
+EXCITE = 'excite_'
+
+
+def _excitation_limits() -> type:
+    """ExcitationConfig's fields as ``excite_<name>`` parameters (an amplitude of 0 takes the
+    variant's); checked against the robot by ``excitation.from_params``."""
+    hints = typing.get_type_hints(ExcitationConfig)
+    fields = []
+    for f in dataclasses.fields(ExcitationConfig):
+        default, doc = f.default, f'EXCITE: {f.metadata["doc"]}'
+        if f.name in VARIANT_DEFAULTS['ground']:
+            default = 0.0
+            doc += '; 0: the variant\'s (' + ', '.join(
+                f'{v} {d[f.name]}' for v, d in VARIANT_DEFAULTS.items()) + ')'
+        choices = {'pattern': PATTERNS, 'variant': VARIANTS}.get(f.name, ())
+        fields.append((EXCITE + f.name, hints[f.name], param(default, doc, choices=choices)))
+    return dataclasses.make_dataclass('ExcitationLimits', fields, frozen=True)
+
+
+ExcitationLimits = _excitation_limits()
+
+
+def excitation_values(p) -> dict[str, object]:
+    """The ``excite_*`` parameters of ``p`` keyed by ExcitationConfig field."""
+    return {f.name: getattr(p, EXCITE + f.name) for f in dataclasses.fields(ExcitationConfig)}
 
 
 EXECUTOR = ("callback executor: events (rclpy's EventsExecutor, each message as it arrives) "
@@ -68,6 +96,8 @@ MODES = ('realtime', 'lockstep')
 STATE_QOS = ('reliable', 'sensor_data')
 ROBOT = 'robot name (config/robots/<name>.yaml) or the path of a robot YAML'
 JOINTS = 'joint_commands element order (empty: the spec order)'
+OVERLAY = ('robot overlay merged onto the robot (claw-rl sysid --out: identified gains, joint '
+           'friction, damping, rotor inertia, delay); empty: none')
 TRAIN_CONFIG = 'train YAML (config/<name> or a path)'
 OVERRIDES = ('config overrides KEY=VALUE separated by spaces, as claw-rl train --set takes '
              "them (the train graph's set)")
@@ -111,6 +141,7 @@ class SimParams:
     """sim_node (the MuJoCo robot)."""
 
     robot: str = param('claw_quadruped', ROBOT)
+    robot_overlay: str = param('', OVERLAY)
     mode: str = param('realtime', 'realtime (steady-clock timer at the control rate) or '
                       'lockstep (one control step per command)', choices=MODES)
     real_time_factor: float = param(1.0, 'realtime mode: sim seconds per wall second (> 0; '
@@ -129,6 +160,8 @@ class SimParams:
                             'defaults; training: the whole config, empty = train_ppo.yaml)')
     overrides: str = param('', OVERRIDES + ', applied to env_config')
     reset_on_fall: bool = param(True, "reset when the env's failure conditions hit")
+    on_stand: bool = param(False, 'the trunk held on a stand in the air, legs free (system '
+                           "identification's excitation): it never falls nor resets by a fall")
     terrain: str = param('', 'stand the world on one terrain tile: TYPE[:LEVEL], TYPE one of '
                          f'{", ".join(TERRAIN_TYPES)}, LEVEL 0..env_config\'s '
                          'env.terrain.num_levels - 1 (default the top); empty or flat: the plane')
@@ -171,6 +204,10 @@ class SimParams:
             raise ValueError(f'parameter terrain = {self.terrain!r} with training: the train '
                              "config's env.terrain places the world; set it there and leave "
                              'terrain empty')
+        if self.on_stand and (self.training or self.terrain):
+            raise ValueError('parameter on_stand with ' + ('training' if self.training else
+                             f'terrain = {self.terrain!r}') + ': a robot on a stand neither '
+                             'trains nor stands on terrain; leave on_stand false')
 
 
 @dataclass(frozen=True)
@@ -178,8 +215,20 @@ class SafetyParams(SafetyLimits):
     """The policy node's safety parameters (wiring in nodes/policy/safety_io.py): the state
     machine's limits above, then the node's own."""
 
-    publish_gains: bool = param(False, 'publish [Kp x J, Kd x J] on joint_gains with every '
-                                'command, for drivers that take gains (Kp = 0 in PASSIVE)')
+    gains_source: str = param('sent', "how the drives get the model's Kp / Kd: sent (on "
+                              'joint_gains with every command, [Kp x J, Kd x J] in joints '
+                              'order, Kp = 0 in PASSIVE; the self-check needs a subscriber) or '
+                              'declared (the driver holds its own: drive_kp / drive_kd, '
+                              "compared with the model's)", choices=GAINS_SOURCES)
+    drive_kp: list[float] = param([], 'gains_source declared: the Kp the drives hold [N m/rad], '
+                                  'one number for every joint or one per joint in joints order '
+                                  '(empty: not declared, the self-check refuses RL)')
+    drive_kd: list[float] = param([], 'gains_source declared: the Kd the drives hold [N m s/'
+                                  'rad], one number for every joint or one per joint in joints '
+                                  'order (empty: not declared, the self-check refuses RL)')
+    gain_tolerance: float = param(DEFAULT_GAIN_TOLERANCE, 'largest relative difference of a '
+                                  "declared drive gain from the model's, 0 to 0.5 (0.05: 5 %); "
+                                  'more refuses RL, naming both')
     controllers_file: str = param('', 'ros2_control controllers YAML: the self-check compares '
                                   "command_controller's joints with joints (empty: skip)")
     command_controller: str = param('forward_position_controller', 'the '
@@ -197,12 +246,23 @@ class SafetyParams(SafetyLimits):
                            'sensor_data (best effort, matches any publisher) or reliable',
                            choices=STATE_QOS)
 
+    def __post_init__(self):
+        self.drive_gains()  # a bad gain parameter refuses the start, by name
+
+    def drive_gains(self) -> DriveGains:
+        """gains_source, drive_kp, drive_kd, gain_tolerance, checked (ValueError by name; the
+        number of values is checked against the robot by the controller)."""
+        return DriveGains(self.gains_source, tuple(self.drive_kp), tuple(self.drive_kd),
+                          self.gain_tolerance)
+
 
 @dataclass(frozen=True)
-class PolicyParams(SafetyParams):
-    """policy_node (the ONNX student); the safety parameters above, then its own."""
+class PolicyParams(ExcitationLimits, SafetyParams):
+    """policy_node (the ONNX student); the safety and excitation parameters above, then its
+    own."""
 
     robot: str = param('claw_quadruped', ROBOT + "; must match the model's embedded spec")
+    robot_overlay: str = param('', OVERLAY + "; the model's spec must match the merged robot")
     model_path: str = param('', 'exported student .onnx to serve (empty: hold the default '
                             'pose); set it to load another', read_only=False)
     model_sha256: str = param('', MODEL_SHA, read_only=False)
@@ -219,6 +279,7 @@ class PolicyParams(SafetyParams):
     diagnostics_period_s: float = param(1.0, DIAGNOSTICS_PERIOD)
 
     def __post_init__(self):
+        super().__post_init__()
         check_diagnostics_period(self.diagnostics_period_s)
         check_model_bytes(self.max_model_bytes)
 
@@ -229,6 +290,7 @@ class TrainerParams:
 
     config: str = param('train_ppo.yaml', TRAIN_CONFIG)
     robot: str = param('', ROBOT + " (empty: the config's env.robot)")
+    robot_overlay: str = param('', OVERLAY + " (empty: the config's env.robot_overlay)")
     run_dir: str = param('runs/live', 'run directory: checkpoints, students, metrics, summary')
     resume: bool = param(False, "continue run_dir's newest checkpoint (false refuses a run_dir "
                          'that has one)')
@@ -260,6 +322,7 @@ class ActorParams:
     config: str = param('train_ppo.yaml', TRAIN_CONFIG + ': env, num_steps_per_env')
     overrides: str = param('', OVERRIDES)
     robot: str = param('', ROBOT + " (empty: the config's env.robot)")
+    robot_overlay: str = param('', OVERLAY + " (empty: the config's env.robot_overlay)")
     num_envs: int = param(0, "MuJoCo worlds (0: the config's env.num_envs)")
     seed: int = param(0, 'env and action-sampling seed')
     chunk_topic: str = param('/rollout_chunks', CHUNK_TOPIC)

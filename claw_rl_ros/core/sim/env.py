@@ -36,6 +36,7 @@ from .physics import BatchedPhysics
 from .randomization import delay_range, draw_params, nominal_params, PER_JOINT, PHYSICAL
 from .rewards import is_moving, RewardManager, RewardParams, StepData
 from .robot import load_robot
+from .robot_overlay import recentred_randomization
 from .robot_spec import RobotSpec
 from .sensor_model import SensorModel, sensor_model_wanted
 from .terrain import base_yaw
@@ -55,8 +56,11 @@ class VecLocomotionEnv:
 
     def __init__(self, cfg: EnvConfig, robot: RobotSpec | None = None, *,
                  visuals: bool = False):
-        self.cfg = cfg
-        self.robot = robot if robot is not None else load_robot(cfg.robot)
+        self.robot = robot if robot is not None else load_robot(cfg.robot,
+                                                                overlay=cfg.robot_overlay)
+        # An overlay re-centres the delay range on its fit (and may bring ranges of its own).
+        self.cfg = cfg = dataclasses.replace(cfg, randomization=recentred_randomization(
+            cfg.randomization, self.robot.source.get('overlay', ''), self.robot.sim_dt))
         r = self.robot
         self.num_envs = n = cfg.num_envs
         self.num_actions = j = r.num_joints
@@ -81,7 +85,9 @@ class VecLocomotionEnv:
                                       **solver_options(cfg), terrain=self.terrain,
                                       visuals=visuals, num_models=None if self.variants is None
                                       else self.variants.size,
-                                      max_delay_steps=delay_range(cfg.randomization, r)[1])
+                                      max_delay_steps=max(delay_range(cfg.randomization,
+                                                                      r)[1],
+                                                          r.actuator.nominal_delay_steps))
 
         # What the robot's sensors report (offsets, biases, delays, control jitter), if any.
         dr = cfg.randomization

@@ -188,6 +188,9 @@ class EnvConfig:
     """The batched locomotion environment."""
 
     robot: str = param('claw_quadruped', 'robot name (config/robots/<name>.yaml) or YAML path')
+    robot_overlay: str = param('', 'a robot overlay merged onto the robot (claw-rl sysid --out: '
+                                   'identified gains, joint friction, damping, rotor inertia and '
+                                   'delay; the delay range re-centred on the fit); empty: none')
     num_envs: int = param(256, 'worlds stepped together', ge=1, le=65536)
     episode_length_s: float = param(20.0, 'episode time-out [s]', gt=0)
     seed: int = param(0, 'seed of every random draw in the env', ge=0)

@@ -47,14 +47,16 @@ class BatchedPhysics:
     ``state`` is ``[N, nstate]`` (mjSTATE_FULLPHYSICS: time, qpos, qvel, act, ...);
     ``qpos`` / ``qvel`` are writable views into it. With a ``terrain`` the floor is its
     heightfield (each world's model holds a copy of the height map). ``visuals``: keep the
-    geoms that only show the robot (scene.build_spec), for a renderer.
+    geoms that only show the robot (scene.build_spec), for a renderer. ``stand``: the trunk
+    held on a stand, legs in the air (scene.build_spec).
     """
 
     def __init__(self, robot: RobotSpec, num_envs: int, *, num_threads: int = 0,
                  solver_iterations: int = 4, solver_ls_iterations: int = 6,
                  noslip_iterations: int = 0, terrain: Terrain | None = None,
                  visuals: bool = False, num_models: int | None = None,
-                 max_delay_steps: int = 0, solver: str = 'newton', cone: str = 'pyramidal'):
+                 max_delay_steps: int = 0, solver: str = 'newton', cone: str = 'pyramidal',
+                 stand: bool = False):
         self.robot = robot
         self.num_envs = num_envs
         self.decimation = robot.decimation
@@ -63,7 +65,7 @@ class BatchedPhysics:
         self.model = build_model(robot, terrain=terrain, solver_iterations=solver_iterations,
                                  solver_ls_iterations=solver_ls_iterations,
                                  noslip_iterations=noslip_iterations, visuals=visuals,
-                                 solver=solver, cone=cone)
+                                 solver=solver, cone=cone, stand=stand)
         m = self.model
         # Box ground (terrain collision 'boxes'): each world's model holds the window of boxes
         # around its robot (ground.py), so no two worlds may share a model.

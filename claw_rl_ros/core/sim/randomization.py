@@ -42,14 +42,14 @@ def delay_range(dr: RandomizationConfig, robot: RobotSpec) -> tuple[int, int]:
 
 
 def nominal_params(robot: RobotSpec, k: int) -> dict[str, np.ndarray]:
-    """k worlds' nominal parameters and no delay (randomisation off)."""
+    """k worlds' nominal parameters and the robot's own delay (randomisation off)."""
     j = robot.num_joints
     params = {'friction': np.full(k, robot.foot_friction), 'added_mass': np.zeros(k),
               'mass_scale': np.ones(k), 'com_offset': np.zeros((k, 3)),
               'motor_strength': np.ones(k), 'contact_timeconst': np.zeros(k),
               'torsional_friction': np.zeros(k)}
     params.update({name: np.ones((k, j)) for name in PER_JOINT})
-    params['latency'] = np.zeros(k, dtype=np.int64)
+    params['latency'] = np.full(k, robot.actuator.nominal_delay_steps, dtype=np.int64)
     return params
 
 

@@ -16,6 +16,7 @@ import numpy as np
 from .. import paths
 from ..config import ConfigError, from_dict, load_yaml
 from .observations import ObservationLayout
+from .robot_overlay import load_overlay, merge_overlay
 from .robot_spec import (ACTUATOR_MODELS, ActuatorSpec, REFERENCE_GAIT_PERIOD_S,
                          REFERENCE_STANDING_HEIGHT, RobotConfig, RobotSpec)
 from .scene import build_model, standing_height, standing_qpos
@@ -23,18 +24,22 @@ from .symmetry import derive_mirror
 from .urdf import load_urdf, UrdfError
 
 
-def per_joint(gains: dict[str, float], joints: list[str], what: str, source: str) -> np.ndarray:
+def per_joint(gains: dict[str, float], joints: list[str], what: str, source: str,
+              default: float | None = None) -> np.ndarray:
     """[J] values from {joint name or part of one: value}: a key equal to the joint's name
-    wins, else the one key that is a substring of it. A joint no key matches, or that two
-    substring keys match alike (key "1" and key "10" for joint "10" without a key "10" of its
-    own would be one such), is refused naming the joint and the keys; the YAML's key order
-    never decides."""
+    wins, else the one key that is a substring of it. A joint no key matches (unless there is
+    a ``default``), or that two substring keys match alike (key "1" and key "10" for joint
+    "10" without a key "10" of its own would be one such), is refused naming the joint and the
+    keys; the YAML's key order never decides."""
     out = []
     for joint in joints:
         if joint in gains:
             out.append(gains[joint])
             continue
         keys = [k for k in gains if k in joint]
+        if not keys and default is not None:
+            out.append(default)
+            continue
         if not keys:
             raise ConfigError(source, what, f'no entry matches joint {joint!r}; add a key that '
                               f'is its name or a part of it (have {sorted(gains)})')
@@ -46,11 +51,20 @@ def per_joint(gains: dict[str, float], joints: list[str], what: str, source: str
     return np.asarray(out, dtype=np.float64)
 
 
-def load_robot(name_or_path: str | Path = 'claw_quadruped', sizes: bool = True) -> RobotSpec:
+def _optional_per_joint(values: dict[str, float], joints: list[str], what: str,
+                        source: str) -> np.ndarray | None:
+    """[J] values of a map every joint must match, or None for an empty map."""
+    return per_joint(values, joints, what, source) if values else None
+
+
+def load_robot(name_or_path: str | Path = 'claw_quadruped', sizes: bool = True,
+               overlay: str | Path = '') -> RobotSpec:
     """Load ``config/robots/<name>.yaml`` (or a YAML path) and its URDF into a RobotSpec.
 
     ``sizes`` false leaves the robot-sized constants unresolved (zero): for tools that look
-    for a default pose (``claw-rl stand-pose``), where the YAML's may not stand yet."""
+    for a default pose (``claw-rl stand-pose``), where the YAML's may not stand yet.
+    ``overlay``: a robot overlay (``claw-rl sysid --out``) merged onto the YAML
+    (:mod:`.robot_overlay`); the spec's ``source['overlay']`` names it."""
     path = Path(name_or_path)
     if path.suffix not in ('.yaml', '.yml'):
         path = paths.config_path(f'robots/{name_or_path}.yaml')
@@ -66,7 +80,12 @@ def load_robot(name_or_path: str | Path = 'claw_quadruped', sizes: bool = True) 
     raw = load_yaml(path)
     cfg = from_dict(RobotConfig, raw.get('robot', raw), source=source,
                     prefix='robot' if 'robot' in raw else '')
-    return spec_from_config(cfg, source, sizes)
+    if not overlay:
+        return spec_from_config(cfg, source, sizes)
+    fit = load_overlay(overlay)
+    # Every joint is matched by one group of the overlay (refused naming it otherwise).
+    per_joint({k: 0.0 for k in fit.joint_groups}, cfg.joint_names, 'joint_groups', fit.source)
+    return spec_from_config(merge_overlay(cfg, fit), source, sizes, overlay=fit.source)
 
 
 def resolve_model_file(model_file: str, source: str, field: str = 'model_file') -> Path:
@@ -87,9 +106,9 @@ def resolve_model_file(model_file: str, source: str, field: str = 'model_file') 
 
 
 def spec_from_config(cfg: RobotConfig, source: str = '<robot config>',
-                     sizes: bool = True) -> RobotSpec:
+                     sizes: bool = True, overlay: str = '') -> RobotSpec:
     """Validate a RobotConfig against its URDF and resolve it into a RobotSpec (``sizes``:
-    see :func:`load_robot`)."""
+    see :func:`load_robot`; ``overlay``: the overlay file merged into ``cfg``, if any)."""
     model_path = resolve_model_file(cfg.model_file, source)
     try:
         urdf = load_urdf(model_path)
@@ -156,7 +175,11 @@ def spec_from_config(cfg: RobotConfig, source: str = '<robot config>',
         effort_limit=effort, velocity_limit=velocity,
         kp=per_joint(cfg.stiffness, joints, 'stiffness', source),
         kd=per_joint(cfg.damping, joints, 'damping', source),
-        action_scale=cfg.action_scale, armature=cfg.armature, sim_dt=cfg.sim_dt,
+        action_scale=cfg.action_scale, sim_dt=cfg.sim_dt,
+        armature=per_joint(cfg.joint_armature, joints, 'joint_armature', source, cfg.armature),
+        joint_frictionloss=_optional_per_joint(cfg.joint_frictionloss, joints,
+                                               'joint_frictionloss', source),
+        joint_damping=_optional_per_joint(cfg.joint_damping, joints, 'joint_damping', source),
         decimation=cfg.decimation, init_base_height=cfg.init_base_height or 0.0,
         foot_friction=cfg.foot_friction,
         penalised_contact_bodies=list(cfg.penalised_contact_bodies),
@@ -165,7 +188,7 @@ def spec_from_config(cfg: RobotConfig, source: str = '<robot config>',
         gait_period=gait.period_s or 0.0, gait_duty=gait.duty,
         gait_offsets=np.asarray(gait.offsets, dtype=np.float64),
         actuator=resolve_actuator(cfg, effort, velocity, joints, source),
-        source={'config': source})
+        source={'config': source, **({'overlay': overlay} if overlay else {})})
     return _resolve_sizes(spec, cfg, source) if sizes else spec
 
 
@@ -199,7 +222,8 @@ def resolve_actuator(cfg: RobotConfig, effort: np.ndarray, velocity: np.ndarray,
     elif act.network_file:
         raise ConfigError(source, 'actuator.network_file', f'{act.network_file!r} is given but '
                           f'actuator.model is {act.model!r}; set model: network, or remove it')
-    return ActuatorSpec(act.model, sat, speed, tuple(act.delay_steps), network)
+    return ActuatorSpec(act.model, sat, speed, tuple(act.delay_steps), network,
+                        int(act.nominal_delay_steps))
 
 
 def trot_offsets(spec: RobotSpec, source: str) -> np.ndarray:

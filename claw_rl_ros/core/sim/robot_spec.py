@@ -8,6 +8,7 @@ a robot YAML and its URDF, with the scene's kinematics for the sizes the YAML le
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+import hashlib
 from pathlib import Path
 from typing import Any, Optional
 
@@ -21,9 +22,10 @@ from .observations import ObservationLayout
 SPEC_VERSION = 1
 # Key of the JSON robot spec in an exported ONNX model's metadata_props.
 METADATA_KEY = 'claw_rl_spec'
-# Metadata keys a model's robot need not match: the actuator model it was trained on is a
-# fact about training (shown by claw-rl spec and the policy card), not about the interface.
-INFORMATIONAL_KEYS = ('actuator',)
+# Metadata keys a model's robot need not match: the actuator model and the robot overlay it
+# was trained on are facts about training (shown by claw-rl spec and the policy card), not
+# about the interface (an overlay's gains are compared as kp / kd).
+INFORMATIONAL_KEYS = ('actuator', 'robot_overlay')
 
 
 @dataclass
@@ -84,6 +86,9 @@ class ActuatorConfig:
                                          'drawn per world at each reset (env.randomization.'
                                          'action_latency_substeps overrides it)', ge=0,
                                          le=MAX_DELAY_STEPS, ordered=True)
+    nominal_delay_steps: int = param(0, 'the delay the robot runs with when nothing is '
+                                        'randomised [physics steps] (a robot overlay sets the '
+                                        'fitted one)', ge=0, le=MAX_DELAY_STEPS)
     network_file: str = param('', 'network: the learned actuator (ONNX, the contract of '
                                   'core/sim/actuator.py), relative to this YAML or absolute')
 
@@ -97,18 +102,33 @@ class ActuatorSpec:
     no_load_speed: np.ndarray
     delay_steps: tuple[int, int]
     network_path: Optional[Path] = None
+    nominal_delay_steps: int = 0  # the delay without randomisation [physics steps]
 
-    def to_metadata(self, armature: float) -> dict[str, Any]:
+    def to_metadata(self, armature: np.ndarray) -> dict[str, Any]:
         """What an exported model records of the actuator it was trained on (shown, not
         compared on load: a student may be verified on another actuator model)."""
-        meta = {'model': self.model, 'armature': armature,
+        meta = {'model': self.model, 'armature': armature_metadata(armature),
                 'delay_steps': [int(x) for x in self.delay_steps]}
         if self.model == 'dc_motor':
             meta.update(saturation_torque=self.saturation_torque.tolist(),
                         no_load_speed=self.no_load_speed.tolist())
         if self.network_path is not None:
             meta['network_file'] = self.network_path.name
+        if self.nominal_delay_steps:
+            meta['nominal_delay_steps'] = int(self.nominal_delay_steps)
         return meta
+
+
+def _listed(values: Optional[np.ndarray]) -> Optional[list[float]]:
+    return None if values is None else np.asarray(values, dtype=np.float64).tolist()
+
+
+def armature_metadata(armature: np.ndarray) -> float | list[float]:
+    """[J] rotor inertias as metadata: one number when every joint has the same."""
+    values = np.atleast_1d(np.asarray(armature, dtype=np.float64))
+    if values.size and np.all(values == values[0]):
+        return float(values[0])
+    return values.tolist()
 
 
 @dataclass
@@ -137,6 +157,15 @@ class RobotConfig:
     action_scale: float = param(0.25, 'target = q0 + action_scale * action [rad]', gt=0)
     armature: float = param(0.01, 'reflected rotor inertia per joint [kg m^2] (the URDF '
                                   'cannot carry it; every engine adds it)', ge=0, le=10)
+    joint_armature: dict[str, float] = param({}, 'rotor inertia [kg m^2] by joint name or a '
+                                             'part of it, over armature (a robot overlay '
+                                             'sets it)', ge=0, le=10)
+    joint_frictionloss: dict[str, float] = param({}, 'Coulomb joint friction [N m] by joint '
+                                                 "name or a part of it (empty: the URDF's)",
+                                                 ge=0, le=1e3)
+    joint_damping: dict[str, float] = param({}, 'viscous joint damping [N m s/rad] by joint '
+                                            "name or a part of it (empty: the URDF's)", ge=0,
+                                            le=1e3)
     actuator: ActuatorConfig = param(ActuatorConfig(), 'actuator model and its delay')
     sim_dt: float = param(0.005, 'physics step [s]', gt=0, le=0.02)
     decimation: int = param(4, 'physics steps per control step', ge=1, le=50)
@@ -181,7 +210,7 @@ class RobotSpec:
     kp: np.ndarray
     kd: np.ndarray
     action_scale: float
-    armature: float
+    armature: np.ndarray  # [J] reflected rotor inertia [kg m^2]
     sim_dt: float
     decimation: int
     init_base_height: float
@@ -203,6 +232,10 @@ class RobotSpec:
     mirror: Optional[RobotMirror] = None
     actuator: ActuatorSpec = field(default_factory=lambda: ActuatorSpec(
         'ideal_pd', np.zeros(0), np.zeros(0), (0, 0)))
+    # [J] joint friction [N m] and damping [N m s/rad]; None: the URDF's (a robot overlay or
+    # the YAML's joint_frictionloss / joint_damping set them).
+    joint_frictionloss: Optional[np.ndarray] = None
+    joint_damping: Optional[np.ndarray] = None
     source: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -238,7 +271,17 @@ class RobotSpec:
             'gait': {'period_s': self.gait_period, 'duty': self.gait_duty,
                      'offsets': self.gait_offsets.tolist()},
             'actuator': self.actuator.to_metadata(self.armature),
+            **({'robot_overlay': self.overlay_metadata()} if self.source.get('overlay') else {}),
         }
+
+    def overlay_metadata(self) -> dict[str, Any]:
+        """The robot overlay merged onto this robot, as an exported model records it: the
+        file's sha256 (None if it is gone) and the [J] joint friction and damping it set (its
+        gains are ``kp`` / ``kd``, its rotor inertia and delay the ``actuator``'s)."""
+        path = Path(self.source['overlay'])
+        sha = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
+        return {'sha256': sha, 'joint_frictionloss': _listed(self.joint_frictionloss),
+                'joint_damping': _listed(self.joint_damping)}
 
     def training_sizes(self) -> dict[str, Any]:
         """What training sizes to this robot and a model's metadata leaves out (``claw-rl

@@ -34,6 +34,11 @@ FLOOR = 'floor'
 BACK_EMF = '_back_emf'
 TERRAIN_HFIELD = 'terrain'
 ROOT_JOINT = 'floating_base'
+# The weld equality of a robot on a stand, and how many reset heights up the stand holds it.
+STAND = 'stand'
+STAND_LIFT = 3.0
+# Inertia added to the trunk's free joint on a stand [kg, kg m^2].
+STAND_ARMATURE = 1e4
 IMU_SITE = 'imu'
 CONTACT_DATA = (1 << int(mujoco.mjtConDataField.mjCONDATA_FOUND)) | \
     (1 << int(mujoco.mjtConDataField.mjCONDATA_FORCE))
@@ -201,12 +206,15 @@ def _add_heightfield(spec: mujoco.MjSpec, terrain: Terrain, heights: np.ndarray,
 def build_spec(robot: RobotSpec, *, terrain: Terrain | None = None, solver_iterations: int = 4,
                solver_ls_iterations: int = 6, noslip_iterations: int = 0,
                visuals: bool = True, solver: str = 'newton',
-               cone: str = 'pyramidal') -> mujoco.MjSpec:
+               cone: str = 'pyramidal', stand: bool = False) -> mujoco.MjSpec:
     """The robot on a flat floor (or on ``terrain``'s heightfield), ready to compile.
 
     ``visuals=False`` leaves out the geoms that only show the robot (no contact) on links whose
     mass and inertia the URDF gives: the same dynamics bit for bit with half the geoms to pose
     every physics step (what a batch of worlds wants; a renderer wants them).
+    ``stand``: the trunk held on a stand, upright, ``STAND_LIFT`` reset heights above the floor
+    with the legs hanging free (system identification's excitation): a weld equality named
+    ``STAND`` of the trunk to the world; the free joint (and the qpos layout) stays.
     """
     spec = mujoco.MjSpec.from_string(scene_urdf(Path(robot.model_path)))
     spec.option.timestep = robot.sim_dt
@@ -222,8 +230,19 @@ def build_spec(robot: RobotSpec, *, terrain: Terrain | None = None, solver_itera
                           'cg': mujoco.mjtSolver.mjSOL_CG}[solver]
 
     base = spec.body(robot.base_body)
-    base.pos = [0.0, 0.0, robot.init_base_height]  # 0 while the standing height is computed
-    base.add_freejoint(name=ROOT_JOINT)
+    # (init_base_height is 0 while the standing height is computed.)
+    base.pos = [0.0, 0.0, robot.init_base_height * (STAND_LIFT if stand else 1.0)]
+    root = base.add_freejoint(name=ROOT_JOINT)
+    if stand:
+        if terrain is not None:
+            raise ValueError('a robot on a stand has no terrain under it; give one or the other')
+        # The trunk welded where qpos0 puts it (stiff: a time constant of two physics steps),
+        # and too heavy for the legs to rock it: a real stand is rigid.
+        weld = spec.add_equality(name=STAND, type=mujoco.mjtEq.mjEQ_WELD,
+                                 objtype=mujoco.mjtObj.mjOBJ_BODY, name1=robot.base_body)
+        weld.solref = [2 * robot.sim_dt, 1.0]
+        weld.solimp = [0.99, 0.999, 0.001, 0.5, 2.0]
+        root.armature = STAND_ARMATURE
 
     _add_floor(spec, robot, terrain, textured=visuals)
     spec.worldbody.add_light(pos=[0, 0, 3], dir=[0, 0, -1], castshadow=False)
@@ -236,11 +255,18 @@ def build_spec(robot: RobotSpec, *, terrain: Terrain | None = None, solver_itera
 
     model = robot.actuator.model
     back_emf = back_emf_damping(robot)
-    for name, kp, kd, effort, lo, hi, c in zip(robot.joint_names, robot.kp, robot.kd,
-                                               robot.effort_limit, robot.joint_lower,
-                                               robot.joint_upper, back_emf):
+    armature = np.broadcast_to(robot.armature, (robot.num_joints,))
+    for i, (name, kp, kd, effort, lo, hi, c) in enumerate(zip(
+            robot.joint_names, robot.kp, robot.kd, robot.effort_limit, robot.joint_lower,
+            robot.joint_upper, back_emf)):
         joint = spec.joint(name)
-        joint.armature = robot.armature
+        joint.armature = float(armature[i])
+        # The URDF's joint friction and damping, unless the robot (an overlay) gives its own.
+        if robot.joint_frictionloss is not None:
+            joint.frictionloss = float(robot.joint_frictionloss[i])
+        if robot.joint_damping is not None:
+            # (MuJoCo 4's joint damping is a polynomial in speed: the linear term only.)
+            joint.damping = [float(robot.joint_damping[i]), 0.0, 0.0]
         act = spec.add_actuator(name=name, target=name, trntype=mujoco.mjtTrn.mjTRN_JOINT,
                                 gaintype=mujoco.mjtGain.mjGAIN_FIXED,
                                 biastype=mujoco.mjtBias.mjBIAS_AFFINE)
@@ -319,7 +345,13 @@ def drop_visual_geoms(spec: mujoco.MjSpec) -> None:
 
 def build_model(robot: RobotSpec, **options) -> mujoco.MjModel:
     """Compile the scene; see :func:`build_spec` (``terrain``, solver options, ``visuals``)."""
-    return build_spec(robot, **options).compile()
+    model = build_spec(robot, **options).compile()
+    if robot.actuator.model != 'network':
+        # The PD damping term as given: MuJoCo's compiler reads a positive biasprm[2] (a
+        # dc_motor whose back-EMF c exceeds Kd) as a damping ratio and would replace it.
+        j = robot.num_joints
+        model.actuator_biasprm[:j, 2] = -(robot.kd - back_emf_damping(robot))
+    return model
 
 
 def lowest_foot_points(model: mujoco.MjModel, data: mujoco.MjData,
@@ -367,10 +399,16 @@ def joint_addresses(model: mujoco.MjModel, robot: RobotSpec) -> tuple[np.ndarray
     return model.jnt_qposadr[ids].copy(), model.jnt_dofadr[ids].copy()
 
 
+def on_stand(model: mujoco.MjModel) -> bool:
+    """Whether the model holds its trunk on a stand (:func:`build_spec`'s ``stand``)."""
+    return mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_EQUALITY, STAND) >= 0
+
+
 def standing_qpos(model: mujoco.MjModel, robot: RobotSpec) -> np.ndarray:
-    """qpos with the base at its reset height, upright, joints at the default pose."""
+    """qpos with the base at its reset height (on a stand: where the stand holds it), upright,
+    joints at the default pose."""
     qpos = model.qpos0.copy()
-    qpos[0:3] = [0.0, 0.0, robot.init_base_height]
+    qpos[0:3] = [0.0, 0.0, robot.init_base_height * (STAND_LIFT if on_stand(model) else 1.0)]
     qpos[3:7] = [1.0, 0.0, 0.0, 0.0]
     qadr, _ = joint_addresses(model, robot)
     qpos[qadr] = robot.default_joint_pos

@@ -34,6 +34,7 @@ from ..config import ConfigError, from_dict, load_yaml, merge
 from .env_config import EnvConfig, robot_sized, solver_options
 from .physics import BatchedPhysics, STATE_SPEC
 from .randomization import delay_range, draw_params, nominal_params, PHYSICAL
+from .robot_overlay import recentred_randomization
 from .robot_spec import RobotSpec
 from .sensor_model import SensorModel, sensor_model_wanted
 from .terrain import difficulty, generate_terrain, Terrain, TERRAIN_TYPES, TerrainConfig
@@ -165,14 +166,19 @@ class SimReadings:
 
 
 class SimSession:
-    """A single world stepped one control period at a time by joint position targets."""
+    """A single world stepped one control period at a time by joint position targets
+    (``stand``: the trunk held on a stand, legs free, for system identification's excitation;
+    it never falls)."""
 
     def __init__(self, robot: RobotSpec, cfg: EnvConfig, *, randomization: bool = False,
                  pushes: bool = False, noise: bool = False, seed: int = 0,
                  command_timeout_s: float = 0.5, physics: BatchedPhysics | None = None,
-                 terrain: TerrainTile | None = None):
+                 terrain: TerrainTile | None = None, stand: bool = False):
         self.robot = robot
-        self.cfg = cfg
+        self.stand = stand  # the trunk held on a stand (legs in the air): it never falls
+        # An overlaid robot re-centres the env's delay range on its fit, as the env does.
+        self.cfg = cfg = replace(cfg, randomization=recentred_randomization(
+            cfg.randomization, robot.source.get('overlay', ''), robot.sim_dt))
         self.randomization = randomization and cfg.randomization.enabled
         self.pushes = pushes and cfg.randomization.push_interval_s > 0
         self.noise = noise
@@ -184,9 +190,9 @@ class SimSession:
             if self.tile else None
         # One world; a subclass may bring its own (e.g. an env's, see training_session.py).
         self.physics = physics if physics is not None else BatchedPhysics(
-            robot, 1, **solver_options(cfg), terrain=self.terrain,
+            robot, 1, **solver_options(cfg), terrain=self.terrain, stand=stand,
             max_delay_steps=delay_range(cfg.randomization, robot)[1] if self.randomization
-            else 0)
+            else robot.actuator.nominal_delay_steps)
         self._data = mujoco.MjData(self.physics.models[0])
         # What the robot's sensors report (offsets, biases, delays, control jitter), if any.
         dr = cfg.randomization
@@ -247,7 +253,10 @@ class SimSession:
         return fell
 
     def fallen(self) -> bool:
-        """The env's failure conditions: tilt, trunk height, or a termination-body contact."""
+        """The env's failure conditions: tilt, trunk height, or a termination-body contact
+        (never on a stand)."""
+        if self.stand:
+            return False
         term = self.cfg.termination
         w, x, y, z = self.physics.qpos[0, 3:7].tolist()
         # cos(tilt) = -(gravity in the body frame)_z = 1 - 2 (x^2 + y^2) for a unit quaternion.

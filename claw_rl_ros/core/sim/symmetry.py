@@ -86,7 +86,10 @@ def _check_swap(swap: dict[str, str], source: str) -> None:
 
 
 def derive_mirror(robot: RobotSpec, swap: dict[str, str], source: str) -> RobotMirror:
-    """The mirror named by ``swap``, derived from and checked against the robot's model."""
+    """The mirror named by ``swap``, derived from and checked against the robot's model.
+
+    A robot with an overlay (identified drives, ``robot.source['overlay']``) is mirrored by its
+    geometry, limits and pose alone: a real robot's drives may differ left and right."""
     _check_swap(swap, source)
     model = build_model(robot)
     data = mujoco.MjData(model)
@@ -137,7 +140,8 @@ def derive_mirror(robot: RobotSpec, swap: dict[str, str], source: str) -> RobotM
     dofs = model.jnt_dofadr[ids]
     _check_joint_values(robot, joint_index, sign, source,
                         {'joint damping (URDF)': model.dof_damping[dofs],
-                         'joint friction (URDF)': model.dof_frictionloss[dofs]})
+                         'joint friction (URDF)': model.dof_frictionloss[dofs]},
+                        drives='overlay' not in robot.source)
     foot_index = _mirror_bodies(robot, model, data, swap, source)
     qadr, _ = joint_addresses(model, robot)
     data.qpos[qadr] = robot.default_joint_pos
@@ -152,8 +156,9 @@ def derive_mirror(robot: RobotSpec, swap: dict[str, str], source: str) -> RobotM
 
 
 def _check_joint_values(robot: RobotSpec, index: np.ndarray, sign: np.ndarray, source: str,
-                        dynamics: dict[str, np.ndarray]) -> None:
-    """Limits, default pose, gains and joint dynamics [J] of mirrored joints must agree."""
+                        dynamics: dict[str, np.ndarray], drives: bool = True) -> None:
+    """Limits, default pose, gains and joint dynamics [J] of mirrored joints must agree
+    (gains and dynamics only when ``drives``)."""
     lower, upper = robot.joint_lower, robot.joint_upper
     # Sign -1 mirrors [lo, hi] onto [-hi, -lo].
     mirrored_lower = np.where(sign > 0, lower[index], -upper[index])
@@ -162,10 +167,12 @@ def _check_joint_values(robot: RobotSpec, index: np.ndarray, sign: np.ndarray, s
               ('joint limits (URDF upper)', upper, mirrored_upper),
               ('default_joint_pos', robot.default_joint_pos,
                sign * robot.default_joint_pos[index]),
-              ('stiffness', robot.kp, robot.kp[index]), ('damping', robot.kd, robot.kd[index]),
               ('effort limit (URDF)', robot.effort_limit, robot.effort_limit[index]),
               ('velocity limit (URDF)', robot.velocity_limit, robot.velocity_limit[index])]
-    checks += [(what, values, values[index]) for what, values in dynamics.items()]
+    if drives:
+        checks += [('stiffness', robot.kp, robot.kp[index]),
+                   ('damping', robot.kd, robot.kd[index])]
+        checks += [(what, values, values[index]) for what, values in dynamics.items()]
     for what, values, mirrored in checks:
         bad = np.flatnonzero(~np.isclose(values, mirrored, rtol=VALUE_TOL, atol=VALUE_TOL,
                                          equal_nan=True))

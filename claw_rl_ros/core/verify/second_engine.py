@@ -172,8 +172,9 @@ def rotor_urdf(robot: RobotSpec, gear_ratio: float) -> str:
     root = ET.fromstring(scene_urdf(Path(robot.model_path)))
     joints = {j.get('name'): j for j in root.findall('joint')}
     taken = {e.get('name') for e in root if e.tag in ('link', 'joint')}
-    inertia = repr(float(robot.armature / gear_ratio ** 2))
-    for name in robot.joint_names:
+    for name, armature in zip(robot.joint_names, np.broadcast_to(robot.armature,
+                                                                 (robot.num_joints,))):
+        inertia = repr(float(armature / gear_ratio ** 2))
         rotor = f'{name}{ROTOR_SUFFIX}'
         if rotor in taken:
             raise ValueError(f'{robot.model_path.name}: has a link or joint {rotor!r} already; '
@@ -245,7 +246,8 @@ class BulletWorld:
         self.physics_dt = self.drive_dt / physics_steps_per_drive
         self.ground_friction = float(ground_friction)
         self.fixed_base = fixed_base
-        self.gear_ratio = float(rotor_gear_ratio) if armature and robot.armature > 0 else 0.0
+        self.gear_ratio = float(rotor_gear_ratio) if armature and np.any(robot.armature > 0) \
+            else 0.0
         self.termination = termination if termination is not None else TerminationConfig()
         self.min_base_height = robot_sized(self.termination.min_base_height,
                                            robot.min_base_height)
@@ -316,12 +318,20 @@ class BulletWorld:
                  maxJointVelocity=MAX_JOINT_SPEED)
         # Default motors off: a velocity motor at 0 with the URDF joint friction as its force
         # limit is dry friction (none on rotors); the PD torque is added every drive step.
+        # The robot's own joint friction and damping (a robot overlay) replace the URDF's.
+        friction = {i: float(infos[i][7]) for i in range(num_joints)}
+        damping = {self.joint_index[n]: float(by_name[n][6]) for n in r.joint_names}
+        if r.joint_frictionloss is not None:
+            friction.update(zip(self.joints, map(float, r.joint_frictionloss)))
+        if r.joint_damping is not None:
+            damping.update(zip(self.joints, map(float, r.joint_damping)))
+            for joint, value in damping.items():
+                call(pybullet.changeDynamics, self.body, joint, jointDamping=value)
         movable = [i for i, info in enumerate(infos) if info[2] != pybullet.JOINT_FIXED]
         call(pybullet.setJointMotorControlArray, self.body, movable, pybullet.VELOCITY_CONTROL,
-             targetVelocities=[0.0] * len(movable),
-             forces=[float(infos[i][7]) for i in movable])
-        self.joint_damping = np.array([by_name[n][6] for n in r.joint_names])
-        self.joint_friction = np.array([by_name[n][7] for n in r.joint_names])
+             targetVelocities=[0.0] * len(movable), forces=[friction[i] for i in movable])
+        self.joint_damping = np.array([damping[j] for j in self.joints])
+        self.joint_friction = np.array([friction[j] for j in self.joints])
         if self.gear_ratio:
             self.rotors = [int(by_name[f'{n}{ROTOR_SUFFIX}'][0]) for n in r.joint_names]
             for joint, rotor in zip(self.joints, self.rotors):

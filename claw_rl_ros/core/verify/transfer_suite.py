@@ -19,6 +19,11 @@ limits; the policy latency rows are the ROS gate's and left out (the controller'
 deadline is lifted so machine load cannot change an episode). A cell passes when every other
 row does; a cell that cannot be built (a config key this version lacks) fails, with its error.
 
+A robot with a robot overlay merged (``claw-rl verify --suite transfer --robot-overlay``,
+:mod:`..sim.robot_overlay`) is what every cell perturbs, in MuJoCo and in the second engine:
+its gains, joint friction, damping and rotor inertia, and its nominal command delay the
+overlay's fitted one (the delay cells stay absolute).
+
 Engines other than MuJoCo add cells through :data:`EXTRA_CELLS` (:class:`ExtraCell`: a function
 giving the cell's episodes, scored the same way): PyBullet (:mod:`.second_engine`) with explicit
 PD at a 1 kHz drive and at the MuJoCo physics rate.
@@ -42,6 +47,7 @@ from ..control.safety import SafetyConfig
 from ..export.policy_card import transfer_path
 from ..io import atomic_write_bytes
 from ..sim.env_config import EnvConfig
+from ..sim.robot_overlay import load_overlay
 from ..sim.robot_spec import ActuatorSpec, RobotSpec
 from ..sim.sim_session import SimSession
 from .episode_record import episode_steps, EpisodeRecorder, read_episode, ROW_DIM
@@ -139,6 +145,13 @@ NOT_MEASURED = ('latency', 'round trip')
 NO_DEADLINE_S = 3600.0
 
 
+def nominal_delay_steps(robot: RobotSpec) -> int:
+    """The robot's nominal command -> motor delay [physics steps]: its robot overlay's fitted
+    delay, 0 without one."""
+    path = robot.source.get('overlay')
+    return round(load_overlay(path).action_delay_s / robot.sim_dt) if path else 0
+
+
 def nominal_randomization(robot: RobotSpec) -> dict[str, Any]:
     """env.randomization with every range at its nominal point and no pushes (randomisation on,
     so a cell's pinned range is applied as drawn)."""
@@ -147,7 +160,7 @@ def nominal_randomization(robot: RobotSpec) -> dict[str, Any]:
             'link_mass_scale': one, 'com_offset': [0.0, 0.0], 'motor_strength': one,
             'kp_scale': one, 'kd_scale': one, 'joint_friction_scale': one,
             'joint_damping_scale': one, 'armature_scale': one,
-            'action_latency_substeps': [0, 0], 'push_interval_s': 0.0}
+            'action_latency_substeps': [nominal_delay_steps(robot)] * 2, 'push_interval_s': 0.0}
 
 
 def _resolve(values: Mapping[str, Value], robot: RobotSpec) -> dict[str, Any]:
@@ -159,7 +172,8 @@ def cell_env(cell: Cell, robot: RobotSpec, env_section: Mapping[str, Any]) -> En
     randomisation replaced by the nominal one, its reset-pose noise kept, and the cell's
     overrides; ConfigError for a key this version lacks."""
     base = dict(env_section.get('randomization') or {})
-    randomization = {**nominal_randomization(robot),
+    # (the nominal delay in the physics steps of the cell's robot)
+    randomization = {**nominal_randomization(cell_robot(cell, robot)),
                      **{k: base[k] for k in ('init_joint_pos_noise',) if k in base},
                      **_resolve(cell.randomization, robot)}
     section = {**env_section, 'num_envs': 1, **_resolve(cell.env, robot),
@@ -264,8 +278,11 @@ def score_cell(family: str, level: str, cfg: VerifyConfig, robot: RobotSpec,
 
 
 def perturbation_of(cell: Cell, robot: RobotSpec) -> dict[str, Any]:
-    """The cell's overrides as dotted keys (``randomization.kp_scale``: [0.7, 0.7])."""
-    return {f'{part}.{k}': v for part in ('randomization', 'env', 'robot')
+    """The cell's overrides as dotted keys (``randomization.kp_scale``: [0.7, 0.7]), JSON-able
+    (an actuator as a model's metadata records it)."""
+    def plain(v: Any) -> Any:
+        return v.to_metadata(robot.armature) if isinstance(v, ActuatorSpec) else v
+    return {f'{part}.{k}': plain(v) for part in ('randomization', 'env', 'robot')
             for k, v in _resolve(getattr(cell, part), robot).items()}
 
 
@@ -352,13 +369,13 @@ def write_json(path: str | Path, results: Sequence[CellResult]) -> Path:
 
 
 def write_record(model: str | Path, cfg: VerifyConfig, seed: int,
-                 results: Sequence[CellResult]) -> Path:
+                 results: Sequence[CellResult], overlay: str = '') -> Path:
     """``<model stem>.transfer.json`` beside the model (the policy card's summary):
-    ``{"model_sha256", "passed", "episodes", "episode_s", "command_vx", "seed", "cells",
-    "created"}``."""
+    ``{"model_sha256", "passed", "episodes", "episode_s", "command_vx", "seed",
+    "robot_overlay" (the overlay's path, '' none), "cells", "created"}``."""
     data = {'model_sha256': hashlib.sha256(Path(model).read_bytes()).hexdigest(),
             'passed': passed(results), 'episodes': cfg.episodes, 'episode_s': cfg.episode_s,
-            'command_vx': cfg.command_vx, 'seed': seed,
+            'command_vx': cfg.command_vx, 'seed': seed, 'robot_overlay': str(overlay),
             'cells': [{k: v for k, v in r.to_dict().items() if k != 'table'} for r in results],
             'created': datetime.now(timezone.utc).isoformat(timespec='seconds')}
     path = transfer_path(model)

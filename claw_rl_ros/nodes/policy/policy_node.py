@@ -17,7 +17,8 @@ limits and a maximum change per tick. ``autostart`` (default true: simulation an
 enters RL at the first complete fresh state and re-arms after a fault; the deploy graph sets it
 false: the operator drives ``~/operator`` or the ``~/stand_up`` ... Trigger services, and
 ``rl`` needs a passing self-check and (``require_verification``) a passing
-``<model stem>.verify.json``.
+``<model stem>.verify.json``. ``excite`` runs system identification's excitation from a
+finished STAND_UP (state EXCITE, no model needed; :mod:`.excitation_io`).
 
 Robustness (core/control/policy_controller.py): no message, stamp or call crashes the node or
 yields a command from bad input; an exception in a tick (publishing included) is a named
@@ -48,6 +49,7 @@ from ...core.wire_format import Float64ArrayWriter
 from ...core.sim.robot import load_robot
 from ..training_record_io import record_msg, RECORD_TOPIC
 from ...core.params.node_config import PolicyParams
+from .excitation_io import excitation_config, ExcitationIO
 from .model_swap_io import ModelSwapIO
 from ..node_params import declare
 from ..ros_io import (COMMAND_QOS, diagnostics, exit_without_teardown, now_sec, publisher,
@@ -64,14 +66,15 @@ class PolicyNode(Node):
         super().__init__('policy_node', **node_options)
         self.marker = None
         p = declare(self, PolicyParams)
-        robot, training = load_robot(p.robot), p.training
+        robot, training = load_robot(p.robot, overlay=p.robot_overlay), p.training
         qos = QOS[p.state_qos]
         sim_time = self.get_parameter('use_sim_time').value
         self.ctrl = PolicyController(robot, stale_after_periods=p.stale_after_periods,
                                      output_joints=p.joints, max_model_bytes=p.max_model_bytes,
                                      training=training, seed=p.seed,
                                      clock='sim' if sim_time else 'wall',
-                                     monotonic=time.monotonic, **safety_kwargs(p))
+                                     monotonic=time.monotonic,
+                                     excitation=excitation_config(p, robot), **safety_kwargs(p))
         if p.model_path:
             self.ctrl.load_path(p.model_path)  # refuses to start with the exact reason
         self.marker = RunMarker(self.get_fully_qualified_name())
@@ -98,6 +101,7 @@ class PolicyNode(Node):
         self.sub_imu = self.create_subscription(Imu, 'imu', self.on_imu, qos, raw=True)
         self.swap = ModelSwapIO(self, self.ctrl)
         self.safety = SafetyIO(self, self.ctrl)
+        self.excitation = ExcitationIO(self, self.ctrl, p)
         # Watchdog on the steady clock (compares stamps with the node's, maybe simulated, time).
         steady_timer(self, robot.control_dt / WATCHDOG_POLLS, self.on_watchdog)
         steady_timer(self, p.diagnostics_period_s, self.publish_diagnostics)
@@ -163,6 +167,7 @@ class PolicyNode(Node):
             self.tick_cpu.add(self.tick_work)  # the controller's CPU since the last command
             self.tick_work = 0.0
         self.safety.after_tick()
+        self.excitation.after_tick()
 
     def publish_diagnostics(self) -> None:
         now = time.perf_counter()

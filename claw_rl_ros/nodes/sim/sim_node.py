@@ -12,7 +12,8 @@ the control loop as an actor (:mod:`.loop_actor_io`; ``env_config`` is then the 
 ``state_qos`` is the QoS of joint_states, imu, odom and /clock (reliable by default: a
 subscriber written the usual way, reliable and depth 10, reads only a reliable publisher).
 ``terrain`` (``TYPE[:LEVEL]``, with ``terrain_seed``) stands the world on one tile of the terrain
-generator (:func:`~claw_rl_ros.core.sim.sim_session.terrain_tile`).
+generator (:func:`~claw_rl_ros.core.sim.sim_session.terrain_tile`); ``on_stand`` holds the trunk
+on a stand in the air (system identification's excitation; never a fall).
 With ``pause_after_s`` the sim pauses by itself that long after each ``~/reset`` and sends the
 episode's states as one record on ``~/episode`` (:mod:`.sim_episode_io`, with ``~/reset`` and
 ``episode_seed``): the sim2sim gate's episodes, read without listening to every state.
@@ -52,7 +53,7 @@ class SimNode(Node):
     def __init__(self, **node_options):  # (rclpy Node options: node_container)
         super().__init__('sim_node', **node_options)
         p = declare(self, SimParams)  # checked there
-        robot = load_robot(p.robot)
+        robot = load_robot(p.robot, overlay=p.robot_overlay)
         self.params, self.robot = p, robot
         self.order = JointOrder(robot, p.joints)
         self.loop = LoopActorIO(self, robot, p) if p.training else None
@@ -62,7 +63,7 @@ class SimNode(Node):
             robot, cfg, randomization=p.randomization, pushes=p.pushes, noise=p.noise,
             seed=p.seed, command_timeout_s=p.command_timeout_s,
             terrain=terrain_tile(p.terrain, cfg.terrain, p.terrain_seed, 'parameter terrain',
-                                 'parameter terrain_seed'))
+                                 'parameter terrain_seed'), stand=p.on_stand)
         self.lockstep = p.mode == 'lockstep'
         self.paused = p.start_paused
         self.awaiting: float | None = None  # perf_counter of the unanswered state publish
