@@ -41,8 +41,11 @@ over flat's median; with the env's defaults, then with the terrain job's noslip 
 and today's randomisation, then with the transfer randomisation (Kp and Kd apart, joint
 friction, damping and armature per joint, delays up to 40 ms, contact softness, encoder
 offsets, IMU bias and tilt, sensor delay, control jitter), and the same two with the
-``dc_motor`` actuator (inside MuJoCo's step: a second actuator per joint), alternating rounds,
-each median over the ideal PD's.
+``dc_motor`` actuator (inside MuJoCo's step: a second actuator per joint), and the same two with
+the learned ``network`` actuator (core/sim/actuator.py: the ONNX MLP between physics steps, one
+rollout call per physics step; the bench trains a Hwangbo-sized network, history 8, 2 x 32
+softsign, to the robot's PD law clipped at the effort limit, so the robot moves as under
+ideal_pd), alternating rounds, each median over the ideal PD's.
 
 ``--chunks``: env steps/s at 256 worlds with the rollout's thread-pool task size (worlds per
 task) at 2, 4, 8 (the default on 2 threads) and 32 (the earlier default), alternating rounds,
@@ -56,14 +59,17 @@ each over 32's median.
 import argparse
 import dataclasses
 import os
+from pathlib import Path
 import resource
 import subprocess
 import sys
+import tempfile
 import time
 from typing import Any
 
 import mujoco
 import numpy as np
+import torch
 
 from claw_rl_ros.core.config import from_dict
 from claw_rl_ros.core.learning.train_config import load_train_config
@@ -71,6 +77,9 @@ from claw_rl_ros.core.sim.env import VecLocomotionEnv
 from claw_rl_ros.core.sim.env_config import EnvConfig
 from claw_rl_ros.core.sim.physics import STATE_SPEC
 from claw_rl_ros.core.sim.robot import load_robot
+from claw_rl_ros.core.sim.robot_spec import RobotSpec
+from claw_rl_ros.core.sysid.actuator_net import (ActuatorNetConfig, HistoryWindows,
+                                                 onnx_model, train_net)
 
 
 # The terrain settings of the side-by-side rows (train_rough.yaml's types and levels); the
@@ -200,20 +209,58 @@ TRANSFER_RANDOMIZATION = {'kp_scale': [0.7, 1.3], 'kd_scale': [0.7, 1.5],
                           'joint_state_delay_substeps': [0, 1], 'control_jitter_substeps': 1}
 
 
+def pd_like_network(robot: RobotSpec, path: str, history: int = 8) -> str:
+    """Train a learned actuator (the default network size) on random histories labelled with
+    the robot's PD law clipped at the effort limit, write it as ONNX to ``path``; returns it."""
+    torch.manual_seed(0)
+    rng = np.random.default_rng(0)
+    n, j = 4096, robot.num_joints
+    target = rng.normal(0, 0.2, (n, j, history))
+    q = rng.normal(0, 0.2, (n, j, history))
+    qd = rng.normal(0, 3.0, (n, j, history))
+    # tau = clip(Kp (target - q) - Kd qd) at the newest sample.
+    tau = np.clip(robot.kp * (target[..., 0] - q[..., 0]) - robot.kd * qd[..., 0],
+                  -robot.effort_limit, robot.effort_limit)
+    windows = HistoryWindows(np.arange(n) * robot.sim_dt, target, q, qd, tau)
+    cfg = ActuatorNetConfig(history=history, epochs=20, batch_size=1024)
+    net, _, _ = train_net(windows, windows.part(slice(0, 512)), cfg)
+    with open(path, 'wb') as f:
+        f.write(onnx_model(net, history, robot.sim_dt).SerializeToString())
+    return path
+
+
 def actuators_ab(seconds: float, rounds: int) -> None:
-    """``--actuators``: env steps/s at 256 worlds with ideal_pd and dc_motor, each with and
-    without the transfer randomisation, alternating rounds in one process; each median over
-    ideal_pd's."""
+    """``--actuators``: env steps/s at 256 worlds with ideal_pd, dc_motor and the learned
+    network, each with and without the transfer randomisation, alternating rounds in one
+    process; each median over ideal_pd's."""
     robot = load_robot('claw_quadruped')
     dc = dataclasses.replace(robot, actuator=dataclasses.replace(robot.actuator,
                                                                  model='dc_motor'))
+    net_file = pd_like_network(robot, os.path.join(tempfile.mkdtemp(), 'actuator_net.onnx'))
+    net = dataclasses.replace(robot, actuator=dataclasses.replace(
+        robot.actuator, model='network', network_path=Path(net_file)))
     base = {'num_envs': 256, 'seed': 0, 'randomization': {'worlds_per_model': MAIN_JOB_SHARE}}
     wide = {**base, 'randomization': {**base['randomization'], **TRANSFER_RANDOMIZATION}}
     envs = {'ideal_pd': VecLocomotionEnv(from_dict(EnvConfig, base), robot),
             'ideal_pd + transfer randomisation': VecLocomotionEnv(from_dict(EnvConfig, wide),
                                                                   robot),
             'dc_motor': VecLocomotionEnv(from_dict(EnvConfig, base), dc),
-            'dc_motor + transfer randomisation': VecLocomotionEnv(from_dict(EnvConfig, wide), dc)}
+            'dc_motor + transfer randomisation': VecLocomotionEnv(from_dict(EnvConfig, wide), dc),
+            'network': VecLocomotionEnv(from_dict(EnvConfig, base), net),
+            'network + transfer randomisation': VecLocomotionEnv(from_dict(EnvConfig, wide),
+                                                                 net)}
+    # The network's own time: its torque calls in the plain network env, timed.
+    actuator, spent = envs['network'].physics.actuator, {'s': 0.0, 'calls': 0}
+    inner = actuator.torque
+
+    def timed(*args):
+        start = time.perf_counter()
+        try:
+            return inner(*args)
+        finally:
+            spent['s'] += time.perf_counter() - start
+            spent['calls'] += 1
+    actuator.torque = timed
     rates = alternating_rates(envs, seconds, rounds)
     ref = np.array(rates['ideal_pd'])
     for key, v in rates.items():
@@ -222,6 +269,12 @@ def actuators_ab(seconds: float, rounds: int) -> None:
         print(f'{key:>34}: ' + ', '.join(f'{x:,.0f}' for x in v)
               + f' /s, median {np.median(v):,.0f} /s; per round x ideal_pd '
               + ', '.join(f'{x:.3f}' for x in ratios) + f', median {np.median(ratios):.3f}')
+    steps = spent['calls'] / robot.decimation
+    net_ms = 1000 * spent['s'] / steps
+    step_ms = 1000 * 256 / float(np.median(rates['network']))
+    print(f'the actuator network ({robot.decimation} onnxruntime calls of 256 x '
+          f'{robot.num_joints} histories per env step): {net_ms:.2f} ms of a {step_ms:.2f} ms '
+          f'256-world env step ({net_ms / step_ms:.0%}; {1000 * net_ms / 256:.1f} us per world)')
 
 
 def limit_rounds(num_envs: int, seconds: float, rounds: int) -> tuple[list[float], list[float]]:
@@ -424,8 +477,8 @@ def main() -> None:
                         'goes at 256 worlds')
     parser.add_argument('--chunks', action='store_true', help='only the rollout task sizes')
     parser.add_argument('--actuators', action='store_true', help='only 256 worlds with the '
-                        'ideal PD actuator and dc_motor, each with and without the transfer '
-                        'randomisation')
+                        'ideal PD actuator, dc_motor and the learned network, each with and '
+                        'without the transfer randomisation')
     parser.add_argument('--visuals', action='store_true', help='only 256 worlds with and '
                         'without the robot\'s visual geoms')
     parser.add_argument('--noslip', action='store_true', help='only 256 worlds with MuJoCo\'s '

@@ -1,5 +1,5 @@
 """``claw-rl``: the user commands (stand, stand-pose, train, eval, export, check-urdf, spec,
-up, verify, replay, gateway).
+up, verify, replay, sysid, actuator-net, gateway).
 
 Every command returns an exit status; a configuration error prints one line naming the file,
 key, value and fix, and exits with status 2 (no traceback). A ``--ros-args ...`` tail (launch_ros
@@ -81,9 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
     spec.add_argument('--robot', default='claw_quadruped', help='robot name or YAML path')
     spec.set_defaults(func=_cmd_spec)
 
-    from .commands import evaluate, export, replay, train, up, verify
+    from .commands import actuator_net, evaluate, export, replay, sysid, train, up, verify
     from .gateway import check_command as gateway
-    for module in (train, export, evaluate, up, verify, replay, gateway):
+    for module in (train, export, evaluate, up, verify, replay, sysid, actuator_net, gateway):
         module.add_parser(sub)
     return parser
 

@@ -2,8 +2,8 @@
 
 ``core/`` is layered, low to high: its own modules (config, paths, math_utils, io,
 wire_format) <- sim <- learning <- export <- evaluation | control <- verify | replay <- params
-<- live (packages of one layer do not import each other). A core package imports only lower
-layers (and its own modules), never rclpy or a ROS message package, and never nodes/,
+| sysid <- live (packages of one layer do not import each other). A core package imports only
+lower layers (and its own modules), never rclpy or a ROS message package, and never nodes/,
 commands/, launch_graph/, gateway/ or the CLI, which import core freely. No module imports
 another module's private (``_x``) name. No package has an import cycle among its modules, and
 the packages have none among themselves; in ``core/`` and ``nodes/`` every import of the
@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = 'claw_rl_ros'
 # Layer of each core package ('' = the modules directly in core/): imports go to lower ones.
 LAYERS = {'': 0, 'sim': 1, 'learning': 2, 'export': 3, 'evaluation': 4, 'control': 4,
-          'verify': 5, 'replay': 5, 'params': 6, 'live': 7}
+          'verify': 5, 'replay': 5, 'params': 6, 'sysid': 6, 'live': 7}
 # claw_rl_ros packages above core: they may import core, core may not import them.
 ABOVE_CORE = ('nodes', 'commands', 'launch_graph', 'gateway', 'cli')
 # Folders whose modules import the package's own modules at module level only.
