@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from pathlib import Path
 import sys
-from typing import NoReturn
+from typing import Any, NoReturn
 
 
 def exit_without_teardown(code: int) -> NoReturn:
@@ -40,3 +41,18 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def read_json_object(path: str | Path, fix: str) -> dict[str, Any] | None:
+    """The JSON object in ``path``; None if there is no such file. Raises ValueError (path,
+    problem, ``fix``) for a file that is not readable JSON or not an object."""
+    path = Path(path)
+    if not path.is_file():
+        return None
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ValueError(f'{path}: not readable JSON ({exc}); {fix}') from None
+    if not isinstance(record, dict):
+        raise ValueError(f'{path}: a JSON object is expected; {fix}')
+    return record

@@ -13,9 +13,10 @@ Format::
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
+
+from ..io import read_json_object
 
 SUFFIX = '.drive.json'
 
@@ -30,15 +31,5 @@ def read_drive_record(model: str | Path) -> dict[str, Any] | None:
 
     Raises ValueError (path, problem, fix) for a file that is not a JSON object.
     """
-    path = drive_path(model)
-    if not path.is_file():
-        return None
-    try:
-        record = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ValueError(f'{path}: not readable JSON ({exc}); run the self-check again '
-                         '(ros2 service call /policy_node/self_check std_srvs/srv/Trigger)') \
-            from None
-    if not isinstance(record, dict):
-        raise ValueError(f'{path}: a JSON object is expected; run the self-check again')
-    return record
+    return read_json_object(drive_path(model), 'run the self-check again (ros2 service call '
+                            '/policy_node/self_check std_srvs/srv/Trigger)')

@@ -8,9 +8,10 @@ exactly this model) and by the policy card. Format::
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
+
+from ..io import read_json_object
 
 SUFFIX = '.verify.json'
 
@@ -26,15 +27,8 @@ def read_verification(model: str | Path) -> tuple[Path, dict[str, Any]] | None:
     Raises ValueError (path, problem, fix) for a file that is not a JSON object.
     """
     path = verification_path(model)
-    if not path.is_file():
-        return None
-    try:
-        record = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ValueError(f'{path}: not readable JSON ({exc}); re-run claw-rl verify') from None
-    if not isinstance(record, dict):
-        raise ValueError(f'{path}: a JSON object is expected; re-run claw-rl verify')
-    return path, record
+    record = read_json_object(path, 're-run claw-rl verify')
+    return None if record is None else (path, record)
 
 
 def verification_blocker(model: str | Path | None, sha256: str) -> str | None:
