@@ -79,11 +79,11 @@ def students(hidden: Path, fitted: Path, iterations: int, episodes: int, seed: i
         report = evaluate(OnnxPolicy(model), env_cfg, truth, episodes=episodes,
                           command=(limits.command_vx, 0.0, 0.0), seed=seed,
                           settle_s=limits.settle_s)
-        rows.append({'student': name, 'vx_error': report.tracking_error_vx,
-                     'mean_vx': report.mean_forward_speed, 'falls': report.falls,
+        rows.append({'student': name, 'vx_error': float(report.tracking_error_vx),
+                     'mean_vx': float(report.mean_forward_speed), 'falls': int(report.falls),
                      'episodes': episodes,
-                     'passed': report.tracking_error_vx <= limits.max_vx_error and
-                     report.fall_rate <= limits.max_fall_rate})
+                     'passed': bool(report.tracking_error_vx <= limits.max_vx_error and
+                                    report.fall_rate <= limits.max_fall_rate)})
     return rows
 
 
