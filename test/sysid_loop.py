@@ -27,10 +27,11 @@ from claw_rl_ros.core.sim.robot_overlay import GROUP_FIELDS, load_overlay, Robot
 from claw_rl_ros.nodes.ros_io import COMMAND_QOS, LATCHED_QOS
 from ros_helpers import NodeProcess, Probe, ROOT, stop_all
 
-# Stand-up in 1 s of sim time; generous staleness: a loaded machine may starve a node, and
+# Stand-up in 1 s of sim time; generous staleness, by sim time and by wall time (a lockstep
+# loop on a loaded machine may stall for seconds, and a stale fault would cut the run short):
 # wiring, not thresholds, is what this loop exercises (test_excitation.py has those).
 POLICY = {'use_sim_time': True, 'autostart': False, 'stand_up_s': 1.0,
-          'stale_after_periods': 10.0}
+          'stale_after_periods': 10.0, 'wall_stale_after_s': 60.0}
 RECORDED = ('joint_states', 'joint_commands', 'safety/state', 'joint_gains',
             'policy/excitation')
 
@@ -95,7 +96,10 @@ def run_loop(env: dict, workdir: Path, hidden: Path, *, variant: str = 'stand',
         start = max(0, probe.count('safety/state') - 1)
         probe.wait_for('safety/state', lambda m: m.data == 'EXCITE', 60, start=start)
         start = probe.count('safety/state')
-        probe.wait_for('safety/state', lambda m: m.data != 'EXCITE', timeout, start=start)
+        end = probe.wait_for('safety/state', lambda m: m.data != 'EXCITE', timeout, start=start)
+        if end.data != 'STAND_UP':
+            raise RuntimeError(f'the excitation ended in {end.data}, not STAND_UP (a fault cut '
+                               f'it short):\n{policy.log}')
     finally:
         # The recorder first: its file is complete once it exits.
         codes = stop_all(rec, policy, sim)
