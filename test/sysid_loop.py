@@ -20,7 +20,7 @@ from typing import Any
 
 from diagnostic_msgs.msg import DiagnosticArray
 from std_msgs.msg import Float64MultiArray, String
-from std_srvs.srv import Trigger
+from std_srvs.srv import SetBool, Trigger
 
 from claw_rl_ros.core.sim.robot import load_robot
 from claw_rl_ros.core.sim.robot_overlay import GROUP_FIELDS, load_overlay, RobotOverlay
@@ -52,6 +52,20 @@ def _recorder_hears(probe: Probe, topic: str, timeout: float) -> None:
         s.hardware_id == '/recorder_node' and any(
             kv.key == f'publishers /{topic}' and int(kv.value) >= 1 for kv in s.values)
         for s in m.status), timeout=timeout)
+
+
+def _recorder_drained(probe: Probe, timeout: float) -> None:
+    """Wait until two of the recorder's diagnostics in a row count the same joint_states."""
+    last = None
+    for _ in range(int(timeout)):
+        start = probe.count('/diagnostics')
+        msg = probe.wait_for('/diagnostics', lambda m: any(
+            s.hardware_id == '/recorder_node' for s in m.status), timeout=30, start=start)
+        status = next(s for s in msg.status if s.hardware_id == '/recorder_node')
+        written = {kv.key: kv.value for kv in status.values}.get('messages /joint_states')
+        if written is not None and written == last:
+            return
+        last = written
 
 
 def _until_ok(probe: Probe, name: str, tries: int = 120) -> tuple[bool, str]:
@@ -100,6 +114,10 @@ def run_loop(env: dict, workdir: Path, hidden: Path, *, variant: str = 'stand',
         if end.data != 'STAND_UP':
             raise RuntimeError(f'the excitation ended in {end.data}, not STAND_UP (a fault cut '
                                f'it short):\n{policy.log}')
+        # Pause the sim, then let the recorder drain its queues: on a loaded machine it lags
+        # the lockstep loop by seconds, and stopping it at once would lose the run's end.
+        probe.call(SetBool, '/sim_node/pause', SetBool.Request(data=True), 30)
+        _recorder_drained(probe, timeout)
     finally:
         # The recorder first: its file is complete once it exits.
         codes = stop_all(rec, policy, sim)
