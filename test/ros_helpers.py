@@ -125,6 +125,7 @@ class Probe:
         self._cond = threading.Condition()
         self.messages: dict[str, list[tuple[float, Any]]] = {}
         self._pubs: dict[str, Any] = {}
+        self._clients: dict[tuple, Any] = {}
         self._thread = threading.Thread(target=self._spin, daemon=True)
         self._thread.start()
 
@@ -205,26 +206,38 @@ class Probe:
                     lambda: self._pubs[topic].get_subscription_count() >= n, timeout):
                 pytest.fail(f'no subscriber on {topic} within {timeout} s')
 
-    def call(self, srv_type, name: str, request, timeout: float = 10.0):
-        """Call a service and return its response (fails on timeout)."""
-        client = self.node.create_client(srv_type, name)
-        try:
-            if not client.wait_for_service(timeout_sec=timeout):
-                pytest.fail(f'service {name} not available within {timeout} s')
-            future, replied = client.call_async(request), threading.Event()
-            future.add_done_callback(lambda _: replied.set())
-            if not replied.wait(timeout):
-                pytest.fail(f'no reply from {name} within {timeout} s')
-            return future.result()
-        finally:
-            self.node.destroy_client(client)
+    def call(self, srv_type, name: str, request, timeout: float = 10.0,
+             resend_every: float | None = None):
+        """Call a service and return its response (fails on timeout).
 
-    def set_parameter(self, node_name: str, name: str, value: Any, timeout: float = 10.0):
+        One client per service, kept: each new client is a new DDS match, and a server may
+        answer before its response writer has matched a brand-new client's reader (Fast DDS
+        then drops the reply). ``resend_every`` sends the request again after that many
+        seconds without a reply, for idempotent calls made just as the server appears."""
+        key = (srv_type, name)
+        if key not in self._clients:
+            self._clients[key] = self.node.create_client(srv_type, name)
+        client = self._clients[key]
+        deadline = time.monotonic() + timeout
+        if not client.wait_for_service(timeout_sec=timeout):
+            pytest.fail(f'service {name} not available within {timeout} s')
+        replied, futures = threading.Event(), []
+        while True:
+            futures.append(client.call_async(request))
+            futures[-1].add_done_callback(lambda _: replied.set())
+            left = deadline - time.monotonic()
+            if replied.wait(max(0.0, min(left, resend_every or left))):
+                return next(f for f in futures if f.done()).result()
+            if time.monotonic() >= deadline:
+                pytest.fail(f'no reply from {name} within {timeout} s')
+
+    def set_parameter(self, node_name: str, name: str, value: Any, timeout: float = 10.0,
+                      resend_every: float | None = None):
         """``<node>/set_parameters`` with one parameter; returns its SetParametersResult."""
         param = Parameter(name, value=value).to_parameter_msg()
         request = SetParameters.Request(parameters=[param])
         return self.call(SetParameters, f'{node_name}/set_parameters', request,
-                         timeout).results[0]
+                         timeout, resend_every).results[0]
 
     def close(self) -> None:
         self.context.try_shutdown()

@@ -126,7 +126,7 @@ def test_a_late_policy_node_gets_the_newest_model_bytes_only(
         deadline = time.monotonic() + 90
         while True:
             result = probe.set_parameter(f'{ns}/policy_node', 'model_sha256', newest,
-                                         timeout=30)
+                                         timeout=30, resend_every=5)
             if result.successful or time.monotonic() > deadline or not policy.alive():
                 break
             assert 'no model with sha256' in result.reason, result.reason
