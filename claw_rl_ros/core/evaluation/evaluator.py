@@ -127,9 +127,11 @@ def eval_env_config(env_cfg: EnvConfig, episodes: int, command: Command | None,
     and (optionally) a fixed command and a terrain tile for every world (flat: the plane;
     with ``height_scan``, for a policy that reads it, the tile keeps the scan on and flat is a
     flat heightfield)."""
-    # Every episode its own draw of the randomisation (training may share model copies).
+    # Every episode its own draw of the randomisation (training may share model copies), from
+    # the full ranges (a training's transfer ramp is not an evaluation's).
     overrides: dict[str, Any] = {'num_envs': episodes, 'seed': seed,
-                                 'randomization': {'worlds_per_model': 1}}
+                                 'randomization': {'worlds_per_model': 1,
+                                                   'transfer_ramp_steps': 0}}
     if command is not None:
         overrides.update(fixed_command_overrides(command, env_cfg.episode_length_s))
     cfg = from_dict(EnvConfig, merge(to_dict(env_cfg), overrides), source='evaluate')

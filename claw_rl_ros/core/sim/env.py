@@ -26,14 +26,16 @@ import warnings
 
 import numpy as np
 
-from .env_config import (EnvConfig, GAIT_REWARDS, observation_windows, robot_sized,
+from .env_config import (EnvConfig, GAIT_REWARDS, observation_windows, RandomizationConfig,
+                         robot_sized,
                          solver_options)
 from ..math_utils import gravity_in_body, quat_mul, quat_rotate_inverse, yaw_quat
 from .model_variants import ModelVariants
 from .observations import (ELAPSED_BOUNDS_PERIODS, HEIGHT_SCAN, ObservationHistory, POLICY,
                            POLICY_NOISE_FREE, PRIVILEGED, RobotState)
 from .physics import BatchedPhysics
-from .randomization import delay_range, draw_params, nominal_params, PER_JOINT, PHYSICAL
+from .randomization import (delay_range, draw_params, nominal_params, PER_JOINT, PHYSICAL,
+                            ramp_fraction, ramped)
 from .rewards import is_moving, RewardManager, RewardParams, StepData
 from .robot import load_robot
 from .robot_overlay import recentred_randomization
@@ -91,6 +93,10 @@ class VecLocomotionEnv:
 
         # What the robot's sensors report (offsets, biases, delays, control jitter), if any.
         dr = cfg.randomization
+        # Control steps per world so far (legged_gym's common_step_counter): it widens the
+        # transfer ranges when randomization.transfer_ramp_steps asks for a ramp.
+        self.common_step_counter = 0
+        self._ramp = (None, dr)
         self.sensor_model = SensorModel(dr, n, j, r.decimation) \
             if dr.enabled and sensor_model_wanted(dr) else None
         scales = self._reward_scales()
@@ -210,9 +216,11 @@ class VecLocomotionEnv:
             r.joint_upper)
         sm = self.sensor_model
         latency = self.latency
+        self.common_step_counter += 1
         if sm is not None and sm.jitter:
             # Sampled early by control jitter: the command reaches the motors as much earlier.
-            latency = np.maximum(latency - sm.next_jitter(self.rng), 0)
+            jitter = self.randomization_now().control_jitter_substeps
+            latency = np.maximum(latency - sm.next_jitter(self.rng, jitter), 0)
         sensordata = self.physics.step(targets, latency)
         if sm is not None:
             sm.record(*self.physics.substep_readings())
@@ -272,6 +280,14 @@ class VecLocomotionEnv:
             obs[POLICY] = self.history.push(obs[POLICY], ids if done.any() else None)
         return obs, reward.astype(np.float32), terminated, truncated, extras
 
+    def randomization_now(self) -> RandomizationConfig:
+        """The ranges draws use now: the config's, narrowed while a transfer ramp runs."""
+        dr = self.cfg.randomization
+        fraction = ramp_fraction(dr, self.common_step_counter)
+        if self._ramp[0] != fraction:
+            self._ramp = (fraction, ramped(dr, self.robot, fraction))
+        return self._ramp[1]
+
     def observe(self) -> dict[str, np.ndarray]:
         """The observation groups of the current state, as reset() and step() return them
         (with a history, ``policy`` is the window step() returned: nothing moves on)."""
@@ -300,6 +316,7 @@ class VecLocomotionEnv:
             'episode_sums': {k: v.copy() for k, v in self.reward_manager.episode_sums.items()},
             'rng': self.rng.bit_generator.state,
             'diverged_count': self.diverged_count,
+            'common_step_counter': self.common_step_counter,
             'delay_line': self.physics.delayed_targets.copy(),
         }
         window = getattr(self.physics.actuator, 'window', None)
@@ -351,6 +368,7 @@ class VecLocomotionEnv:
             self.reward_manager.episode_sums[k][:] = v
         self.rng.bit_generator.state = state['rng']
         self.diverged_count = int(state['diverged_count'])
+        self.common_step_counter = int(state.get('common_step_counter', 0))
         # The delay line (a state saved before it existed, or with a shorter one: every
         # world's motors hold its last targets).
         line = state.get('delay_line')
@@ -574,7 +592,7 @@ class VecLocomotionEnv:
         # The IMU of a reset world reads its new state, not the one it ended in.
         p.forward(ids, self.targets[ids])
         if self.sensor_model is not None:
-            self.sensor_model.draw(ids, rng)
+            self.sensor_model.draw(ids, rng, self.randomization_now())
             quat, gyro, _ = p.imu()
             self.sensor_model.restart(ids, p.qpos[ids][:, p.qadr], p.qvel[ids][:, p.vadr],
                                       quat[ids], gyro[ids])
@@ -617,7 +635,7 @@ class VecLocomotionEnv:
         dr = self.cfg.randomization
         if not dr.enabled:
             return nominal_params(self.robot, k)
-        return draw_params(dr, self.robot, self.rng, k, self.payload_range,
+        return draw_params(self.randomization_now(), self.robot, self.rng, k, self.payload_range,
                            self.com_offset_range)
 
     def _resample_commands(self, ids: np.ndarray) -> None:

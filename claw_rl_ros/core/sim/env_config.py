@@ -165,6 +165,13 @@ class RandomizationConfig:
         None, "torsional friction of the ground's contacts (the feet's) [m] (None: off, "
         "MuJoCo's 3-D contacts; a range: 4-D contacts, a foot spinning on the ground resisted)",
         ge=0, le=0.1, ordered=True)
+    transfer_ramp_steps: int = param(0, 'control steps per world over which the transfer '
+                                     'ranges (drive gains, joint friction, damping and rotor '
+                                     'inertia, delays, jitter, sensor offsets, contacts) widen '
+                                     'linearly from the nominal robot to the ranges above, as '
+                                     "legged_gym's curricula count steps; friction, masses and "
+                                     'motor strength are full from the start; evaluation always '
+                                     'draws the full ranges (0: no ramp)', ge=0, le=10_000_000)
     init_joint_pos_noise: float = param(0.1, 'reset pose noise per joint [rad]', ge=0)
     init_base_vel_noise: float = param(0.3, 'reset base velocity noise [m/s, rad/s]', ge=0)
     worlds_per_model: int = param(1, 'worlds that share one randomised model copy (1: each '

@@ -6,6 +6,7 @@ same way (:meth:`~.physics.BatchedPhysics.set_physical_params` writes them into 
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -39,6 +40,49 @@ def delay_range(dr: RandomizationConfig, robot: RobotSpec) -> tuple[int, int]:
     """(min, max) command -> motor delay [physics steps]: the env config's, or the robot's."""
     return tuple(int(x) for x in robot_sized(dr.action_latency_substeps,
                                              robot.actuator.delay_steps))
+
+
+# MuJoCo's default contact time constant (solref[0]) [s]: the model's own contact softness.
+MODEL_CONTACT_TIMECONST = 0.02
+# What a transfer ramp widens: the ranges a real robot adds to the classic friction / mass /
+# motor-strength family, each with its nominal value (the centre it widens from).
+RAMPED_RANGES = {'kp_scale': 1.0, 'kd_scale': 1.0, 'joint_friction_scale': 1.0,
+                 'joint_damping_scale': 1.0, 'armature_scale': 1.0, 'encoder_offset': 0.0,
+                 'imu_gyro_bias': 0.0, 'imu_tilt_offset': 0.0,
+                 'contact_timeconst': MODEL_CONTACT_TIMECONST, 'torsional_friction': 0.0}
+RAMPED_STEPS = ('joint_state_delay_substeps', 'imu_delay_substeps')
+
+
+def ramp_fraction(dr: RandomizationConfig, control_steps: int) -> float:
+    """How far the transfer ranges have widened after ``control_steps`` steps per world: 0 at
+    the start, 1 (full) from ``transfer_ramp_steps`` on, linear between; 1 without a ramp."""
+    ramp = dr.transfer_ramp_steps
+    return 1.0 if ramp <= 0 else min(1.0, max(0.0, control_steps / ramp))
+
+
+def ramped(dr: RandomizationConfig, robot: RobotSpec, fraction: float) -> RandomizationConfig:
+    """``dr`` with every transfer range (RAMPED_RANGES, the sensor delays, the action delay and
+    the control jitter) shrunk to ``fraction`` of its width about its nominal value (moved into
+    the range when the range leaves it out): fraction 0 trains on the nominal robot, 1 is ``dr``.
+    Whole-step ranges round their ends; the classic ranges are left as they are."""
+    if fraction >= 1.0:
+        return dr
+
+    # Each end moves from the nominal value n towards its configured value: n + f (end - n).
+    def shrink(low_high, nominal, whole=False):
+        if low_high is None:
+            return None
+        n = min(max(nominal, low_high[0]), low_high[1])
+        ends = [n + fraction * (end - n) for end in low_high]
+        return tuple(int(round(e)) for e in ends) if whole else tuple(ends)
+
+    changes = {name: shrink(getattr(dr, name), nominal)
+               for name, nominal in RAMPED_RANGES.items()}
+    changes.update({name: shrink(getattr(dr, name), 0, whole=True) for name in RAMPED_STEPS})
+    changes['action_latency_substeps'] = shrink(
+        delay_range(dr, robot), robot.actuator.nominal_delay_steps, whole=True)
+    changes['control_jitter_substeps'] = int(round(fraction * dr.control_jitter_substeps))
+    return dataclasses.replace(dr, **changes)
 
 
 def nominal_params(robot: RobotSpec, k: int) -> dict[str, np.ndarray]:

@@ -72,10 +72,12 @@ class SensorModel:
         self.imu_ring = np.zeros((k, n, 7)) if self.max_delay else None
         self._rows = np.arange(n)
 
-    def draw(self, ids: np.ndarray, rng: np.random.Generator) -> None:
-        """New offsets, biases and delays for worlds ``ids`` (a range with equal ends is not
-        drawn, so the env's other draws stay what they were without it)."""
-        dr, k = self.dr, len(ids)
+    def draw(self, ids: np.ndarray, rng: np.random.Generator,
+             dr: RandomizationConfig | None = None) -> None:
+        """New offsets, biases and delays for worlds ``ids`` from ``dr``'s ranges (default: the
+        ranges this model was built with; narrower ones while a transfer ramp runs). A range
+        with equal ends is not drawn, so the env's other draws stay what they were without it."""
+        dr, k = dr or self.dr, len(ids)
         self.encoder_offset[ids] = draw_range(rng, dr.encoder_offset,
                                               (k, self.encoder_offset.shape[1]))
         self.gyro_bias[ids] = draw_range(rng, dr.imu_gyro_bias, (k, 3))
@@ -100,11 +102,12 @@ class SensorModel:
             if mine is not None and getattr(state.get(k), 'shape', None) == mine.shape:
                 mine[...] = state[k]
 
-    def next_jitter(self, rng: np.random.Generator) -> np.ndarray:
-        """[N] draw this control step's early sampling (0..j physics steps) and return it."""
+    def next_jitter(self, rng: np.random.Generator, jitter: int | None = None) -> np.ndarray:
+        """[N] draw this control step's early sampling (0..j physics steps, j = ``jitter``, at
+        most the built-in one) and return it."""
+        j = self.jitter if jitter is None else min(int(jitter), self.jitter)
         self.previous_early = self.early
-        self.early = rng.integers(0, self.jitter + 1, len(self.early)) if self.jitter \
-            else self.early
+        self.early = rng.integers(0, j + 1, len(self.early)) if j else np.zeros_like(self.early)
         return self.early
 
     def elapsed_substeps(self) -> np.ndarray:
