@@ -43,6 +43,7 @@ from .robot_spec import RobotSpec
 from .sensor_model import SensorModel, sensor_model_wanted
 from .terrain import base_yaw
 from .terrain_curriculum import TerrainPlacement
+from .warp_physics import WarpPhysics
 
 
 class GaitRewardsOff(UserWarning):
@@ -83,13 +84,15 @@ class VecLocomotionEnv:
         # Worlds share randomised model copies when the config says so (model_variants.py).
         share = cfg.randomization.worlds_per_model
         self.variants = ModelVariants(n, share) if share > 1 else None
-        self.physics = BatchedPhysics(r, n, num_threads=cfg.num_threads,
-                                      **solver_options(cfg), terrain=self.terrain,
-                                      visuals=visuals, num_models=None if self.variants is None
-                                      else self.variants.size,
-                                      max_delay_steps=max(delay_range(cfg.randomization,
-                                                                      r)[1],
-                                                          r.actuator.nominal_delay_steps))
+        # The engine: MuJoCo on the CPU's cores, or the same physics in MuJoCo Warp.
+        engine, device = (BatchedPhysics, {}) if cfg.physics == 'mujoco' else (
+            WarpPhysics, {'device': cfg.device})
+        self.physics = engine(
+            r, n, num_threads=cfg.num_threads, **device, **solver_options(cfg),
+            terrain=self.terrain, visuals=visuals,
+            num_models=None if self.variants is None else self.variants.size,
+            max_delay_steps=max(delay_range(cfg.randomization, r)[1],
+                                r.actuator.nominal_delay_steps))
 
         # What the robot's sensors report (offsets, biases, delays, control jitter), if any.
         dr = cfg.randomization

@@ -16,6 +16,9 @@ from .terrain import scan_offsets, TerrainConfig
 
 # MuJoCo's constraint solvers and friction cones an env config may name.
 SOLVERS = ('newton', 'cg')
+# Physics engines of the batched env, and the devices they step on.
+ENGINES = ('mujoco', 'mujoco_warp')
+DEVICES = ('cpu', 'cuda')
 CONES = ('pyramidal', 'elliptic')
 
 
@@ -210,6 +213,11 @@ class EnvConfig:
                                 le=MAX_HISTORY)
     solver_iterations: int = param(4, 'MuJoCo Newton iterations per step', ge=1, le=100)
     solver_ls_iterations: int = param(6, 'MuJoCo line-search iterations', ge=1, le=100)
+    physics: str = param('mujoco', 'the engine that steps the worlds: mujoco (MuJoCo on the '
+                         "CPU's cores, mujoco.rollout) or mujoco_warp (the same physics in "
+                         "MuJoCo Warp's kernels, on env.device; docs/gpu.md)")
+    device: str = param('cpu', 'where mujoco_warp steps the worlds: cpu (Warp\'s CPU kernels: '
+                        'development and the agreement test) or cuda (an NVIDIA GPU)')
     solver: str = param('newton', "MuJoCo's constraint solver: newton or cg")
     cone: str = param('pyramidal', "MuJoCo's friction cone: pyramidal or elliptic")
     noslip_iterations: int = param(0, "MuJoCo noslip iterations per step (0: off). MuJoCo's "
@@ -224,10 +232,17 @@ class EnvConfig:
     terrain: TerrainConfig = param(TerrainConfig(), 'heightfield terrain (off: a flat plane)')
 
     def __post_init__(self):
-        for key, allowed in (('solver', SOLVERS), ('cone', CONES)):
+        for key, allowed in (('solver', SOLVERS), ('cone', CONES), ('physics', ENGINES),
+                             ('device', DEVICES)):
             if getattr(self, key) not in allowed:
                 raise ConfigError('', key, f'{getattr(self, key)!r}: use one of '
                                   f'{", ".join(allowed)}')
+        if self.device != 'cpu' and self.physics != 'mujoco_warp':
+            raise ConfigError('', 'device', f'{self.device!r} with physics {self.physics!r}: '
+                              'MuJoCo steps on the CPU cores; set env.physics: mujoco_warp '
+                              'to step on the GPU')
+        if self.physics == 'mujoco_warp':
+            self._check_warp()
         for name in self.rewards.scales:
             if name not in REWARD_TERMS:
                 raise ConfigError('', f'rewards.scales.{name}', 'unknown reward term; '
@@ -236,6 +251,18 @@ class EnvConfig:
             if name not in OBS_TERMS:
                 raise ConfigError('', f'noise.levels.{name}', 'unknown observation term; '
                                   f'available: {", ".join(OBS_TERMS)}')
+
+    def _check_warp(self) -> None:
+        """What MuJoCo Warp cannot batch per world is refused by name."""
+        if self.terrain.enabled and self.terrain.collision == 'boxes':
+            raise ConfigError('', 'terrain.collision', "'boxes' with physics mujoco_warp: each "
+                              "world's own window of ground boxes needs a model per world; "
+                              'set env.terrain.collision: heightfield')
+        torsion = self.randomization.torsional_friction
+        if self.randomization.enabled and torsion is not None and torsion[1] > 0:
+            raise ConfigError('', 'randomization.torsional_friction', f'{list(torsion)} with '
+                              'physics mujoco_warp: MuJoCo Warp cannot give worlds their own '
+                              'contact dimension; leave it unset (null) or use physics mujoco')
 
 
 def solver_options(cfg: EnvConfig) -> dict[str, int]:
