@@ -95,9 +95,11 @@ def on_grid(checkpoints: list[Path], wall: dict[int, float], grid_s: float) -> l
     return chosen + [p for p in checkpoints[-1:] if p not in chosen]
 
 
-def evaluate_run(run: Path, episodes: int, grid_s: float = 0.0) -> list[dict]:
+def evaluate_run(run: Path, episodes: int, grid_s: float = 0.0,
+                 env_overrides: dict | None = None) -> list[dict]:
     """The checkpoints of a run (every ``grid_s`` seconds of training, or all), evaluated at
-    0.5 m/s in both conditions."""
+    0.5 m/s in both conditions (``env_overrides``: env keys set for the evaluation, e.g. the
+    CPU engine for a run trained on MuJoCo Warp)."""
     from claw_rl_ros.core.config import from_dict, merge, to_dict
     from claw_rl_ros.core.evaluation.evaluator import evaluate, torch_policy_fn
     from claw_rl_ros.core.learning.learner import load_policy
@@ -114,7 +116,7 @@ def evaluate_run(run: Path, episodes: int, grid_s: float = 0.0) -> list[dict]:
         row = {'iteration': iteration, 'wall_time_s': wall.get(iteration, float('nan'))}
         for label, extra in conditions().items():
             env_cfg = from_dict(type(cfg.env), merge(to_dict(cfg.env), {
-                'episode_length_s': 10.0, **extra}), source=label)
+                'episode_length_s': 10.0, **(env_overrides or {}), **extra}), source=label)
             report = evaluate(torch_policy_fn(policy), env_cfg, robot, episodes=episodes,
                               command=(0.5, 0.0, 0.0), seed=12345)
             row[f'{label}_vx_error'] = float(report.tracking_error_vx)
