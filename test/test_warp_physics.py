@@ -170,7 +170,7 @@ def test_cuda_is_used_where_there_is_one_and_refused_by_name_where_not(robot):
         assert env.physics.device.startswith('cuda')
         env.close()
     else:
-        with pytest.raises(RuntimeError, match=r'env.device cuda: .*set env.device: cpu'):
+        with pytest.raises(ConfigError, match=r'env\.device: cuda: .*set env\.device: cpu'):
             VecLocomotionEnv(cfg, robot)
 
 

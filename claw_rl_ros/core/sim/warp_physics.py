@@ -23,6 +23,7 @@ from typing import Any, Mapping
 import mujoco
 import numpy as np
 
+from ..config import ConfigError
 from .physics import BatchedPhysics
 from .robot_spec import RobotSpec
 
@@ -38,30 +39,33 @@ CONTACTS_PER_WORLD = 64
 def import_warp() -> tuple[Any, Any]:
     """(warp, mujoco_warp), imported on first use (the CPU engine needs neither)."""
     try:
-        import mujoco_warp
         import warp
+        # Errors only: no banner, no line per kernel compiled, no warning that a CPU-only
+        # machine has no CUDA driver (env.device cuda says so itself, as a config error).
+        warp.config.log_level = warp.LOG_ERROR
+        import mujoco_warp
     except ImportError as error:
-        raise RuntimeError(f'env.physics mujoco_warp: {error}; install the project (make venv: '
-                           'mujoco-warp and warp-lang are in requirements.txt)') from error
-    warp.config.quiet = True
+        raise ConfigError('env.physics', '', f'mujoco_warp: {error}; install the project '
+                          '(make venv: mujoco-warp and warp-lang are in requirements.txt)') \
+            from error
     warp.init()
     return warp, mujoco_warp
 
 
 def warp_device(device: str) -> str:
-    """Warp's name of ``env.device`` (cpu, cuda); a clear error where there is no CUDA device:
-    nothing falls back to the CPU without saying so."""
+    """Warp's name of ``env.device`` (cpu, cuda); a ConfigError naming the key where there is
+    no CUDA device: nothing falls back to the CPU without saying so."""
     wp, _ = import_warp()
     if device == 'cpu':
         return 'cpu'
     if device == 'cuda':
         if not wp.is_cuda_available():
-            raise RuntimeError('env.device cuda: Warp finds no CUDA device on this machine '
-                               f'(devices: {[str(d) for d in wp.get_devices()]}); set '
-                               'env.device: cpu, or run on a machine with an NVIDIA GPU and '
-                               'its driver (docs/gpu.md)')
+            raise ConfigError('env.device', '', 'cuda: Warp finds no CUDA device on this '
+                              f'machine (devices: {[str(d) for d in wp.get_devices()]}); set '
+                              'env.device: cpu, or run on a machine with an NVIDIA GPU and '
+                              'its driver (docs/gpu.md)')
         return 'cuda:0'
-    raise ValueError(f'env.device {device!r}: use cpu or cuda')
+    raise ConfigError('env.device', '', f'{device!r}: use cpu or cuda')
 
 
 class WarpPhysics(BatchedPhysics):
