@@ -33,7 +33,6 @@ import platform
 import subprocess
 import sys
 import tempfile
-import time
 
 import numpy as np
 import yaml
@@ -45,6 +44,7 @@ from claw_rl_ros.core.config import from_dict, merge, to_dict  # noqa: E402
 from claw_rl_ros.core.learning.train_config import load_train_config  # noqa: E402
 from claw_rl_ros.core.sim.env import VecLocomotionEnv  # noqa: E402
 from claw_rl_ros.core.sim.env_config import EnvConfig  # noqa: E402
+from env_throughput import stepped_rate  # noqa: E402
 
 
 def machine(device: str) -> str:
@@ -69,19 +69,6 @@ def env_config(physics: str, device: str, worlds: int) -> EnvConfig:
     return from_dict(EnvConfig, merge(to_dict(base), {
         'num_envs': worlds, 'seed': 0, 'physics': physics,
         'device': device if physics == 'mujoco_warp' else 'cpu'}), source='gpu_scale')
-
-
-def stepped_rate(env: VecLocomotionEnv, seconds: float) -> float:
-    """env steps/s of random actions (after 5 warm-up steps: Warp compiles on first use)."""
-    rng = np.random.default_rng(1)
-    actions = [rng.normal(0, 1.0, (env.num_envs, env.num_actions)) for _ in range(16)]
-    for a in actions[:5]:
-        env.step(a)
-    steps, start = 0, time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        env.step(actions[steps % 16])
-        steps += 1
-    return steps * env.num_envs / (time.perf_counter() - start)
 
 
 def env_rates(args) -> dict[str, list[float]]:
