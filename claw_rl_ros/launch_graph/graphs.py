@@ -101,6 +101,10 @@ CONFIG = Argument('config', 'train_ppo.yaml', 'train YAML (config/<name> or a pa
                   'networks, PPO, distillation and rollout length, shared by trainer and actors')
 ACTORS = Argument('actors', '2', 'batched actor processes (actor_0 ... actor_<N-1>)')
 NUM_ENVS = Argument('num_envs', '0', "MuJoCo worlds per actor (0 = the config's env.num_envs)")
+DEVICE_WORLDS = Argument('device_worlds', '0', "worlds the trainer steps itself on the config's "
+                         'engine and device (env.physics: mujoco_warp, env.device: cuda for a '
+                         'GPU), one chunk per student, without DDS; with it, actors may be 0 '
+                         '(0 = none)')
 RUN_DIR = Argument('run_dir', 'runs/live', 'trainer run directory: checkpoints, exported '
                    'students, metrics.csv, TensorBoard, learning_curve.png, summary.json')
 RESUME = Argument('resume', 'false', "continue run_dir's newest checkpoint (false refuses a "
@@ -185,7 +189,9 @@ def _threads(value: str, source: str, auto: int) -> int:
 def _train(values: Mapping[str, str]) -> list[NodeEntry]:
     """trainer_node + N actor_nodes; the trainer pushes every new student to each actor."""
     source = "graph 'train'"
-    actors = _count(values, 'actors', source, 1)
+    device_worlds = _count(values, 'device_worlds', source, 0)
+    # The trainer's own worlds may replace the actor processes.
+    actors = _count(values, 'actors', source, 0 if device_worlds else 1)
     num_envs = _count(values, 'num_envs', source, 0)
     config = paths.config_path(values['config'])
     overrides = values['set'].strip()
@@ -212,7 +218,9 @@ def _train(values: Mapping[str, str]) -> list[NodeEntry]:
     trainer = NodeEntry('trainer_node', 'trainer', exits=True, parameters={
         'config': values['config'], 'run_dir': values['run_dir'], 'robot': robot, **fit,
         'push_targets': names + ['policy_node'] * loop,
-        'chunks_per_iteration': actors, 'max_policy_lag': lag, 'time_budget_s': budget,
+        'chunks_per_iteration': actors + (device_worlds > 0), 'max_policy_lag': lag,
+        'time_budget_s': budget, 'device_worlds': device_worlds,
+        'device_seed': actor_seed(train_cfg.runner.seed, actors),
         'torch_threads': trainer_threads,
         # The loop's 1-world chunks are learnt from but never start an iteration; they come
         # on their own topic (lockstep makes hundreds a second: in a shared queue they would
@@ -405,7 +413,8 @@ GRAPHS: dict[str, Graph] = {graph.name: graph for graph in (
           'operator-driven safety state machine, verified model', DEPLOY_ARGUMENTS, _deploy),
     Graph('train', 'live training: trainer_node learning from N batched actor_nodes, pushing '
           'each new student back to them and to the realtime control loop (sim_node + '
-          'policy_node)', (CONFIG, ACTORS, NUM_ENVS, RUN_DIR, RESUME, TEACHER, TIME_BUDGET,
+          'policy_node)', (CONFIG, ACTORS, NUM_ENVS, DEVICE_WORLDS, RUN_DIR, RESUME, TEACHER,
+                           TIME_BUDGET,
                            OVERLAP, TRAINER_THREADS, TRAIN_ROBOT, TRAIN_OVERLAY,
                            CONTROL_LOOP, LOOP_SPEED,
                            CONTROL_ACTOR, MODE, NAMESPACE, SET),

@@ -12,6 +12,9 @@ pushed through the policy node's hot-swap mechanism to every node in ``push_targ
 training. Targets that are not up yet are retried every 0.5 s, and a target whose version
 topic reports another model (e.g. restarted) is sent the current one again: an actor's own
 ``<actor>/model_version``, else its namespace's ``policy/model_version`` (the policy node's).
+With ``device_worlds`` > 0 the trainer also acts itself
+(:class:`~claw_rl_ros.core.live.device_actor.DeviceActor`: the config's env on its engine and
+device, one chunk per pushed student, handed to the trainer without DDS).
 Metrics go to ``trainer/metrics/<name>`` (``std_msgs/Float32``) every iteration, the chunk
 counters also once a second with ``/diagnostics``. At ``max_iterations`` or the time budget the
 node writes student.onnx, its evaluation, learning_curve.png and summary.json and exits 0;
@@ -37,6 +40,7 @@ from std_msgs.msg import Float32, String, UInt8MultiArray
 
 from ..core.config import merge
 from ..core.learning.train_config import load_train_config, split_overrides, with_teacher
+from ..core.live.device_actor import DeviceActor
 from ..core.live.live_trainer import LiveTrainer
 from ..core.sim.robot import load_robot
 from ..core.params.node_config import TrainerParams
@@ -58,6 +62,7 @@ class TrainerNode(Node):
     """The live trainer; see the module docstring."""
 
     trainer: LiveTrainer | None = None  # None: __init__ refused before it was built
+    device_actor: DeviceActor | None = None
 
     def __init__(self):
         super().__init__('trainer')
@@ -111,6 +116,13 @@ class TrainerNode(Node):
         matplotlib.use('Agg')
         import matplotlib.pyplot  # noqa: F401
         steady_timer(self, 1.0, self.publish_status)
+        # The trainer's own actor (device_worlds): its chunks go straight to the trainer.
+        self.device_actor = DeviceActor(cfg, p.device_worlds, p.device_seed,
+                                        self.trainer.robot) if p.device_worlds else None
+        if self.device_actor is not None:
+            self.create_timer(0.005, presigned(self.on_device_tick))
+            self.get_logger().info(f'device actor: {p.device_worlds} worlds on '
+                                   f'{cfg.env.physics} ({cfg.env.device})')
         self.push()
 
     def _absolute(self, name: str) -> str:
@@ -124,6 +136,18 @@ class TrainerNode(Node):
         if error is not None:
             self.get_logger().warning(f'chunk dropped: {error}', throttle_duration_sec=2.0)
         log_events(self, self.trainer.roster.drain())  # a join before its iteration
+        self.maybe_iterate()
+        log_events(self, self.trainer.roster.drain())
+
+    def on_device_tick(self) -> None:
+        """The device actor's chunk for the newest student, if it has not acted for it yet."""
+        verdict = self.device_actor.offer_chunk(self.trainer)
+        if verdict is False:
+            return
+        if verdict is not None:
+            self.get_logger().warning(f'device chunk dropped: {verdict}',
+                                      throttle_duration_sec=2.0)
+        log_events(self, self.trainer.roster.drain())
         self.maybe_iterate()
         log_events(self, self.trainer.roster.drain())
 
@@ -181,6 +205,8 @@ class TrainerNode(Node):
         """Export the current student and offer it to every target (activation follows)."""
         data = self.trainer.export()
         self.sha = hashlib.sha256(data).hexdigest()
+        if self.device_actor is not None:
+            self.device_actor.use(data)
         for pub in self.model_pubs.values():
             pub.publish(UInt8MultiArray(data=array.array('B', data)))
         self.activate_targets()
@@ -234,6 +260,8 @@ class TrainerNode(Node):
         # Ctrl-C or the end of training: logs closed, curve and summary written.
         if self.trainer is not None:
             self.trainer.finish(stopped=not self.trainer.done())
+        if self.device_actor is not None:
+            self.device_actor.close()
         super().destroy_node()
 
 

@@ -311,6 +311,11 @@ class TrainerParams:
     min_chunk_envs: int = param(1, 'only chunks of at least this many worlds count towards '
                                 'chunks_per_iteration and the timeout (smaller ones are learnt '
                                 'from but start no iteration)')
+    device_worlds: int = param(0, "worlds of the config's env stepped in this process on its "
+                               'engine and device (env.physics, env.device) with each new '
+                               'student, one chunk each; their chunks skip DDS and count '
+                               'towards chunks_per_iteration (0: none; at most 65536)')
+    device_seed: int = param(0, "the device actor's env and action-sampling seed")
     overrides: str = param('', OVERRIDES)
     executor: str = param('single_threaded', EXECUTOR, choices=EXECUTORS)
 
