@@ -102,6 +102,14 @@ def test_the_train_graph_gives_the_trainer_its_worlds_and_counts_their_chunk():
         resolve(graph, {'device_worlds': 'many'})
 
 
+def test_trainer_node_refuses_a_bad_world_count_before_writing_its_run(ros_env, tmp_path):
+    trainer = NodeProcess('trainer_node', ros_env, tmp_path, {
+        'run_dir': str(tmp_path / 'run'), 'device_worlds': -3})
+    assert trainer.wait_exit(timeout=120) == 1
+    assert 'refusing to start: trainer_node: device_worlds: -3: use 1 to 65536' in trainer.log
+    assert not (tmp_path / 'run').exists()
+
+
 def test_trainer_node_trains_on_its_own_worlds_without_an_actor_node(ros_env, tmp_path):
     """A real trainer_node process, no actor on the graph: its device actor's chunks make the
     iterations, and it ends as a run does (summary, exit 0)."""

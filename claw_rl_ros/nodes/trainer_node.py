@@ -40,7 +40,7 @@ from std_msgs.msg import Float32, String, UInt8MultiArray
 
 from ..core.config import merge
 from ..core.learning.train_config import load_train_config, split_overrides, with_teacher
-from ..core.live.device_actor import DeviceActor
+from ..core.live.device_actor import check_worlds, DeviceActor
 from ..core.live.live_trainer import LiveTrainer
 from ..core.sim.robot import load_robot
 from ..core.params.node_config import TrainerParams
@@ -79,6 +79,8 @@ class TrainerNode(Node):
         if p.teacher:
             overrides = with_teacher(overrides, p.teacher)
         cfg = load_train_config(p.config, overrides)
+        if p.device_worlds:
+            check_worlds(p.device_worlds)  # before the run directory is written
         self.trainer = LiveTrainer(
             cfg, load_robot(cfg.env.robot, overlay=cfg.env.robot_overlay), p.run_dir,
             max_policy_lag=p.max_policy_lag,

@@ -23,15 +23,21 @@ from ..learning.train_config import TrainConfig
 from ..sim.env import VecLocomotionEnv
 
 
+def check_worlds(num_envs: int) -> int:
+    """``num_envs`` if it is a device actor's world count (1 to 65536), else a ConfigError
+    naming ``device_worlds`` (checked before a trainer writes anything)."""
+    if not 1 <= num_envs <= 65536:
+        raise ConfigError('trainer_node', 'device_worlds', f'{num_envs}: use 1 to 65536 '
+                          'worlds (0 turns the device actor off)')
+    return num_envs
+
+
 class DeviceActor:
     """``num_envs`` worlds of ``cfg.env`` acting with the newest pushed student (module
     docstring); ``seed`` seeds its env and its action sampling."""
 
     def __init__(self, cfg: TrainConfig, num_envs: int, seed: int, robot: Any = None):
-        if not 1 <= num_envs <= 65536:
-            raise ConfigError('trainer_node', 'device_worlds', f'{num_envs}: use 1 to 65536 '
-                              'worlds (0 turns the device actor off)')
-        env_cfg = dataclasses.replace(cfg.env, num_envs=num_envs, seed=seed)
+        env_cfg = dataclasses.replace(cfg.env, num_envs=check_worlds(num_envs), seed=seed)
         self.env = VecLocomotionEnv(env_cfg, robot)
         self.models = ModelCache(self.env.robot, DEFAULT_MAX_MODEL_BYTES)
         self.actor = BatchedActor(self.env, None, cfg.runner.num_steps_per_env, 'device',
