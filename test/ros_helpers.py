@@ -239,6 +239,16 @@ class Probe:
         return self.call(SetParameters, f'{node_name}/set_parameters', request,
                          timeout, resend_every).results[0]
 
+    def activate_model(self, node_name: str, sha: str, timeout: float = 60.0):
+        """``model_sha256`` := ``sha`` on ``node_name`` once the node has the bytes: a reply
+        "no model with sha256" (the latched bytes still in flight) is asked again, paced by the
+        node's replies, until ``timeout``; returns the last SetParametersResult."""
+        deadline = time.monotonic() + timeout
+        while True:
+            result = self.set_parameter(node_name, 'model_sha256', sha, timeout=timeout)
+            if 'no model with sha256' not in result.reason or time.monotonic() > deadline:
+                return result
+
     def close(self) -> None:
         self.context.try_shutdown()
         self._thread.join(timeout=5)

@@ -113,10 +113,7 @@ def test_hot_swap_changes_version_and_actions_and_bad_models_are_refused(graph, 
     sha_b = offer(probe, models['b'])
     probe.wait_subscribers('policy/model')
     # The bytes are validated on arrival; activation retries until they have arrived.
-    for _ in range(50):
-        result = probe.set_parameter('/policy_node', 'model_sha256', sha_b)
-        if result.successful or 'no model with sha256' not in result.reason:
-            break
+    result = probe.activate_model('/policy_node', sha_b)
     assert result.successful, result.reason
     probe.wait_for('policy/model_version', lambda m: m.data == sha_b[:12])
     start = probe.count('joint_commands')
@@ -128,11 +125,7 @@ def test_hot_swap_changes_version_and_actions_and_bad_models_are_refused(graph, 
     reasons = {'corrupted': 'not a loadable ONNX model', 'wrong_spec': 'spec mismatch',
                'wrong_shape': "'obs' is tensor(float)", 'oversized': 'over the size cap'}
     for key, reason in reasons.items():
-        sha = offer(probe, models[key])
-        for _ in range(50):
-            result = probe.set_parameter('/policy_node', 'model_sha256', sha)
-            if 'no model with sha256' not in result.reason:
-                break
+        result = probe.activate_model('/policy_node', offer(probe, models[key]))
         assert not result.successful and reason in result.reason, (key, result.reason)
     pol = status(probe, 'policy_node', lambda v: 'spec mismatch' not in v['last_swap'] and
                  v['last_swap'].startswith('rejected'))

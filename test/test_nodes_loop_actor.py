@@ -48,10 +48,7 @@ def test_control_loop_chunks_have_the_batched_layout_and_pass_the_trainers_check
                       LATCHED_QOS)
         probe.wait_subscribers('/policy/model', timeout=60)
         # The bytes are validated on arrival; activation retries until they have arrived.
-        for _ in range(50):
-            result = probe.set_parameter('/policy_node', 'model_sha256', sha, timeout=60)
-            if result.successful or 'no model with sha256' not in result.reason:
-                break
+        result = probe.activate_model('/policy_node', sha)
         assert result.successful, result.reason
         start = time.monotonic()
         first = probe.wait_for(topic, timeout=60, start=mark)

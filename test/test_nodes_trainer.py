@@ -378,10 +378,8 @@ def test_actor_collects_only_once_a_trainer_listens_and_makes_up_for_a_lost_chun
         probe.publish('/solo/policy/model', UInt8MultiArray(data=array.array('B', model)),
                       LATCHED_QOS)
         probe.wait_subscribers('/solo/policy/model', timeout=60)
-        for _ in range(50):  # the bytes are validated on arrival; retried until they have
-            result = probe.set_parameter('/solo/actor', 'model_sha256', sha, timeout=60)
-            if result.successful or 'no model with sha256' not in result.reason:
-                break
+        # The bytes are validated on arrival; activation retries until they have arrived.
+        result = probe.activate_model('/solo/actor', sha)
         assert result.successful, result.reason
         # The actor holds a model and a credit, and nobody listens: it waits (says so).
         deadline = time.monotonic() + 60

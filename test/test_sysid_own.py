@@ -21,7 +21,8 @@ from claw_rl_ros.core.replay.recording import Recorder
 from claw_rl_ros.core.sim.robot import load_robot
 from claw_rl_ros.core.sim.robot_overlay import GroupParams, load_overlay
 from claw_rl_ros.core.sysid import fit, hidden_robot
-from claw_rl_ros.core.sysid.trace import load_trace, rotation
+from claw_rl_ros.core.config import ConfigError
+from claw_rl_ros.core.sysid.trace import check_trace, load_trace, rotation
 from test_sysid import simulate_hidden
 
 # Every group different, a stiffer and lighter drive than the claw's, 15 ms (3 physics steps).
@@ -119,6 +120,19 @@ def broken(trace, **arrays):
         change(value)
         setattr(out, name, value)
     return out
+
+
+def test_states_lost_before_the_excitation_do_not_refuse_the_recording(stand_trace):
+    """A stretch lost while the robot stood up (before the excitation and the periods the fit
+    reads before it) is no harm; the same gap inside the excitation is refused."""
+    robot = load_robot('claw_quadruped')
+    n = len(stand_trace.t)
+    jumped = broken(stand_trace, t=lambda t: t.__setitem__(slice(100, None), t[100:] + 5.0))
+    check_trace(replace(jumped, window=(200, n)), robot)
+    with pytest.raises(ConfigError, match='the clock jumps 5.020 s'):
+        check_trace(replace(jumped, window=(110, n)), robot)  # within the delay's history
+    with pytest.raises(ConfigError, match='the clock jumps 5.020 s'):
+        check_trace(replace(jumped, window=(50, n)), robot)
 
 
 def test_bad_recordings_exit_2_naming_what_is_wrong(stand_trace, tmp_path, capsys):

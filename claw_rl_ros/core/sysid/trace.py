@@ -28,6 +28,8 @@ from ..sim.robot_spec import RobotSpec
 
 # Nanoseconds to seconds.
 NS = 1e-9
+# Samples before the excitation the fit may read (the longest delay it fits, and more).
+HISTORY_PERIODS = 25
 # The safety state of the excitation (core/control/safety.py's EXCITE).
 EXCITE = 'EXCITE'
 # The trace's channels checked for NaN / inf, by the recorded field's name.
@@ -274,9 +276,15 @@ def check_trace(trace: Trace, robot: RobotSpec, limits: TraceLimits | None = Non
         raise ConfigError(src, 'joint_states.header.stamp', f'the clock goes back (or stands) '
                           f'at t = {trace.t[k + 1]:.3f} s after {trace.t[k]:.3f} s; record '
                           'one run of one clock')
+    # Lost states matter where the fit reads them: the excitation and the control periods
+    # before it (the delay's history); a stretch lost while standing up before it does not.
     gap = lim.max_gap_periods * robot.control_dt
-    if (dt > gap).any():
-        k = int(np.argmax(dt > gap))
+    i0, i1 = trace.window
+    jumps = dt > gap
+    jumps[:max(0, i0 - HISTORY_PERIODS)] = False
+    jumps[max(0, i1 - 1):] = False
+    if jumps.any():
+        k = int(np.argmax(jumps))
         raise ConfigError(src, 'joint_states.header.stamp', f'the clock jumps {dt[k]:.3f} s '
                           f'at t = {trace.t[k]:.3f} s (more than {lim.max_gap_periods:g} control '
                           'periods without a state); record without pauses or lost states')
